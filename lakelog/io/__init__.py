@@ -1,0 +1,1 @@
+"""Writing data files (rolling, bounded) and checking data against a schema."""

@@ -1,0 +1,1 @@
+"""The transaction log: actions, commit files, manifests and snapshots."""

@@ -1,0 +1,164 @@
+"""The persisted actions of the log, as frozen msgspec Structs.
+
+Schema evolution follows msgspec's rules: new fields get defaults, nothing is
+reordered or renamed. A reader refuses a ``format_version`` newer than
+:data:`FORMAT_VERSION`. See ``docs/format.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, TypeAlias
+
+import msgspec
+import pyarrow as pa
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Action",
+    "AddFile",
+    "Commit",
+    "CommitHeader",
+    "DataFile",
+    "FileStats",
+    "Metadata",
+    "RemoveFile",
+    "decode_schema",
+    "encode_schema",
+]
+
+FORMAT_VERSION = 1
+"""The newest format version this library reads and the one it writes."""
+
+
+class FileStats(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Per-column statistics of one data file, from its Parquet footer.
+
+    Values are JSON scalars: integers and floats as numbers, strings as
+    strings, booleans as booleans, dates, times and timestamps as their
+    integer physical value (days or units since the epoch), decimals as
+    strings. A column missing from ``min``/``max`` has no usable bounds.
+    """
+
+    min: dict[str, Any] = {}
+    max: dict[str, Any] = {}
+    null_count: dict[str, int] = {}
+
+
+class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
+    """Table identity, schema, partitioning and properties."""
+
+    table_id: str
+    schema: str
+    """Arrow IPC serialization of the full table schema, base64."""
+    partition_by: tuple[str, ...] = ()
+    properties: dict[str, str] = {}
+    format_version: int = FORMAT_VERSION
+    created_ms: int = 0
+
+    def arrow_schema(self) -> pa.Schema:
+        return decode_schema(self.schema)
+
+
+class AddFile(msgspec.Struct, tag="add", frozen=True, kw_only=True, omit_defaults=True):
+    """A data file becomes part of the table."""
+
+    path: str
+    size_bytes: int
+    num_rows: int
+    partition: dict[str, str | None] = {}
+    stats: FileStats | None = None
+    data_change: bool = True
+    modification_ms: int = 0
+    tags: dict[str, str] = {}
+
+
+class RemoveFile(msgspec.Struct, tag="remove", frozen=True, kw_only=True, omit_defaults=True):
+    """A data file stops being part of the table (it stays on disk)."""
+
+    path: str
+    deletion_ms: int
+    data_change: bool = True
+    partition: dict[str, str | None] = {}
+    size_bytes: int | None = None
+
+
+Action: TypeAlias = Metadata | AddFile | RemoveFile
+
+
+class CommitHeader(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Who committed what, when, on top of which version."""
+
+    format_version: int = FORMAT_VERSION
+    version: int
+    timestamp_ms: int
+    operation: str
+    parameters: dict[str, Any] = {}
+    read_version: int | None = None
+    txn_id: str
+    engine: str = ""
+    metrics: dict[str, Any] = {}
+
+
+class Commit(msgspec.Struct, frozen=True):
+    """The content of one commit file."""
+
+    header: CommitHeader
+    actions: list[Action]
+
+
+class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A live data file of a snapshot.
+
+    ``path`` is relative to the table root; ``partition`` maps partition
+    columns to their string form (``None`` for null), as in the folder name.
+    """
+
+    path: str
+    size_bytes: int
+    num_rows: int
+    partition: dict[str, str | None] = {}
+    stats: FileStats | None = None
+    modification_ms: int = 0
+    tags: dict[str, str] = {}
+
+    @classmethod
+    def from_add(cls, add: AddFile) -> DataFile:
+        return cls(
+            path=add.path,
+            size_bytes=add.size_bytes,
+            num_rows=add.num_rows,
+            partition=add.partition,
+            stats=add.stats,
+            modification_ms=add.modification_ms,
+            tags=add.tags,
+        )
+
+    def to_add(self, *, data_change: bool = True) -> AddFile:
+        return AddFile(
+            path=self.path,
+            size_bytes=self.size_bytes,
+            num_rows=self.num_rows,
+            partition=self.partition,
+            stats=self.stats,
+            data_change=data_change,
+            modification_ms=self.modification_ms,
+            tags=self.tags,
+        )
+
+    def to_remove(self, *, deletion_ms: int, data_change: bool = True) -> RemoveFile:
+        return RemoveFile(
+            path=self.path,
+            deletion_ms=deletion_ms,
+            data_change=data_change,
+            partition=self.partition,
+            size_bytes=self.size_bytes,
+        )
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))

@@ -1,0 +1,144 @@
+"""Commit files: names, encoding, reading and listing.
+
+A commit is ``_lakelog/<version:020d>.json``: one JSON object
+``{"header": {...}, "actions": [...]}``, written put-if-absent so a version is
+created once and never changed. A truncated or garbled file fails to decode as
+a whole and raises :class:`CorruptLogError`, never a partial commit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from ..errors import CorruptLogError, UnsupportedFormatError
+from ..storage import Storage
+from .actions import FORMAT_VERSION, Action, Commit, CommitHeader
+
+__all__ = [
+    "LOG_DIR",
+    "LogListing",
+    "commit_path",
+    "decode_commit",
+    "encode_commit",
+    "list_log",
+    "read_commit",
+    "read_header",
+]
+
+LOG_DIR = "_lakelog"
+_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+_MANIFEST_RE = re.compile(r"^(\d{20})\.manifest\.parquet$")
+
+_ENCODER = msgspec.json.Encoder()
+_COMMIT_DECODER = msgspec.json.Decoder(Commit)
+
+
+class _HeaderOnly(msgspec.Struct):
+    header: CommitHeader
+
+
+class _FormatProbe(msgspec.Struct):
+    class _H(msgspec.Struct):
+        format_version: int = FORMAT_VERSION
+
+    header: _H
+
+
+_HEADER_DECODER = msgspec.json.Decoder(_HeaderOnly)
+_PROBE_DECODER = msgspec.json.Decoder(_FormatProbe)
+
+
+def commit_path(version: int) -> str:
+    return f"{LOG_DIR}/{version:020d}.json"
+
+
+def encode_commit(header: CommitHeader, actions: Sequence[Action]) -> bytes:
+    """One JSON document, one action per line so it reads well in a pager."""
+    body = b",\n".join(_ENCODER.encode(a) for a in actions)
+    return b'{"header":' + _ENCODER.encode(header) + b',"actions":[\n' + body + b"\n]}\n"
+
+
+def _check_format(data: bytes, version: int) -> None:
+    try:
+        probe = _PROBE_DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise CorruptLogError(
+            f"expected commit {version} to be a complete JSON commit, found undecodable "
+            f"bytes ({e}). The file was damaged outside lakelog; restore "
+            f"{commit_path(version)} from a backup or remove it if no data depends on it."
+        ) from e
+    if probe.header.format_version > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"expected log format version <= {FORMAT_VERSION}, found "
+            f"{probe.header.format_version} in commit {version}; upgrade lakelog to read "
+            f"this table."
+        )
+
+
+def decode_commit(data: bytes, version: int) -> Commit:
+    """Decode a commit file; typed errors for damage or a newer format."""
+    try:
+        commit = _COMMIT_DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        _check_format(data, version)
+        if isinstance(e, msgspec.ValidationError) and "`$.actions" in str(e):
+            raise UnsupportedFormatError(
+                f"expected only known actions in commit {version}, found {e}; the table "
+                f"was written by a newer lakelog. Upgrade lakelog to read it."
+            ) from e
+        raise CorruptLogError(
+            f"expected commit {version} to be a complete JSON commit, found {e}. The "
+            f"file {commit_path(version)} was damaged outside lakelog; restore it from a "
+            f"backup."
+        ) from e
+    if commit.header.format_version > FORMAT_VERSION:
+        _check_format(data, version)
+    if commit.header.version != version:
+        raise CorruptLogError(
+            f"expected the header of {commit_path(version)} to say version {version}, "
+            f"found {commit.header.version}; the file was copied or renamed by hand."
+        )
+    return commit
+
+
+def read_commit(storage: Storage, version: int) -> Commit:
+    """Read one commit; :class:`FileNotFoundError` if it does not exist."""
+    return decode_commit(storage.read_bytes(commit_path(version)), version)
+
+
+def read_header(storage: Storage, version: int) -> CommitHeader:
+    data = storage.read_bytes(commit_path(version))
+    try:
+        header = _HEADER_DECODER.decode(data).header
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return decode_commit(data, version).header
+    if header.format_version > FORMAT_VERSION:
+        _check_format(data, version)
+    return header
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """Versions that have a commit file and versions that have a manifest."""
+
+    commits: tuple[int, ...]
+    manifests: tuple[int, ...]
+
+
+def list_log(storage: Storage) -> LogListing:
+    """One listing of the log folder, parsed (sorted ascending)."""
+    commits: list[int] = []
+    manifests: list[int] = []
+    for name in storage.list_names(LOG_DIR):
+        m = _COMMIT_RE.match(name)
+        if m:
+            commits.append(int(m.group(1)))
+            continue
+        m = _MANIFEST_RE.match(name)
+        if m:
+            manifests.append(int(m.group(1)))
+    return LogListing(tuple(sorted(commits)), tuple(sorted(manifests)))

@@ -1,0 +1,114 @@
+"""Snapshot manifests: the full live file set as of one version, in Parquet.
+
+``_lakelog/<version:020d>.manifest.parquet`` holds one row per live file
+(:data:`FILES_SCHEMA`) and, in the Parquet key-value metadata under
+``lakelog``, a JSON header with the version, its timestamp and the table
+metadata. ``_lakelog/_last_manifest`` is a hint naming the newest manifest.
+A manifest or hint that is missing or damaged is skipped, never trusted.
+"""
+
+from __future__ import annotations
+
+import io
+
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import CorruptLogError, UnsupportedFormatError
+from ..storage import Storage
+from .actions import FORMAT_VERSION, Metadata
+from .commits import LOG_DIR
+from .files import FILES_SCHEMA
+
+__all__ = [
+    "LAST_MANIFEST",
+    "Manifest",
+    "manifest_path",
+    "read_hint",
+    "read_manifest",
+    "write_manifest",
+]
+
+LAST_MANIFEST = f"{LOG_DIR}/_last_manifest"
+_META_KEY = b"lakelog"
+
+
+class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
+    format_version: int = FORMAT_VERSION
+    version: int
+    timestamp_ms: int
+    num_files: int
+    metadata: Metadata
+
+
+class Manifest(msgspec.Struct, frozen=True):
+    header: ManifestHeader
+    files: pa.Table
+
+
+class _Hint(msgspec.Struct):
+    version: int
+
+
+def manifest_path(version: int) -> str:
+    return f"{LOG_DIR}/{version:020d}.manifest.parquet"
+
+
+def encode_manifest(header: ManifestHeader, files: pa.Table) -> bytes:
+    table = files.cast(FILES_SCHEMA).replace_schema_metadata(
+        {_META_KEY: msgspec.json.encode(header)}
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", row_group_size=65536)
+    return buf.getvalue()
+
+
+def write_manifest(storage: Storage, header: ManifestHeader, files: pa.Table) -> None:
+    """Write a manifest, then advance the hint if this one is newer."""
+    storage.write_bytes(manifest_path(header.version), encode_manifest(header, files))
+    hint = read_hint(storage)
+    if hint is None or hint < header.version:
+        storage.write_bytes(LAST_MANIFEST, msgspec.json.encode(_Hint(header.version)))
+
+
+def read_manifest(storage: Storage, version: int) -> Manifest:
+    """Read and check one manifest.
+
+    :class:`FileNotFoundError` if absent, :class:`CorruptLogError` if damaged.
+    """
+    data = storage.read_bytes(manifest_path(version))
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+        raw = (table.schema.metadata or {}).get(_META_KEY)
+        if raw is None:
+            raise ValueError("no lakelog header in the Parquet metadata")
+        header = msgspec.json.decode(raw, type=ManifestHeader)
+    except (pa.ArrowException, ValueError, msgspec.DecodeError, OSError) as e:
+        raise CorruptLogError(
+            f"expected a readable manifest at {manifest_path(version)}, found {e}"
+        ) from e
+    if header.format_version > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"expected manifest format version <= {FORMAT_VERSION}, found "
+            f"{header.format_version} in {manifest_path(version)}; upgrade lakelog."
+        )
+    if header.version != version or header.num_files != table.num_rows:
+        raise CorruptLogError(
+            f"expected manifest {manifest_path(version)} to hold version {version} with "
+            f"{header.num_files} files, found version {header.version} with "
+            f"{table.num_rows} rows"
+        )
+    try:
+        files = table.replace_schema_metadata(None).select(FILES_SCHEMA.names).cast(FILES_SCHEMA)
+    except (pa.ArrowException, KeyError) as e:
+        raise CorruptLogError(f"manifest {manifest_path(version)} has a wrong schema: {e}") from e
+    return Manifest(header, files)
+
+
+def read_hint(storage: Storage) -> int | None:
+    """The version named by ``_last_manifest``, or None if missing or damaged."""
+    try:
+        return msgspec.json.decode(storage.read_bytes(LAST_MANIFEST), type=_Hint).version
+    except (FileNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
+        return None

@@ -1,0 +1,354 @@
+"""Snapshots: the table as of one version, resolved from the log.
+
+Resolving version ``v`` = the newest readable manifest at or below ``v``
+plus the replay of the commits after it (or a replay from version 0 when no
+manifest is usable). The file set never comes from listing data folders.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from ..errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    UnsupportedFormatError,
+    VersionNotFoundError,
+)
+from ..storage import Storage
+from ..stats import (
+    file_guarantee,
+    filter_is_null_sensitive,
+    normalize_filter,
+    referenced_columns,
+)
+from .actions import FORMAT_VERSION, Commit, DataFile, Metadata
+from .commits import LogListing, list_log, read_commit, read_header
+from .files import FILES_SCHEMA, ReplayState, data_files
+from .manifests import read_hint, read_manifest
+
+__all__ = ["Snapshot", "load_snapshot", "version_as_of"]
+
+_PRUNE_FS = pafs.LocalFileSystem()
+
+
+class Snapshot:
+    """The table as of one version: immutable."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        version: int,
+        timestamp_ms: int,
+        metadata: Metadata,
+        files: pa.Table,
+    ) -> None:
+        if metadata.format_version > FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"expected table format version <= {FORMAT_VERSION}, found "
+                f"{metadata.format_version}; upgrade lakelog to read this table."
+            )
+        self.storage = storage
+        self.version = version
+        self.timestamp_ms = timestamp_ms
+        self.metadata = metadata
+        self.file_table = files
+
+    def __repr__(self) -> str:
+        return (
+            f"Snapshot(uri={self.storage.uri!r}, version={self.version}, "
+            f"files={self.num_files}, timestamp={self.timestamp.isoformat()})"
+        )
+
+    # -- description -----------------------------------------------------------
+    @property
+    def timestamp(self) -> dt.datetime:
+        """Commit time of this version (UTC)."""
+        return dt.datetime.fromtimestamp(self.timestamp_ms / 1000, tz=dt.timezone.utc)
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """Full table schema, partition columns included."""
+        return self.metadata.arrow_schema()
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        return self.metadata.partition_by
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self.metadata.properties)
+
+    @property
+    def table_id(self) -> str:
+        return self.metadata.table_id
+
+    @property
+    def num_files(self) -> int:
+        return self.file_table.num_rows
+
+    @property
+    def num_rows(self) -> int:
+        return int(pc.sum(self.file_table.column("num_rows")).as_py() or 0)
+
+    @property
+    def total_bytes(self) -> int:
+        return int(pc.sum(self.file_table.column("size_bytes")).as_py() or 0)
+
+    @cached_property
+    def file_schema(self) -> pa.Schema:
+        """Schema of the data files: the table schema without partition columns."""
+        keep = [f for f in self.schema if f.name not in self.partition_by]
+        return pa.schema(keep, metadata=self.schema.metadata)
+
+    # -- files -----------------------------------------------------------------
+    @cached_property
+    def _all_files(self) -> tuple[DataFile, ...]:
+        return tuple(data_files(self.file_table))
+
+    def files(self, filter: Any = None) -> list[DataFile]:
+        """Live data files, pruned by partition values and min/max stats.
+
+        ``filter`` is a :class:`pyarrow.compute.Expression` or DNF tuples; a
+        file is kept unless its stats prove no row can match.
+        """
+        expr = normalize_filter(filter)
+        files = self._all_files
+        if expr is None:
+            return list(files)
+        return self._prune(files, expr)
+
+    def _prune(self, files: Sequence[DataFile], expr: pc.Expression) -> list[DataFile]:
+        schema = self.schema
+        cols = referenced_columns(expr, schema.names)
+        null_safe = filter_is_null_sensitive(expr)
+        fmt = ds.ParquetFileFormat()
+        true = pc.scalar(True)
+        frags = []
+        for i, f in enumerate(files):
+            g = file_guarantee(f, schema, columns=cols, null_safe=null_safe)
+            frags.append(
+                fmt.make_fragment(f"/{i}", filesystem=_PRUNE_FS, partition_expression=true if g is None else g)
+            )
+        dataset = ds.FileSystemDataset(frags, schema, fmt, _PRUNE_FS)
+        try:
+            kept = [int(fr.path[1:]) for fr in dataset.get_fragments(filter=expr)]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise InvalidArgumentError(
+                f"expected a filter over the table's columns {schema.names}, found {expr}: {e}"
+            ) from e
+        return [files[i] for i in kept]
+
+    def file_urls(self, filter: Any = None) -> list[str]:
+        """Full URLs of the live files (for engines such as Spark)."""
+        return [self.storage.url(f.path) for f in self.files(filter)]
+
+    # -- reading ---------------------------------------------------------------
+    def dataset(self, filter: Any = None) -> ds.FileSystemDataset:
+        """A pyarrow Dataset over exactly this snapshot's files.
+
+        Each fragment carries its partition values and (null-safe) min/max
+        ranges, so pyarrow prunes too; ``filter`` pre-prunes the file list.
+        """
+        files = self.files(filter)
+        schema = self.schema
+        fmt = ds.ParquetFileFormat()
+        fs = self.storage.arrow_filesystem()
+        true = pc.scalar(True)
+        frags = []
+        for f in files:
+            g = file_guarantee(f, schema, null_safe=True)
+            frags.append(
+                fmt.make_fragment(
+                    self.storage.full(f.path),
+                    filesystem=fs,
+                    partition_expression=true if g is None else g,
+                    file_size=f.size_bytes,
+                )
+            )
+        return ds.FileSystemDataset(frags, schema, fmt, fs)
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: Any = None) -> pa.Table:
+        """Read the snapshot (or the matching rows and columns) into a Table."""
+        expr = normalize_filter(filter)
+        cols = self._check_columns(columns)
+        try:
+            return self.dataset(expr).to_table(columns=cols, filter=expr)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            if "No match for FieldRef" in str(e):
+                raise InvalidArgumentError(
+                    f"expected a filter over the table's columns {self.schema.names}: {e}"
+                ) from e
+            raise
+
+    def to_batches(
+        self, columns: Sequence[str] | None = None, filter: Any = None, *, batch_size: int = 65536
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the snapshot as record batches (bounded memory)."""
+        expr = normalize_filter(filter)
+        cols = self._check_columns(columns)
+        yield from self.dataset(expr).to_batches(columns=cols, filter=expr, batch_size=batch_size)
+
+    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
+        if columns is None:
+            return None
+        if isinstance(columns, str):
+            columns = [columns]
+        missing = [c for c in columns if c not in self.schema.names]
+        if missing:
+            raise InvalidArgumentError(
+                f"expected columns of the table {self.schema.names}, found unknown {missing}"
+            )
+        return list(columns)
+
+
+# -- resolution -----------------------------------------------------------------
+
+
+def _empty_state() -> tuple[Metadata | None, pa.Table]:
+    return None, FILES_SCHEMA.empty_table()
+
+
+def _finish(storage: Storage, state: ReplayState) -> Snapshot:
+    if state.metadata is None:
+        raise CorruptLogError(
+            f"expected a metadata action at or before version {state.version} of "
+            f"{storage.uri}, found none; the log is damaged."
+        )
+    return Snapshot(
+        storage,
+        version=state.version,
+        timestamp_ms=state.timestamp_ms,
+        metadata=state.metadata,
+        files=state.files(),
+    )
+
+
+def _replay_forward(storage: Storage, state: ReplayState, upto: int | None) -> ReplayState:
+    """Apply commits after ``state.version`` (up to ``upto``, or until the end)."""
+    v = state.version + 1
+    while upto is None or v <= upto:
+        try:
+            commit = read_commit(storage, v)
+        except FileNotFoundError:
+            if upto is None:
+                break
+            raise VersionNotFoundError(
+                f"expected commit {v} in the log of {storage.uri} to resolve version {upto}, "
+                f"found it missing; the log is incomplete."
+            ) from None
+        state.apply(commit)
+        v += 1
+    return state
+
+
+def _from_manifest(storage: Storage, version: int) -> ReplayState | None:
+    try:
+        m = read_manifest(storage, version)
+    except (FileNotFoundError, CorruptLogError):
+        return None
+    h = m.header
+    return ReplayState.start(h.metadata, m.files, h.version, h.timestamp_ms)
+
+
+def load_snapshot(
+    storage: Storage, version: int | None = None, *, listing: LogListing | None = None
+) -> Snapshot:
+    """Resolve the latest snapshot, or the one at ``version``."""
+    if version is None:
+        hint = read_hint(storage)
+        if hint is not None:
+            state = _from_manifest(storage, hint)
+            if state is not None:
+                return _finish(storage, _replay_forward(storage, state, None))
+        listing = listing or list_log(storage)
+        if not listing.commits and not listing.manifests:
+            raise TableNotFoundError(
+                f"expected a lakelog table at {storage.uri}, found no log "
+                f"(_lakelog/ is missing or empty); create one with lakelog.create_table()."
+            )
+        version = max(listing.commits[-1:] + listing.manifests[-1:])
+    if version < 0:
+        raise VersionNotFoundError(f"expected a version >= 0, found {version}")
+    listing = listing or list_log(storage)
+    if not listing.commits and not listing.manifests:
+        raise TableNotFoundError(f"expected a lakelog table at {storage.uri}, found no log")
+    latest = max(listing.commits[-1:] + listing.manifests[-1:])
+    if version > latest:
+        raise VersionNotFoundError(
+            f"expected a version between 0 and {latest} of {storage.uri}, found {version}"
+        )
+    commits = set(listing.commits)
+    # newest usable manifest at or below the version, with every later commit present
+    idx = bisect.bisect_right(listing.manifests, version)
+    for m in reversed(listing.manifests[:idx]):
+        if any(v not in commits for v in range(m + 1, version + 1)):
+            continue
+        state = _from_manifest(storage, m)
+        if state is not None:
+            return _finish(storage, _replay_forward(storage, state, version))
+    missing = [v for v in range(0, version + 1) if v not in commits]
+    if missing:
+        raise VersionNotFoundError(
+            f"expected to resolve version {version} of {storage.uri} from a manifest or from "
+            f"commits 0..{version}, found no usable manifest and commit {missing[0]} missing; "
+            f"the oldest version with a usable manifest or complete history may be newer."
+        )
+    meta, base = _empty_state()
+    state = ReplayState.start(meta, base, -1, 0)
+    return _finish(storage, _replay_forward(storage, state, version))
+
+
+def advance(snapshot: Snapshot, commits: Sequence[Commit]) -> Snapshot:
+    """The snapshot after applying later commits (pure)."""
+    if not commits:
+        return snapshot
+    state = ReplayState.start(
+        snapshot.metadata, snapshot.file_table, snapshot.version, snapshot.timestamp_ms
+    )
+    for c in commits:
+        state.apply(c)
+    return _finish(snapshot.storage, state)
+
+
+def version_as_of(storage: Storage, when: dt.datetime | int) -> int:
+    """The latest version committed at or before ``when`` (datetime or epoch ms).
+
+    Commit timestamps strictly increase, so this is a binary search over
+    commit headers.
+    """
+    if isinstance(when, dt.datetime):
+        aware = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+        ts = int(aware.timestamp() * 1000)
+    else:
+        ts = int(when)
+    versions = list_log(storage).commits
+    if not versions:
+        raise TableNotFoundError(f"expected a lakelog table at {storage.uri}, found no log")
+    lo, hi = 0, len(versions) - 1
+    first_ts = read_header(storage, versions[0]).timestamp_ms
+    if ts < first_ts:
+        first = dt.datetime.fromtimestamp(first_ts / 1000, tz=dt.timezone.utc)
+        raise VersionNotFoundError(
+            f"expected an instant at or after the oldest readable commit "
+            f"(version {versions[0]} at {first.isoformat()}), found "
+            f"{dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc).isoformat()}"
+        )
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if read_header(storage, versions[mid]).timestamp_ms <= ts:
+            lo = mid
+        else:
+            hi = mid - 1
+    return versions[lo]

@@ -1,0 +1,238 @@
+"""Per-file statistics from Parquet footers, and pruning of files by a filter.
+
+Pruning hands pyarrow one *guarantee* per file (an expression true for every
+row of the file: partition equalities and min/max ranges) and lets pyarrow's
+own expression simplification decide which files can match. A min/max range
+says nothing about nulls or NaN, so a range is only used where it cannot
+hide such a row: always for columns without nulls or NaN-capable types; for
+other columns only when the filter cannot select a null or NaN row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import InvalidArgumentError
+from .log.actions import DataFile, FileStats
+from .partitioning import partition_expression
+
+__all__ = [
+    "Filter",
+    "file_guarantee",
+    "normalize_filter",
+    "stats_from_metadata",
+    "stats_scalar",
+]
+
+Filter: TypeAlias = "pc.Expression | Sequence[Any] | None"
+
+_NULL_SENSITIVE = re.compile(
+    r"is_null|is_valid|is_nan|is_finite|is_inf|coalesce|if_else|case_when|fill_null|"
+    r"true_unless_null|invert|not_equal|!=|\bnull\b(?!_)"
+)
+_MAX_STRING_STAT = 256
+
+
+def normalize_filter(filter: Any) -> pc.Expression | None:
+    """A pyarrow Expression from an Expression, DNF tuples, or None."""
+    if filter is None:
+        return None
+    if isinstance(filter, pc.Expression):
+        return filter
+    if isinstance(filter, (list, tuple)):
+        if not filter:
+            return None
+        try:
+            return pq.filters_to_expression(list(filter))
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"expected a pyarrow.compute.Expression or DNF tuples like "
+                f"[('col', '>=', 5)], found {filter!r}: {e}"
+            ) from e
+    raise InvalidArgumentError(
+        f"expected a pyarrow.compute.Expression or DNF tuples like [('col', '>=', 5)], "
+        f"found {type(filter).__name__}"
+    )
+
+
+def _stat_type_ok(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_time(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def _json_value(value: Any, t: pa.DataType) -> Any:
+    """JSON form of a footer statistic (see :class:`FileStats`)."""
+    if pa.types.is_floating(t):
+        f = float(value)
+        return f if f == f and f not in (float("inf"), float("-inf")) else None
+    if pa.types.is_decimal(t):
+        return str(value)
+    if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
+        if isinstance(value, int):
+            return value
+        scalar = pa.scalar(value, type=t)
+        return scalar.cast(pa.int64() if scalar.type.bit_width == 64 else pa.int32()).as_py()
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", errors="strict")
+        return str(value)
+    if isinstance(value, (bool, int, str)):
+        return value
+    return None
+
+
+def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
+    """Combine the row-group statistics of a footer into file statistics.
+
+    Only top-level primitive columns get bounds; a column any row group lacks
+    bounds for gets none (unknown), but its null count is kept when known.
+    """
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    no_bounds: set[str] = set()
+    no_nulls: set[str] = set()
+    pq_schema = metadata.schema
+    index = {pq_schema.column(i).path: i for i in range(metadata.num_columns)}
+    for field in schema:
+        i = index.get(field.name)
+        if i is None:
+            continue
+        for rg in range(metadata.num_row_groups):
+            col = metadata.row_group(rg).column(i)
+            st = col.statistics
+            if st is None:
+                no_bounds.add(field.name)
+                no_nulls.add(field.name)
+                continue
+            if st.null_count is None:
+                no_nulls.add(field.name)
+            else:
+                nulls[field.name] = nulls.get(field.name, 0) + st.null_count
+            if not _stat_type_ok(field.type):
+                no_bounds.add(field.name)
+                continue
+            if not st.has_min_max:
+                if st.null_count is not None and st.num_values == 0:
+                    continue  # all-null row group: no bounds needed
+                no_bounds.add(field.name)
+                continue
+            try:
+                lo, hi = _json_value(st.min, field.type), _json_value(st.max, field.type)
+            except (ValueError, TypeError, UnicodeDecodeError, pa.ArrowException):
+                no_bounds.add(field.name)
+                continue
+            if lo is None or hi is None:
+                no_bounds.add(field.name)
+                continue
+            if field.name not in mins or lo < mins[field.name]:
+                mins[field.name] = lo
+            if field.name not in maxs or hi > maxs[field.name]:
+                maxs[field.name] = hi
+    for name in no_bounds:
+        mins.pop(name, None)
+        maxs.pop(name, None)
+    for name in no_nulls:
+        nulls.pop(name, None)
+    for name in list(maxs):
+        v = maxs[name]
+        if isinstance(v, str) and len(v) > _MAX_STRING_STAT:
+            del mins[name], maxs[name]  # a truncated max would be wrong; keep none
+    for name in list(mins):
+        v = mins[name]
+        if isinstance(v, str) and len(v) > _MAX_STRING_STAT:
+            mins[name] = v[:_MAX_STRING_STAT]  # a prefix is still a lower bound
+    return FileStats(min=mins, max=maxs, null_count=nulls)
+
+
+def stats_scalar(value: Any, t: pa.DataType) -> pa.Scalar:
+    """Typed scalar of a JSON statistic for a column of type ``t``."""
+    if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
+        storage = pa.int32() if t.bit_width == 32 else pa.int64()
+        return pa.scalar(int(value), storage).cast(t)
+    if pa.types.is_decimal(t):
+        return pa.scalar(decimal.Decimal(value), t)
+    return pa.scalar(value, t)
+
+
+def stats_python_value(value: Any, t: pa.DataType) -> Any:
+    """Python value (datetime, Decimal, ...) of a JSON statistic."""
+    return stats_scalar(value, t).as_py()
+
+
+def filter_is_null_sensitive(expr: pc.Expression | None) -> bool:
+    """True if the filter might select a row because a value is null or NaN."""
+    return expr is not None and bool(_NULL_SENSITIVE.search(str(expr)))
+
+
+def file_guarantee(
+    f: DataFile,
+    schema: pa.Schema,
+    *,
+    columns: Iterable[str] | None = None,
+    null_safe: bool = True,
+) -> pc.Expression | None:
+    """An expression true for every row of ``f``.
+
+    ``null_safe=True`` uses a min/max range only where the column has no
+    nulls and cannot hold NaN, so it is safe for reading too; ``False`` uses
+    every range, which is right only for filters that cannot select null or
+    NaN rows (see :func:`filter_is_null_sensitive`).
+    """
+    expr = partition_expression(schema, f.partition) if f.partition else None
+    st = f.stats
+    if st is None:
+        return expr
+    wanted = set(columns) if columns is not None else None
+    for name, lo in st.min.items():
+        if wanted is not None and name not in wanted:
+            continue
+        hi = st.max.get(name)
+        if hi is None or name not in schema.names:
+            continue
+        t = schema.field(name).type
+        nulls = st.null_count.get(name)
+        if null_safe and (nulls is None or nulls > 0 or pa.types.is_floating(t)):
+            continue
+        try:
+            term = (pc.field(name) >= stats_scalar(lo, t)) & (pc.field(name) <= stats_scalar(hi, t))
+        except (pa.ArrowException, ValueError, TypeError, decimal.InvalidOperation):
+            continue
+        expr = term if expr is None else expr & term
+    for name, n in st.null_count.items():
+        if wanted is not None and name not in wanted:
+            continue
+        if name in schema.names and name not in st.min and n == f.num_rows and n > 0:
+            term = pc.field(name).is_null()
+            expr = term if expr is None else expr & term
+    return expr
+
+
+def referenced_columns(expr: pc.Expression, names: Sequence[str]) -> list[str]:
+    """Columns a filter may refer to (a superset found by name)."""
+    text = str(expr)
+    return [n for n in names if n in text]
+
+
+def utc_ms(value: dt.datetime) -> int:
+    """Milliseconds since the epoch of a datetime (naive means UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)

@@ -1,0 +1,291 @@
+"""Filesystem access through fsspec, and the one put-if-absent primitive.
+
+Every path lakelog stores or passes around is *relative to the table root*
+(``_lakelog/00000000000000000003.json``, ``date=2024-01-01/part-....parquet``);
+:class:`Storage` turns them into filesystem paths.
+
+The contract of :meth:`Storage.put_if_absent`: the object appears whole or not
+at all, and if it already exists the call raises :class:`FileExistsError` and
+changes nothing. Backends:
+
+* local disk: write and fsync a temp file in the same folder, then publish it
+  with :func:`os.link`, which fails if the name exists;
+* S3 (s3fs): a conditional put (``If-None-Match: *``);
+* memory: a check and a write under a process-wide lock (the memory
+  filesystem lives in one process anyway);
+* anything else: refused with :class:`StorageNotSupportedError` unless the
+  table is opened with ``single_writer=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+import fsspec
+import pyarrow.fs as pafs
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
+
+from .errors import InvalidArgumentError, StorageNotSupportedError
+
+__all__ = ["FileInfo", "Storage", "normalize_uri"]
+
+_MEMORY_LOCK = threading.Lock()
+_S3_PROTOCOLS = frozenset({"s3", "s3a"})
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file found by :meth:`Storage.walk`: path relative to the root."""
+
+    path: str
+    size: int
+    mtime_ms: int | None
+
+
+def normalize_uri(uri: str) -> str:
+    """One spelling per location: ``s3a://`` -> ``s3://``, no trailing slash,
+    local paths absolute with a ``file://`` scheme.
+
+    >>> normalize_uri("s3a://bucket/t/")
+    's3://bucket/t'
+    """
+    uri = uri.strip()
+    if "://" not in uri:
+        return "file://" + os.path.abspath(os.path.expanduser(uri)).rstrip("/")
+    scheme, rest = uri.split("://", 1)
+    scheme = scheme.lower()
+    if scheme == "s3a":
+        scheme = "s3"
+    if scheme == "file":
+        rest = os.path.abspath(rest) if rest else "/"
+    return f"{scheme}://{rest.rstrip('/')}"
+
+
+class Storage:
+    """A table root on an fsspec filesystem."""
+
+    def __init__(
+        self,
+        uri: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        single_writer: bool = False,
+    ) -> None:
+        if not isinstance(uri, str) or not uri.strip():
+            raise InvalidArgumentError(
+                f"expected a table URI such as '/data/t' or 's3://bucket/t', found {uri!r}"
+            )
+        self.uri = normalize_uri(uri)
+        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        fs_uri = self.uri
+        if fs_uri.startswith("file://"):
+            fs_uri = fs_uri[len("file://") :]
+        fs, path = fsspec.core.url_to_fs(fs_uri, **self.storage_options)
+        self.fs: fsspec.AbstractFileSystem = fs
+        self.root: str = path.rstrip("/") or "/"
+        self.single_writer = single_writer
+        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        self.protocol: str = protocols[0]
+        self._is_local = isinstance(fs, LocalFileSystem)
+        self._is_memory = isinstance(fs, MemoryFileSystem)
+        self._is_s3 = bool(_S3_PROTOCOLS.intersection(protocols))
+        self.supports_put_if_absent = self._is_local or self._is_memory or self._is_s3
+        if not self.supports_put_if_absent and not single_writer:
+            raise StorageNotSupportedError(
+                f"expected a filesystem that can create a file only if it is absent "
+                f"(local disk, S3, memory), found protocol {self.protocol!r}; without it "
+                f"two writers could overwrite each other's commits. If only one process "
+                f"ever writes this table, open it with single_writer=True."
+            )
+
+    # -- paths ---------------------------------------------------------------
+    def full(self, rel: str) -> str:
+        """Filesystem path of a root-relative path."""
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def relative(self, full_path: str) -> str:
+        """Root-relative form of a filesystem path (inverse of :meth:`full`)."""
+        full_path = full_path.rstrip("/")
+        prefix = self.root.rstrip("/") + "/"
+        if not full_path.startswith(prefix):
+            stripped = self.fs._strip_protocol(full_path)
+            if not stripped.startswith(prefix):
+                raise InvalidArgumentError(
+                    f"expected a path under the table root {self.root!r}, found {full_path!r}"
+                )
+            full_path = stripped
+        return full_path[len(prefix) :]
+
+    def url(self, rel: str) -> str:
+        """Full URL with scheme (what Spark or a user would type)."""
+        return f"{self.uri}/{rel}" if rel else self.uri
+
+    def arrow_filesystem(self) -> pafs.FileSystem:
+        """A pyarrow filesystem over the same storage, for datasets."""
+        if self._is_local:
+            return pafs.LocalFileSystem()
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+    # -- reads ---------------------------------------------------------------
+    def read_bytes(self, rel: str) -> bytes:
+        """Whole content of a file; :class:`FileNotFoundError` if missing."""
+        if self._is_local:
+            with open(self.full(rel), "rb") as f:
+                return f.read()
+        data = self.fs.cat_file(self.full(rel))
+        assert isinstance(data, bytes)
+        return data
+
+    def exists(self, rel: str) -> bool:
+        if self._is_local:
+            return os.path.exists(self.full(rel))
+        return bool(self.fs.exists(self.full(rel)))
+
+    def list_names(self, rel_dir: str) -> list[str]:
+        """Base names of the entries of a folder ([] if it does not exist)."""
+        if self._is_local:
+            try:
+                return [e.name for e in os.scandir(self.full(rel_dir))]
+            except FileNotFoundError:
+                return []
+        try:
+            entries = self.fs.ls(self.full(rel_dir), detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
+
+    def walk(self, rel_dir: str = "") -> Iterator[FileInfo]:
+        """Every file below a folder, recursively, with size and mtime."""
+        base = self.full(rel_dir)
+        try:
+            found = self.fs.find(base, detail=True, withdirs=False)
+        except FileNotFoundError:
+            return
+        for path, info in found.items():
+            if info.get("type", "file") != "file":
+                continue
+            yield FileInfo(
+                path=self.relative(path),
+                size=int(info.get("size") or 0),
+                mtime_ms=_mtime_ms(info),
+            )
+
+    def open_input(self, rel: str) -> IO[bytes]:
+        f = self.fs.open(self.full(rel), "rb")
+        return f  # type: ignore[no-any-return]
+
+    # -- writes --------------------------------------------------------------
+    def open_output(self, rel: str) -> IO[bytes]:
+        """A writable stream for a new data file (parents created)."""
+        full = self.full(rel)
+        if self._is_local:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+        return self.fs.open(full, "wb")  # type: ignore[no-any-return]
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Create or replace a file so readers see the old or the new bytes, whole."""
+        full = self.full(rel)
+        if self._is_local:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            tmp = f"{full}.{uuid.uuid4().hex}.tmp"
+            try:
+                _write_synced(tmp, data)
+                os.replace(tmp, full)
+            finally:
+                _silent_unlink(tmp)
+            return
+        self.fs.pipe_file(full, data)
+
+    def put_if_absent(self, rel: str, data: bytes) -> None:
+        """Create ``rel`` with ``data`` only if it does not exist.
+
+        Raises :class:`FileExistsError` if it exists; the object is never
+        visible partly written.
+        """
+        full = self.full(rel)
+        if self._is_local:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            tmp = f"{os.path.dirname(full)}/.{os.path.basename(full)}.{uuid.uuid4().hex}.tmp"
+            try:
+                _write_synced(tmp, data)
+                try:
+                    os.link(tmp, full)
+                except FileExistsError:
+                    raise
+                except OSError as e:  # e.g. a filesystem without hard links
+                    raise StorageNotSupportedError(
+                        f"expected hard links to publish commits atomically on {self.root!r}, "
+                        f"but link() failed: {e}. Use a local filesystem that supports hard "
+                        f"links, or open the table with single_writer=True."
+                    ) from e
+            finally:
+                _silent_unlink(tmp)
+            return
+        if self._is_memory:
+            with _MEMORY_LOCK:
+                if self.fs.exists(full):
+                    raise FileExistsError(full)
+                self.fs.pipe_file(full, data)
+            return
+        if self._is_s3:
+            self.fs.pipe_file(full, data, mode="create")
+            return
+        # single-writer mode: best effort, documented as unsafe with two writers
+        if self.fs.exists(full):
+            raise FileExistsError(full)
+        self.fs.pipe_file(full, data)
+
+    def delete(self, rel_paths: list[str]) -> None:
+        """Delete files; missing ones are ignored (deletion is idempotent)."""
+        if not rel_paths:
+            return
+        if self._is_local:
+            for rel in rel_paths:
+                _silent_unlink(self.full(rel))
+            return
+        fulls = [self.full(r) for r in rel_paths]
+        try:
+            self.fs.rm(fulls)
+        except FileNotFoundError:
+            for full in fulls:
+                try:
+                    self.fs.rm_file(full)
+                except FileNotFoundError:
+                    pass
+
+
+def _write_synced(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _silent_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _mtime_ms(info: Mapping[str, Any]) -> int | None:
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return int(value.timestamp() * 1000)
+        if isinstance(value, (int, float)):
+            return int(float(value) * 1000)
+    return None

@@ -1,0 +1,430 @@
+"""Table: the entry point for reading, writing and maintaining one table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from .errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from .io.schema import check_schema, conform, to_reader
+from .io.writer import WriteOptions, check_codec, write_files
+from .log.actions import Action, AddFile, CommitHeader, Metadata, encode_schema
+from .log.commits import list_log, read_header
+from .log.snapshot import Snapshot, load_snapshot, version_as_of
+from .partitioning import check_partition_columns, partition_string
+from .properties import get_int, get_str, validate_properties
+from .storage import Storage
+from .transaction import CommitResult, Kind, Rebase, Transaction
+
+__all__ = ["Table", "create_table", "open_table", "write_table"]
+
+WriteMode = Literal["append", "overwrite", "error"]
+
+
+class Table:
+    """A lakelog table at one location.
+
+    A ``Table`` caches the snapshot it last resolved; :meth:`refresh` reads
+    the log again. Writes always commit on top of the latest version.
+    """
+
+    def __init__(self, storage: Storage, snapshot: Snapshot) -> None:
+        self.storage = storage
+        self._snapshot = snapshot
+
+    def __repr__(self) -> str:
+        return f"Table({self.uri!r}, version={self.version})"
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    @property
+    def version(self) -> int:
+        """Version of the cached snapshot (call :meth:`refresh` for the newest)."""
+        return self._snapshot.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._snapshot.schema
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        return self._snapshot.partition_by
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self._snapshot.properties
+
+    @property
+    def metadata(self) -> Metadata:
+        return self._snapshot.metadata
+
+    def refresh(self) -> Table:
+        """Read the log again; returns self."""
+        self._snapshot = load_snapshot(self.storage)
+        return self
+
+    def snapshot(self, version: int | None = None, *, as_of: dt.datetime | None = None) -> Snapshot:
+        """The latest snapshot, the one at ``version``, or the latest at or before ``as_of``."""
+        if version is not None and as_of is not None:
+            raise InvalidArgumentError("expected version or as_of, found both")
+        if as_of is not None:
+            if not isinstance(as_of, dt.datetime):
+                raise InvalidArgumentError(
+                    f"expected as_of to be a datetime, found {type(as_of).__name__}"
+                )
+            version = version_as_of(self.storage, as_of)
+        if version is None:
+            return self.refresh()._snapshot
+        if version == self._snapshot.version:
+            return self._snapshot
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InvalidArgumentError(f"expected an integer version, found {version!r}")
+        return load_snapshot(self.storage, version)
+
+    def history(self, limit: int | None = None) -> list[CommitHeader]:
+        """Commit headers, newest first (operation, parameters, metrics, time)."""
+        if limit is not None and limit <= 0:
+            raise InvalidArgumentError(f"expected limit > 0, found {limit}")
+        versions = list_log(self.storage).commits[::-1]
+        if limit is not None:
+            versions = versions[:limit]
+        out = []
+        for v in versions:
+            try:
+                out.append(read_header(self.storage, v))
+            except FileNotFoundError:
+                continue  # expired concurrently
+        return out
+
+    # -- low-level commit ----------------------------------------------------------
+    def commit(
+        self,
+        actions: Sequence[Action],
+        *,
+        operation: str,
+        kind: Kind,
+        read_snapshot: Snapshot | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
+        rebase: Rebase | None = None,
+    ) -> CommitResult:
+        """Commit actions on top of ``read_snapshot`` (default: the cached one).
+
+        This is the one place maintenance and engines write the log through.
+        """
+        txn = Transaction(
+            self.storage,
+            read_snapshot or self._snapshot,
+            operation=operation,
+            kind=kind,
+            actions=actions,
+            parameters=parameters,
+            metrics=metrics,
+            replaced_partitions=replaced_partitions,
+            rebase=rebase,
+        )
+        result = txn.commit()
+        if txn.landed_snapshot is not None and txn.landed_snapshot.version > self.version:
+            self._snapshot = txn.landed_snapshot
+        return result
+
+    # -- writes --------------------------------------------------------------------
+    def write_options(
+        self,
+        *,
+        target_file_size: int | None = None,
+        row_group_size: int | None = None,
+        compression: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> WriteOptions:
+        props = self.properties
+        return WriteOptions(
+            target_file_size=target_file_size or get_int(props, "lakelog.target_file_size"),
+            row_group_size=row_group_size or get_int(props, "lakelog.row_group_size"),
+            compression=check_codec(compression or get_str(props, "lakelog.compression")),
+            tags=dict(tags or {}),
+        )
+
+    def _write(self, data: Any) -> tuple[list[AddFile], int]:
+        reader = to_reader(data)
+        schema = self.schema
+        check_schema(reader.schema, schema)
+        batches = (conform(b, schema) for b in reader if b.num_rows)
+        adds = write_files(
+            self.storage,
+            batches,
+            schema=schema,
+            partition_by=self.partition_by,
+            options=self.write_options(),
+        )
+        return adds, sum(a.num_rows for a in adds)
+
+    def append(self, data: Any) -> CommitResult:
+        """Add rows (a Table, RecordBatch, RecordBatchReader or batches) in one commit."""
+        snap = self._snapshot
+        adds, rows = self._write(data)
+        try:
+            return self.commit(
+                adds,
+                operation="APPEND",
+                kind="append",
+                read_snapshot=snap,
+                metrics={"num_files": len(adds), "num_rows": rows,
+                         "num_bytes": sum(a.size_bytes for a in adds)},
+            )
+        except BaseException:
+            self.storage.delete([a.path for a in adds])
+            raise
+
+    def overwrite(
+        self, data: Any, *, partitions: Sequence[Mapping[str, Any]] | None = None
+    ) -> CommitResult:
+        """Replace the whole table, or only the given partitions, with ``data``.
+
+        ``partitions`` lists partition values, e.g. ``[{"date": date(2024, 1, 2)}]``;
+        every row of ``data`` must belong to one of them.
+        """
+        snap = self.refresh()._snapshot
+        scope: list[dict[str, str | None]] | None = None
+        if partitions is not None:
+            scope = self._partition_scope(partitions)
+        adds, rows = self._write(data)
+        try:
+            if scope is not None:
+                keys = {tuple(sorted(p.items())) for p in scope}
+                outside = [a.path for a in adds if tuple(sorted(a.partition.items())) not in keys]
+                if outside:
+                    raise InvalidArgumentError(
+                        f"expected every row in the partitions being replaced {scope}, found "
+                        f"rows for other partitions; include them in partitions= or filter "
+                        f"the data."
+                    )
+            now = int(time.time() * 1000)
+            replaced = [
+                f
+                for f in snap.files()
+                if scope is None or {k: f.partition.get(k) for k in self.partition_by} in scope
+            ]
+            actions: list[Action] = [f.to_remove(deletion_ms=now) for f in replaced]
+            actions.extend(adds)
+            return self.commit(
+                actions,
+                operation="OVERWRITE",
+                kind="overwrite",
+                read_snapshot=snap,
+                parameters={"partitions": scope} if scope is not None else {},
+                metrics={"num_files": len(adds), "num_rows": rows,
+                         "num_removed_files": len(replaced)},
+                replaced_partitions=scope,
+            )
+        except BaseException:
+            self.storage.delete([a.path for a in adds])
+            raise
+
+    def _partition_scope(self, partitions: Sequence[Mapping[str, Any]]) -> list[dict[str, str | None]]:
+        if not self.partition_by:
+            raise InvalidArgumentError(
+                "expected a partitioned table for overwrite(partitions=...), found an "
+                "unpartitioned one; call overwrite(data) to replace the whole table."
+            )
+        if isinstance(partitions, Mapping):
+            partitions = [partitions]
+        scope = []
+        for p in partitions:
+            if set(p) != set(self.partition_by):
+                raise InvalidArgumentError(
+                    f"expected values for exactly the partition columns {list(self.partition_by)}, "
+                    f"found {sorted(p)}"
+                )
+            scope.append({k: partition_string(p[k]) for k in self.partition_by})
+        return scope
+
+    def set_properties(self, properties: Mapping[str, Any]) -> CommitResult:
+        """Change table properties (a metadata commit that conflicts with everything)."""
+        snap = self.refresh()._snapshot
+        props = dict(snap.metadata.properties)
+        props.update(validate_properties(properties))
+        md = Metadata(
+            table_id=snap.metadata.table_id,
+            schema=snap.metadata.schema,
+            partition_by=snap.metadata.partition_by,
+            properties=props,
+            format_version=snap.metadata.format_version,
+            created_ms=snap.metadata.created_ms,
+        )
+        return self.commit(
+            [md], operation="SET PROPERTIES", kind="metadata", read_snapshot=snap,
+            parameters={"properties": dict(properties)},
+        )
+
+    # -- maintenance (see lakelog.maintenance) -------------------------------------
+    # MAINTENANCE-METHODS (each maintenance module adds its delegating method here)
+
+
+def _storage(uri: str, storage_options: Mapping[str, Any] | None, single_writer: bool) -> Storage:
+    return Storage(uri, storage_options, single_writer=single_writer)
+
+
+def create_table(
+    uri: str,
+    schema: pa.Schema,
+    *,
+    partition_by: Sequence[str] = (),
+    properties: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    single_writer: bool = False,
+) -> Table:
+    """Create an empty table; :class:`TableExistsError` if one is there."""
+    storage = _storage(uri, storage_options, single_writer)
+    return _create(storage, schema, partition_by=partition_by, properties=properties, adds=None)
+
+
+def _create(
+    storage: Storage,
+    schema: pa.Schema,
+    *,
+    partition_by: Sequence[str],
+    properties: Mapping[str, Any] | None,
+    adds: list[AddFile] | None,
+    operation: str = "CREATE TABLE",
+) -> Table:
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
+    if not len(schema):
+        raise InvalidArgumentError("expected a schema with at least one column, found none")
+    parts = check_partition_columns(schema, partition_by)
+    listing = list_log(storage)
+    if listing.commits or listing.manifests:
+        raise TableExistsError(
+            f"expected no table at {storage.uri}, found one (log versions up to "
+            f"{max(listing.commits[-1:] + listing.manifests[-1:])}); open it with "
+            f"lakelog.open_table() or choose another location."
+        )
+    now = int(time.time() * 1000)
+    md = Metadata(
+        table_id=uuid.uuid4().hex,
+        schema=encode_schema(schema.remove_metadata()),
+        partition_by=parts,
+        properties=validate_properties(properties or {}),
+        created_ms=now,
+    )
+    actions: list[Action] = [md, *(adds or [])]
+    txn = Transaction(
+        storage,
+        None,
+        operation=operation,
+        kind="metadata",
+        actions=actions,
+        parameters={"partition_by": list(parts)},
+    )
+    try:
+        txn.commit()
+    except CommitConflictError as e:
+        raise TableExistsError(
+            f"expected no table at {storage.uri}, found one created concurrently; open it "
+            f"with lakelog.open_table()."
+        ) from e
+    if txn.landed_snapshot is not None:
+        return Table(storage, txn.landed_snapshot)
+    return Table(storage, load_snapshot(storage))
+
+
+def open_table(
+    uri: str, *, storage_options: Mapping[str, Any] | None = None, single_writer: bool = False
+) -> Table:
+    """Open an existing table; :class:`TableNotFoundError` if there is none."""
+    storage = _storage(uri, storage_options, single_writer)
+    return Table(storage, load_snapshot(storage))
+
+
+def write_table(
+    uri: str,
+    data: Any,
+    *,
+    mode: WriteMode = "append",
+    partition_by: Sequence[str] = (),
+    properties: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    single_writer: bool = False,
+) -> CommitResult:
+    """Write data to a table, creating it (with the data's schema) if needed.
+
+    ``mode``: ``"append"`` adds rows, ``"overwrite"`` replaces all rows,
+    ``"error"`` refuses to write to an existing table.
+    """
+    if mode not in ("append", "overwrite", "error"):
+        raise InvalidArgumentError(
+            f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
+        )
+    storage = _storage(uri, storage_options, single_writer)
+    try:
+        table: Table | None = Table(storage, load_snapshot(storage))
+    except TableNotFoundError:
+        table = None
+    if table is None:
+        reader = to_reader(data)
+        schema = reader.schema.remove_metadata()
+        parts = check_partition_columns(schema, partition_by)
+        props = validate_properties(properties or {})
+        opts_table = _options_from(props)
+        batches = (b for b in reader if b.num_rows)
+        adds = write_files(storage, batches, schema=schema, partition_by=parts, options=opts_table)
+        try:
+            created = _create(
+                storage, schema, partition_by=parts, properties=props, adds=adds,
+                operation="CREATE TABLE AS WRITE",
+            )
+            return CommitResult(version=created.version, attempts=1, operation="CREATE TABLE AS WRITE")
+        except TableExistsError:
+            if mode == "error":
+                storage.delete([a.path for a in adds])
+                raise
+            # created concurrently: commit the same files on top of it
+            table = Table(storage, load_snapshot(storage))
+            check_schema(schema, table.schema)
+            if tuple(table.partition_by) != parts:
+                storage.delete([a.path for a in adds])
+                raise SchemaMismatchError(
+                    f"expected partition_by {list(table.partition_by)} of the existing table, "
+                    f"found {list(parts)}"
+                ) from None
+            if mode == "append":
+                return table.commit(adds, operation="APPEND", kind="append")
+            storage.delete([a.path for a in adds])
+            return table.overwrite(data)
+    if mode == "error":
+        raise TableExistsError(
+            f"expected no table at {storage.uri} (mode='error'), found one at version "
+            f"{table.version}; use mode='append' or 'overwrite'."
+        )
+    if partition_by and tuple(partition_by) != tuple(table.partition_by):
+        raise SchemaMismatchError(
+            f"expected partition_by {list(table.partition_by)} of the existing table, found "
+            f"{list(partition_by)}; omit partition_by when writing to an existing table."
+        )
+    if mode == "append":
+        return table.append(data)
+    return table.overwrite(data)
+
+
+def _options_from(props: Mapping[str, str]) -> WriteOptions:
+    return WriteOptions(
+        target_file_size=get_int(props, "lakelog.target_file_size"),
+        row_group_size=get_int(props, "lakelog.row_group_size"),
+        compression=check_codec(get_str(props, "lakelog.compression")),
+    )

@@ -1,0 +1,306 @@
+"""Optimistic transactions: read version, actions, conflict rules, retries.
+
+A commit is data: a header plus actions. It is created as version
+``read_version + 1`` put-if-absent. When another writer got there first, the
+winning commits are read and checked against this transaction's rules; if
+none conflicts, the transaction rebases (same actions, next version) and tries
+again, with exponential backoff and jitter, bounded attempts and total time.
+
+Every transaction has a unique id in its header. After an error whose outcome
+is unknown (a timeout after the put), the retry looks for a commit carrying
+its own id before committing again, so a commit never lands twice.
+
+Conflict rules (``kind``):
+
+* ``append``: adds only; never conflicts with appends or rewrites.
+* ``rewrite``: ``data_change=false`` remove+add (compaction, clustering);
+  conflicts only when a winner removed one of the files it removes.
+* ``overwrite``/``delete``: conflicts when a winner added or removed files in
+  the partitions it replaces (the whole table when unpartitioned), or removed
+  one of the files it removes.
+* ``metadata``: a schema, partitioning or property change; conflicts with
+  every winner. And every transaction conflicts with a winning metadata change.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import __about__
+from .errors import CommitConflictError, LakelogError
+from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, RemoveFile
+from .log.commits import commit_path, encode_commit, read_commit
+from .log.manifests import ManifestHeader, write_manifest
+from .log.snapshot import Snapshot, advance
+from .properties import get_float, get_int
+from .storage import Storage
+
+__all__ = ["CommitResult", "Kind", "Transaction", "check_conflicts"]
+
+log = logging.getLogger("lakelog")
+
+Kind = Literal["append", "rewrite", "overwrite", "delete", "metadata"]
+
+Rebase = Callable[[Sequence[Commit], list[Action]], list[Action]]
+"""Called with the winning commits and the current actions before a retry;
+returns the actions to commit instead (e.g. without abandoned groups) or
+raises :class:`CommitConflictError`."""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Outcome of a commit: the version it landed at and how many tries it took."""
+
+    version: int
+    attempts: int
+    txn_id: str = ""
+    operation: str = ""
+    actions: tuple[Action, ...] = field(default=(), repr=False)
+
+
+def _partition_key(partition: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
+    return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
+
+
+def check_conflicts(
+    *,
+    kind: Kind,
+    actions: Sequence[Action],
+    winners: Sequence[Commit],
+    replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
+) -> None:
+    """Raise :class:`CommitConflictError` if ``actions`` cannot rebase over ``winners``.
+
+    ``replaced_partitions`` is the overwrite scope (None = whole table).
+    Pure: nothing is read.
+    """
+    my_removes = {a.path for a in actions if isinstance(a, RemoveFile)}
+    scope = (
+        None
+        if replaced_partitions is None
+        else {_partition_key(p) for p in replaced_partitions}
+    )
+    for w in winners:
+        v = w.header.version
+        for a in w.actions:
+            if isinstance(a, Metadata):
+                raise CommitConflictError(
+                    f"expected no concurrent table change, found a metadata/schema change in "
+                    f"version {v} ({w.header.operation}). Read the table again and retry.",
+                    winning_version=v,
+                )
+        if kind == "metadata":
+            raise CommitConflictError(
+                f"expected version {v - 1} to still be the latest for this metadata change, "
+                f"found version {v} ({w.header.operation}) committed concurrently. Read the "
+                f"table again and retry.",
+                winning_version=v,
+            )
+        if kind == "append":
+            continue
+        lost = sorted(a.path for a in w.actions if isinstance(a, RemoveFile) and a.path in my_removes)
+        if lost:
+            raise CommitConflictError(
+                f"expected files {lost[:5]}{' ...' if len(lost) > 5 else ''} to still be live, "
+                f"found them removed by version {v} ({w.header.operation}). The files this "
+                f"{kind} replaces were changed concurrently; read the table again and retry.",
+                winning_version=v,
+                conflicting_files=tuple(lost),
+            )
+        if kind in ("overwrite", "delete"):
+            touched = [
+                a.path
+                for a in w.actions
+                if isinstance(a, (AddFile, RemoveFile))
+                and (scope is None or _partition_key(a.partition) in scope)
+            ]
+            if touched:
+                where = "the table" if scope is None else "the partitions it replaces"
+                raise CommitConflictError(
+                    f"expected no concurrent change in {where}, found version {v} "
+                    f"({w.header.operation}) adding or removing {touched[:5]}. Read the "
+                    f"table again and retry the {kind}.",
+                    winning_version=v,
+                    conflicting_files=tuple(touched),
+                )
+
+
+class Transaction:
+    """One optimistic commit attempt sequence against a table."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        read_snapshot: Snapshot | None,
+        *,
+        operation: str,
+        kind: Kind,
+        actions: Sequence[Action],
+        parameters: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
+        rebase: Rebase | None = None,
+        engine: str | None = None,
+        txn_id: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.read_snapshot = read_snapshot
+        self.operation = operation
+        self.kind: Kind = kind
+        self.actions = list(actions)
+        self.parameters = dict(parameters or {})
+        self.metrics = dict(metrics or {})
+        self.replaced_partitions = replaced_partitions
+        self.rebase = rebase
+        self.engine = engine or f"lakelog/{__about__.__version__}"
+        self.txn_id = txn_id or uuid.uuid4().hex
+        self.landed_snapshot: Snapshot | None = None
+
+    def _header(self, version: int, parent_ts: int) -> CommitHeader:
+        now = int(time.time() * 1000)
+        return CommitHeader(
+            version=version,
+            timestamp_ms=max(now, parent_ts + 1),
+            operation=self.operation,
+            parameters=self.parameters,
+            read_version=self.read_snapshot.version if self.read_snapshot else None,
+            txn_id=self.txn_id,
+            engine=self.engine,
+            metrics=self.metrics,
+        )
+
+    def commit(self) -> CommitResult:
+        """Commit with rebases and retries; returns where it landed."""
+        snap = self.read_snapshot
+        props = snap.properties if snap is not None else {}
+        max_attempts = get_int(props, "lakelog.commit.max_attempts")
+        deadline = time.monotonic() + get_float(props, "lakelog.commit.timeout_seconds")
+        version = snap.version + 1 if snap is not None else 0
+        parent_ts = snap.timestamp_ms if snap is not None else 0
+        winners: list[Commit] = []
+        attempt = 0
+        unknown_outcome: int | None = None
+        while True:
+            attempt += 1
+            if unknown_outcome is not None:
+                mine = self._find_own(unknown_outcome)
+                if mine is not None:
+                    return self._landed(mine, winners, attempt)
+                unknown_outcome = None
+            header = self._header(version, parent_ts)
+            data = encode_commit(header, self.actions)
+            try:
+                self.storage.put_if_absent(commit_path(version), data)
+                return self._landed(Commit(header, list(self.actions)), winners, attempt)
+            except FileExistsError:
+                pass
+            except LakelogError:
+                raise
+            except Exception as e:  # noqa: BLE001 - outcome unknown: maybe it landed
+                if attempt >= max_attempts or time.monotonic() > deadline:
+                    raise
+                log.warning("commit of version %d failed with %r; checking and retrying", version, e)
+                unknown_outcome = version
+                self._sleep(attempt, deadline)
+                continue
+            # lost the race: read the winners and rebase
+            new = self._read_winners(version)
+            for c in new:
+                if c.header.txn_id == self.txn_id:
+                    return self._landed(c, winners, attempt)
+            winners.extend(new)
+            check_conflicts(
+                kind=self.kind,
+                actions=self.actions,
+                winners=new,
+                replaced_partitions=self.replaced_partitions,
+            )
+            if self.rebase is not None:
+                self.actions = self.rebase(new, self.actions)
+            if new:
+                version = new[-1].header.version + 1
+                parent_ts = new[-1].header.timestamp_ms
+            if attempt >= max_attempts or time.monotonic() > deadline:
+                raise CommitConflictError(
+                    f"expected to commit {self.operation} within {max_attempts} attempts and "
+                    f"the commit timeout, found the table changing faster (last tried version "
+                    f"{version - 1}). Retry later or raise lakelog.commit.max_attempts.",
+                    winning_version=version - 1,
+                )
+            self._sleep(attempt, deadline)
+
+    def _read_winners(self, first: int) -> list[Commit]:
+        out: list[Commit] = []
+        v = first
+        while True:
+            try:
+                out.append(read_commit(self.storage, v))
+            except FileNotFoundError:
+                return out
+            v += 1
+
+    def _find_own(self, version: int) -> Commit | None:
+        try:
+            c = read_commit(self.storage, version)
+        except FileNotFoundError:
+            return None
+        return c if c.header.txn_id == self.txn_id else None
+
+    @staticmethod
+    def _sleep(attempt: int, deadline: float) -> None:
+        cap = min(1.0, 0.005 * 2 ** min(attempt, 10))
+        pause = random.uniform(0, cap)
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+    def _landed(self, commit: Commit, winners: list[Commit], attempt: int) -> CommitResult:
+        version = commit.header.version
+        self.landed_snapshot = self._write_manifest_if_due(commit, winners)
+        return CommitResult(
+            version=version,
+            attempts=attempt,
+            txn_id=self.txn_id,
+            operation=self.operation,
+            actions=tuple(commit.actions),
+        )
+
+    def _write_manifest_if_due(self, commit: Commit, winners: list[Commit]) -> Snapshot | None:
+        """After landing: the new snapshot, and a manifest if this version is due one."""
+        base = self.read_snapshot
+        try:
+            if base is None:
+                from .log.snapshot import Snapshot as _S
+                from .log.files import replay, FILES_SCHEMA
+
+                st = replay(None, FILES_SCHEMA.empty_table(), -1, 0, [commit])
+                assert st.metadata is not None
+                snap = _S(
+                    self.storage,
+                    version=st.version,
+                    timestamp_ms=st.timestamp_ms,
+                    metadata=st.metadata,
+                    files=st.files(),
+                )
+            else:
+                known = [w for w in winners if w.header.version < commit.header.version]
+                snap = advance(base, [*known, commit])
+                if snap.version != commit.header.version:
+                    return None
+            interval = get_int(snap.properties, "lakelog.manifest_interval")
+            if snap.version % interval == 0:
+                header = ManifestHeader(
+                    version=snap.version,
+                    timestamp_ms=snap.timestamp_ms,
+                    num_files=snap.num_files,
+                    metadata=snap.metadata,
+                )
+                write_manifest(self.storage, header, snap.file_table)
+            return snap
+        except Exception as e:  # noqa: BLE001 - the commit landed; a manifest is an optimization
+            log.warning("commit %d landed but writing its manifest failed: %r", commit.header.version, e)
+            return None
