@@ -1,0 +1,93 @@
+"""Shared test services: one moto S3 server and one SparkSession per test session.
+
+Both are started lazily by the first test that asks for them, bound to
+127.0.0.1, and stopped at the end of the session. Under pytest-xdist each
+worker is its own session; Spark tests carry ``xdist_group("spark")`` so one
+worker runs them all and only one SparkSession starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+from _services import start_moto_server  # noqa: E402
+
+
+@dataclass
+class Backend:
+    """A place to put a table: its URI and the storage options to reach it."""
+
+    name: str
+    uri: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def child(self, name: str) -> Backend:
+        return Backend(self.name, f"{self.uri}/{name}", self.storage_options)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[Any]:
+    server = start_moto_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(moto_server: Any) -> str:
+    name = f"lakelog-{uuid.uuid4().hex[:12]}"
+    moto_server.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def s3_backend(moto_server: Any, s3_bucket: str) -> Backend:
+    return Backend("s3", f"s3://{s3_bucket}/{uuid.uuid4().hex}", moto_server.storage_options())
+
+
+@pytest.fixture
+def memory_backend() -> Iterator[Backend]:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    root = f"/lakelog-test-{uuid.uuid4().hex}"
+    yield Backend("memory", f"memory://{root}")
+    fs = MemoryFileSystem()
+    for key in [k for k in list(MemoryFileSystem.store) if k.startswith(root)]:
+        MemoryFileSystem.store.pop(key, None)
+    MemoryFileSystem.pseudo_dirs[:] = [d for d in MemoryFileSystem.pseudo_dirs if not d.startswith(root)]
+    del fs
+
+
+@pytest.fixture
+def local_backend(tmp_path: Path) -> Backend:
+    return Backend("local", str(tmp_path / "table"))
+
+
+@pytest.fixture(params=["local", "memory", "s3"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Every storage backend the commit protocol must hold on."""
+    return request.getfixturevalue(f"{request.param}_backend")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="pyspark is in the 'spark' extra; make test installs it")
+    from _services import build_spark_session
+
+    session = build_spark_session()
+    try:
+        yield session
+    finally:
+        session.stop()
