@@ -217,9 +217,7 @@ def run_in_subprocess_peak_rss(
     out = proc.stdout
     cut = out.rfind("\n" + _MARKER)
     if cut < 0:
-        raise RuntimeError(
-            f"child exited without its report line; stdout tail: {out[-500:]!r}"
-        )
+        raise RuntimeError(f"child exited without its report line; stdout tail: {out[-500:]!r}")
     report = json.loads(out[cut + 1 + len(_MARKER) :].strip())
     return ChildRun(
         wall_seconds=wall,
@@ -291,16 +289,13 @@ def print_table(
     cells = [[_fmt_cell(row.get(col)) for col in columns] for row in rows]
     numeric = [
         all(
-            isinstance(row.get(col), (int, float))
-            and not isinstance(row.get(col), bool)
+            isinstance(row.get(col), (int, float)) and not isinstance(row.get(col), bool)
             for row in rows
             if row.get(col) is not None
         )
         for col in columns
     ]
-    widths = [
-        max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)
-    ]
+    widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
 
     def line(values: Sequence[str]) -> str:
         parts = [
@@ -352,7 +347,7 @@ def write_json_result(
             raise ValueError(f"{target} does not hold a JSON list")
         records = existing
     record: dict[str, Any] = {
-        "recorded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "environment": _environment(),
     }
     record.update(result)

@@ -102,9 +102,7 @@ def batch(i: int, rows: int = DEFAULT_ROWS) -> pa.Table:
     if i < 0:
         raise ValueError(f"batch index must be >= 0, got {i}")
     rng = np.random.default_rng(i)
-    ts = np.sort(
-        rng.integers(i * TS_SPAN, (i + 1) * TS_SPAN, size=rows, dtype=np.int64)
-    )
+    ts = np.sort(rng.integers(i * TS_SPAN, (i + 1) * TS_SPAN, size=rows, dtype=np.int64))
     customer_id = rng.integers(0, CUSTOMER_IDS, size=rows, dtype=np.int64)
     x = rng.random(rows)
     y = rng.random(rows)

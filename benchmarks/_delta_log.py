@@ -50,9 +50,7 @@ __all__ = [
 
 # ------------------------------------------------------------------ table shape
 
-ARROW_SCHEMA: pa.Schema = pa.schema(
-    [pa.field("id", pa.int64()), pa.field("value", pa.int64())]
-)
+ARROW_SCHEMA: pa.Schema = pa.schema([pa.field("id", pa.int64()), pa.field("value", pa.int64())])
 """Schema of the (never written) data files: ``id long, value long``."""
 
 DELTA_SCHEMA_STRING: str = json.dumps(
@@ -66,9 +64,7 @@ DELTA_SCHEMA_STRING: str = json.dumps(
     separators=(",", ":"),
 )
 
-TABLE_ID: str = str(
-    uuid.uuid5(uuid.NAMESPACE_URL, "lakelog-benchmark-synthetic-delta-log")
-)
+TABLE_ID: str = str(uuid.uuid5(uuid.NAMESPACE_URL, "lakelog-benchmark-synthetic-delta-log"))
 BASE_TIMESTAMP_MS: int = 1_700_000_000_000
 """Timestamp (ms since epoch) of version 0; also the table's ``createdTime``."""
 COMMIT_INTERVAL_MS: int = 1_000
@@ -223,9 +219,7 @@ def _commit_lines(
                 "commitInfo": {
                     "timestamp": ts,
                     "operation": "WRITE",
-                    "operationParameters": {
-                        "mode": "ErrorIfExists" if version == 0 else "Append"
-                    },
+                    "operationParameters": {"mode": "ErrorIfExists" if version == 0 else "Append"},
                     "isBlindAppend": not removes,
                     "clientVersion": _CLIENT_VERSION,
                 }
@@ -233,9 +227,7 @@ def _commit_lines(
         )
     ]
     if version == 0:
-        lines.append(
-            _dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
-        )
+        lines.append(_dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}))
         lines.append(
             _dumps(
                 {
@@ -328,11 +320,7 @@ def write_delta_log(
         with open(log_dir / f"{version:020d}.json", "x", encoding="utf-8") as fh:
             fh.write("\n".join(lines))
             fh.write("\n")
-        if (
-            checkpoint_every is not None
-            and version > 0
-            and version % checkpoint_every == 0
-        ):
+        if checkpoint_every is not None and version > 0 and version % checkpoint_every == 0:
             create_checkpoint(path)
             checkpointed = version
     if version < 0:
@@ -356,14 +344,10 @@ def _verify(path: Path, expected: Sequence[int], versions: Iterable[int]) -> Non
     for v in versions:
         got = _load_count(path, v)
         if got != expected[v]:
-            raise AssertionError(
-                f"{path}: version {v} has {got} files, expected {expected[v]}"
-            )
+            raise AssertionError(f"{path}: version {v} has {got} files, expected {expected[v]}")
     latest = _load_count(path, None)
     if latest != expected[-1]:
-        raise AssertionError(
-            f"{path}: latest has {latest} files, expected {expected[-1]}"
-        )
+        raise AssertionError(f"{path}: latest has {latest} files, expected {expected[-1]}")
 
 
 def _correctness_check(root: Path) -> None:
@@ -385,9 +369,7 @@ def _correctness_check(root: Path) -> None:
         write_delta_log(target, sequence(), **kwargs)
         _verify(target, expected, probe)
         n_cp = len(list(delta_log_dir(target).glob("*.checkpoint.parquet")))
-        print(
-            f"  ok: {name:<17} checkpoints={n_cp} live={expected[-1]} (probed {probe})"
-        )
+        print(f"  ok: {name:<17} checkpoints={n_cp} live={expected[-1]} (probed {probe})")
         if kwargs.get("checkpoint_latest"):
             # Prove the checkpoint is really read: drop every JSON commit before it.
             last = len(expected) - 1
@@ -402,21 +384,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", type=int, default=1_000)
-    parser.add_argument(
-        "--files", type=int, default=10_000, help="live files at the end"
-    )
+    parser.add_argument("--files", type=int, default=10_000, help="live files at the end")
     parser.add_argument("--expired-fraction", type=float, default=0.0)
-    parser.add_argument(
-        "--time-travel", type=int, default=None, help="default: commits // 2"
-    )
+    parser.add_argument("--time-travel", type=int, default=None, help="default: commits // 2")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="keep the logs here")
-    parser.add_argument(
-        "--save", action="store_true", help="append to results/delta_log.json"
-    )
-    parser.add_argument(
-        "--skip-check", action="store_true", help="skip the small checks"
-    )
+    parser.add_argument("--save", action="store_true", help="append to results/delta_log.json")
+    parser.add_argument("--skip-check", action="store_true", help="skip the small checks")
     args = parser.parse_args(argv)
 
     import deltalake

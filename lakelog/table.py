@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from ._failpoints import failpoint
 from .errors import (
     CommitConflictError,
     InvalidArgumentError,
@@ -178,6 +179,7 @@ class Table:
         """Add rows (a Table, RecordBatch, RecordBatchReader or batches) in one commit."""
         snap = self._snapshot
         adds, rows = self._write(data)
+        failpoint("append:before-commit")
         try:
             return self.commit(
                 adds,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import __about__
+from ._failpoints import failpoint
 from .errors import CommitConflictError, LakelogError
 from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, RemoveFile
 from .log.commits import commit_path, encode_commit, read_commit
@@ -196,7 +197,9 @@ class Transaction:
             header = self._header(version, parent_ts)
             data = encode_commit(header, self.actions)
             try:
+                failpoint("commit:before-put")
                 self.storage.put_if_absent(commit_path(version), data)
+                failpoint("commit:after-put")
                 return self._landed(Commit(header, list(self.actions)), winners, attempt)
             except FileExistsError:
                 pass
