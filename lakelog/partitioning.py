@@ -26,7 +26,7 @@ _SAFE = "-_.~ "
 
 
 def _partition_type_ok(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_integer(t)
         or pa.types.is_string(t)
         or pa.types.is_large_string(t)

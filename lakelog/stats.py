@@ -64,7 +64,7 @@ def normalize_filter(filter: Any) -> pc.Expression | None:
 
 
 def _stat_type_ok(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
         or pa.types.is_boolean(t)

@@ -186,8 +186,11 @@ class Table:
                 operation="APPEND",
                 kind="append",
                 read_snapshot=snap,
-                metrics={"num_files": len(adds), "num_rows": rows,
-                         "num_bytes": sum(a.size_bytes for a in adds)},
+                metrics={
+                    "num_files": len(adds),
+                    "num_rows": rows,
+                    "num_bytes": sum(a.size_bytes for a in adds),
+                },
             )
         except BaseException:
             self.storage.delete([a.path for a in adds])
@@ -230,15 +233,20 @@ class Table:
                 kind="overwrite",
                 read_snapshot=snap,
                 parameters={"partitions": scope} if scope is not None else {},
-                metrics={"num_files": len(adds), "num_rows": rows,
-                         "num_removed_files": len(replaced)},
+                metrics={
+                    "num_files": len(adds),
+                    "num_rows": rows,
+                    "num_removed_files": len(replaced),
+                },
                 replaced_partitions=scope,
             )
         except BaseException:
             self.storage.delete([a.path for a in adds])
             raise
 
-    def _partition_scope(self, partitions: Sequence[Mapping[str, Any]]) -> list[dict[str, str | None]]:
+    def _partition_scope(
+        self, partitions: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, str | None]]:
         if not self.partition_by:
             raise InvalidArgumentError(
                 "expected a partitioned table for overwrite(partitions=...), found an "
@@ -270,7 +278,10 @@ class Table:
             created_ms=snap.metadata.created_ms,
         )
         return self.commit(
-            [md], operation="SET PROPERTIES", kind="metadata", read_snapshot=snap,
+            [md],
+            operation="SET PROPERTIES",
+            kind="metadata",
+            read_snapshot=snap,
             parameters={"properties": dict(properties)},
         )
 
@@ -388,10 +399,16 @@ def write_table(
         adds = write_files(storage, batches, schema=schema, partition_by=parts, options=opts_table)
         try:
             created = _create(
-                storage, schema, partition_by=parts, properties=props, adds=adds,
+                storage,
+                schema,
+                partition_by=parts,
+                properties=props,
+                adds=adds,
                 operation="CREATE TABLE AS WRITE",
             )
-            return CommitResult(version=created.version, attempts=1, operation="CREATE TABLE AS WRITE")
+            return CommitResult(
+                version=created.version, attempts=1, operation="CREATE TABLE AS WRITE"
+            )
         except TableExistsError:
             if mode == "error":
                 storage.delete([a.path for a in adds])

@@ -37,6 +37,7 @@ from ._failpoints import failpoint
 from .errors import CommitConflictError, LakelogError
 from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, RemoveFile
 from .log.commits import commit_path, encode_commit, read_commit
+from .log.files import FILES_SCHEMA, replay
 from .log.manifests import ManifestHeader, write_manifest
 from .log.snapshot import Snapshot, advance
 from .properties import get_float, get_int
@@ -83,9 +84,7 @@ def check_conflicts(
     """
     my_removes = {a.path for a in actions if isinstance(a, RemoveFile)}
     scope = (
-        None
-        if replaced_partitions is None
-        else {_partition_key(p) for p in replaced_partitions}
+        None if replaced_partitions is None else {_partition_key(p) for p in replaced_partitions}
     )
     for w in winners:
         v = w.header.version
@@ -105,7 +104,9 @@ def check_conflicts(
             )
         if kind == "append":
             continue
-        lost = sorted(a.path for a in w.actions if isinstance(a, RemoveFile) and a.path in my_removes)
+        lost = sorted(
+            a.path for a in w.actions if isinstance(a, RemoveFile) and a.path in my_removes
+        )
         if lost:
             raise CommitConflictError(
                 f"expected files {lost[:5]}{' ...' if len(lost) > 5 else ''} to still be live, "
@@ -205,10 +206,12 @@ class Transaction:
                 pass
             except LakelogError:
                 raise
-            except Exception as e:  # noqa: BLE001 - outcome unknown: maybe it landed
+            except Exception as e:
                 if attempt >= max_attempts or time.monotonic() > deadline:
                     raise
-                log.warning("commit of version %d failed with %r; checking and retrying", version, e)
+                log.warning(
+                    "commit of version %d failed with %r; checking and retrying", version, e
+                )
                 unknown_outcome = version
                 self._sleep(attempt, deadline)
                 continue
@@ -277,12 +280,9 @@ class Transaction:
         base = self.read_snapshot
         try:
             if base is None:
-                from .log.snapshot import Snapshot as _S
-                from .log.files import replay, FILES_SCHEMA
-
                 st = replay(None, FILES_SCHEMA.empty_table(), -1, 0, [commit])
                 assert st.metadata is not None
-                snap = _S(
+                snap = Snapshot(
                     self.storage,
                     version=st.version,
                     timestamp_ms=st.timestamp_ms,
@@ -305,5 +305,7 @@ class Transaction:
                 write_manifest(self.storage, header, snap.file_table)
             return snap
         except Exception as e:  # noqa: BLE001 - the commit landed; a manifest is an optimization
-            log.warning("commit %d landed but writing its manifest failed: %r", commit.header.version, e)
+            log.warning(
+                "commit %d landed but writing its manifest failed: %r", commit.header.version, e
+            )
             return None

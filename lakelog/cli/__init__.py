@@ -15,9 +15,7 @@ from ..errors import LakelogError
 
 __all__ = ["main"]
 
-COMMAND_MODULES = (
-    "lakelog.cli.core",
-)
+COMMAND_MODULES = ("lakelog.cli.core",)
 
 
 def build_parser() -> argparse.ArgumentParser:

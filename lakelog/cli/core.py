@@ -27,7 +27,9 @@ def register(sub: Any) -> None:
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(
+        timespec="milliseconds"
+    )
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -42,7 +44,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         "num_rows": snap.num_rows,
         "total_bytes": snap.total_bytes,
         "partition_by": list(snap.partition_by),
-        "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in snap.schema],
+        "schema": [
+            {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in snap.schema
+        ],
         "properties": snap.properties,
     }
     if args.json:

@@ -25,13 +25,13 @@ from ..errors import (
     UnsupportedFormatError,
     VersionNotFoundError,
 )
-from ..storage import Storage
 from ..stats import (
     file_guarantee,
     filter_is_null_sensitive,
     normalize_filter,
     referenced_columns,
 )
+from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, Metadata
 from .commits import LogListing, list_log, read_commit, read_header
 from .files import FILES_SCHEMA, ReplayState, data_files
@@ -96,7 +96,7 @@ class Snapshot:
 
     @property
     def num_files(self) -> int:
-        return self.file_table.num_rows
+        return int(self.file_table.num_rows)
 
     @property
     def num_rows(self) -> int:
@@ -139,7 +139,9 @@ class Snapshot:
         for i, f in enumerate(files):
             g = file_guarantee(f, schema, columns=cols, null_safe=null_safe)
             frags.append(
-                fmt.make_fragment(f"/{i}", filesystem=_PRUNE_FS, partition_expression=true if g is None else g)
+                fmt.make_fragment(
+                    f"/{i}", filesystem=_PRUNE_FS, partition_expression=true if g is None else g
+                )
             )
         dataset = ds.FileSystemDataset(frags, schema, fmt, _PRUNE_FS)
         try:

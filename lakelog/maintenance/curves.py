@@ -54,9 +54,7 @@ MAX_COLUMN_BITS = 32
 
 U64Array = npt.NDArray[np.uint64]
 
-_Kind = Literal[
-    "int", "float", "bool", "temporal32", "temporal64", "string", "binary", "decimal"
-]
+_Kind = Literal["int", "float", "bool", "temporal32", "temporal64", "string", "binary", "decimal"]
 
 
 def default_bits(ncolumns: int) -> int:
@@ -94,11 +92,7 @@ def _kind(t: pa.DataType) -> _Kind:
         return "temporal64"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
-    if (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return "binary"
     if pa.types.is_decimal(t):
         return "decimal"
@@ -119,9 +113,7 @@ def _chunks(values: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
         return list(values.chunks)
     if isinstance(values, pa.Array):
         return [values]
-    raise TypeError(
-        f"expected a pyarrow Array or ChunkedArray, got {type(values).__name__}"
-    )
+    raise TypeError(f"expected a pyarrow Array or ChunkedArray, got {type(values).__name__}")
 
 
 def _to_numpy(arr: pa.Array, kind: _Kind) -> npt.NDArray[Any]:
@@ -147,9 +139,7 @@ def _dedupe_sorted(arr: pa.Array) -> pa.Array:
     n = len(arr)
     if n <= 1:
         return arr
-    differs = pc.not_equal(arr.slice(1), arr.slice(0, n - 1)).to_numpy(
-        zero_copy_only=False
-    )
+    differs = pc.not_equal(arr.slice(1), arr.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     return arr.filter(pa.array(np.concatenate([[True], differs])))
 
 
@@ -193,10 +183,7 @@ class ColumnBoundaries:
             raise ValueError(f"{len(b)} boundaries do not fit in {self.bits} bits")
         if b.is_null(nan_is_null=True).true_count:
             raise ValueError("boundaries must not contain nulls or NaN")
-        if (
-            len(b) > 1
-            and not pc.all(pc.less(b.slice(0, len(b) - 1), b.slice(1))).as_py()
-        ):
+        if len(b) > 1 and not pc.all(pc.less(b.slice(0, len(b) - 1), b.slice(1))).as_py():
             raise ValueError("boundaries must be strictly increasing")
 
     def to_json(self) -> dict[str, Any]:
@@ -205,7 +192,7 @@ class ColumnBoundaries:
         kind = _kind(b.type)
         values: list[Any]
         if kind == "float":
-            values = b.to_pylist()
+            values = [float(x).hex() for x in b.to_pylist()]
         elif kind == "temporal32":
             values = b.view(pa.int32()).to_pylist()
         elif kind == "temporal64":
@@ -372,11 +359,14 @@ def _check_ranks(ranks: Sequence[npt.ArrayLike], bits: int) -> list[U64Array]:
 def _interleave(cols: Sequence[U64Array], bits: int) -> U64Array:
     one = np.uint64(1)
     out = np.zeros(cols[0].shape[0], dtype=np.uint64)
+    tmp = np.empty_like(out)
     for level in range(bits - 1, -1, -1):
         shift = np.uint64(level)
         for c in cols:
             out <<= one
-            out |= (c >> shift) & one
+            np.right_shift(c, shift, out=tmp)
+            tmp &= one
+            out |= tmp
     return out
 
 
@@ -395,27 +385,37 @@ def hilbert_keys(ranks: Sequence[npt.ArrayLike], bits: int) -> U64Array:
     ndim = len(x)
     if ndim == 1:
         return x[0]
-    zero = np.uint64(0)
-    # Inverse undo of excess work, from the top bit down.
-    q = 1 << (bits - 1)
-    while q > 1:
-        bit, low = np.uint64(q), np.uint64(q - 1)
+    one, zero = np.uint64(1), np.uint64(0)
+    m = np.empty_like(x[0])
+    t = np.empty_like(x[0])
+    x0 = x[0]
+    # Inverse undo of excess work, from the top bit down. Branch-free: m is the
+    # low-bit mask where bit `level` of x[i] is set (invert x0), else 0 (exchange).
+    for level in range(bits - 1, 0, -1):
+        sh, low = np.uint64(level), np.uint64((1 << level) - 1)
         for i in range(ndim):
-            hit = (x[i] & bit) != zero
-            # hit: invert low bits of x[0]; else: exchange low bits of x[0] and x[i].
-            t = np.where(hit, zero, (x[0] ^ x[i]) & low)
-            x[0] ^= np.where(hit, low, zero) ^ t
-            if i:
-                x[i] ^= t
-        q >>= 1
+            np.right_shift(x[i], sh, out=m)
+            m &= one
+            np.subtract(zero, m, out=m)  # 1 -> all ones, 0 -> 0
+            m &= low
+            if i == 0:
+                x0 ^= m
+                continue
+            np.bitwise_xor(x0, x[i], out=t)
+            t &= m ^ low
+            x0 ^= m
+            x0 ^= t
+            x[i] ^= t
     # Gray encode.
     for i in range(1, ndim):
         x[i] ^= x[i - 1]
-    t = np.zeros_like(x[0])
-    q = 1 << (bits - 1)
-    while q > 1:
-        t ^= np.where((x[ndim - 1] & np.uint64(q)) != zero, np.uint64(q - 1), zero)
-        q >>= 1
+    t[:] = 0
+    for level in range(bits - 1, 0, -1):
+        np.right_shift(x[ndim - 1], np.uint64(level), out=m)
+        m &= one
+        np.subtract(zero, m, out=m)
+        m &= np.uint64((1 << level) - 1)
+        t ^= m
     for i in range(ndim):
         x[i] ^= t
     return _interleave(x, bits)

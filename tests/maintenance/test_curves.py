@@ -66,9 +66,7 @@ def _expected_keys(values: list[Any], bounds: ColumnBoundaries) -> list[int]:
 
 def _assert_order_preserving(values: list[Any], keys: np.ndarray, bits: int) -> None:
     null_key = (1 << bits) - 1
-    present = [
-        (v, int(k)) for v, k in zip(values, keys, strict=True) if not _is_missing(v)
-    ]
+    present = [(v, int(k)) for v, k in zip(values, keys, strict=True) if not _is_missing(v)]
     for v, k in zip(values, keys, strict=True):
         if _is_missing(v):
             assert k == null_key
@@ -149,9 +147,7 @@ SPECS = [
 def test_rank_keys_order_preserving(spec: Spec, data: st.DataObject) -> None:
     elems = st.none() | spec.elements
     sample_vals = data.draw(st.lists(elems, max_size=60), label="sample")
-    probe_vals = data.draw(
-        st.lists(elems | st.sampled_from(sample_vals or [None])), label="probe"
-    )
+    probe_vals = data.draw(st.lists(elems | st.sampled_from(sample_vals or [None])), label="probe")
     bits = data.draw(st.integers(1, 6), label="bits")
     sample = pa.table({"c": spec.build(sample_vals, spec.type)})
     (bounds,) = compute_boundaries(sample, ["c"], bits=bits)
@@ -230,9 +226,7 @@ def test_heavy_hitter_plus_distinct_outliers_spread() -> None:
 
 def test_lognormal_large_ints_spread() -> None:
     rng = np.random.default_rng(2)
-    v = np.minimum(rng.lognormal(mean=20, sigma=8, size=50_000), 2.0**62).astype(
-        np.int64
-    )
+    v = np.minimum(rng.lognormal(mean=20, sigma=8, size=50_000), 2.0**62).astype(np.int64)
     n_distinct = len(np.unique(v))
     for bits in (6, 10, 16):
         n_keys, _ = _distinct_keys(pa.array(v), bits=bits)
@@ -334,9 +328,7 @@ def test_curve_keys_table_and_batch(curve: Any) -> None:
     assert all(b.bits == default_bits(3) == 16 for b in bounds)
     keys = curve_keys(t, bounds, curve)
     assert keys.type == pa.uint64() and len(keys) == 1000
-    batch = pa.RecordBatch.from_pydict(
-        {n: t[n].combine_chunks() for n in t.column_names}
-    )
+    batch = pa.RecordBatch.from_pydict({n: t[n].combine_chunks() for n in t.column_names})
     assert curve_keys(batch, bounds, curve).equals(keys)
     assert max(keys.to_pylist()) < 2**63  # default bits keep keys int64-safe
     (single,) = compute_boundaries(t, ["a"])
@@ -384,9 +376,7 @@ JSON_CASES: list[tuple[str, pa.Array]] = [
     ("date64", pa.array([0, 86_400_000 * 365], pa.int64()).view(pa.date64())),
     (
         "ts_ns_tz",
-        pa.array([-(2**62), 1, 2**62], pa.int64()).view(
-            pa.timestamp("ns", "Asia/Kolkata")
-        ),
+        pa.array([-(2**62), 1, 2**62], pa.int64()).view(pa.timestamp("ns", "Asia/Kolkata")),
     ),
     (
         "ts_s",
@@ -441,21 +431,14 @@ def test_from_json_rejects_wrong_type_and_bad_boundaries() -> None:
 # --------------------------------------------------------------------------- clustering quality
 
 
-def _chunk_boxes(
-    cols: Sequence[np.ndarray], order: np.ndarray, nchunks: int
-) -> np.ndarray:
+def _chunk_boxes(cols: Sequence[np.ndarray], order: np.ndarray, nchunks: int) -> np.ndarray:
     """[ncol, nchunk, 2] min/max of each column per contiguous chunk of ``order``."""
     return np.stack(
-        [
-            np.array([(p.min(), p.max()) for p in np.array_split(c[order], nchunks)])
-            for c in cols
-        ]
+        [np.array([(p.min(), p.max()) for p in np.array_split(c[order], nchunks)]) for c in cols]
     )
 
 
-def _mean_overlap(
-    boxes: np.ndarray, col: int, lows: np.ndarray, highs: np.ndarray
-) -> float:
+def _mean_overlap(boxes: np.ndarray, col: int, lows: np.ndarray, highs: np.ndarray) -> float:
     mins, maxs = boxes[col, :, 0], boxes[col, :, 1]
     hit = (maxs[None, :] >= lows[:, None]) & (mins[None, :] <= highs[:, None])
     return float(hit.mean())
