@@ -20,9 +20,10 @@ from .errors import (
 )
 from .io.schema import check_schema, conform, to_reader
 from .io.writer import WriteOptions, check_codec, write_files
-from .log.actions import Action, AddFile, CommitHeader, Metadata, encode_schema
-from .log.commits import list_log, read_header
-from .log.snapshot import Snapshot, load_snapshot, version_as_of
+from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, encode_schema
+from .log.commits import list_log, read_commit, read_header
+from .log.manifests import read_hint
+from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
 from .partitioning import check_partition_columns, partition_string
 from .properties import get_int, get_str, validate_properties
 from .storage import Storage
@@ -74,8 +75,29 @@ class Table:
         return self._snapshot.metadata
 
     def refresh(self) -> Table:
-        """Read the log again; returns self."""
-        self._snapshot = load_snapshot(self.storage)
+        """Bring the cached snapshot up to the latest version; returns self.
+
+        Reads only the commits after the cached version; when it is far
+        behind (more than two manifest intervals), resolves from scratch.
+        """
+        snap = self._snapshot
+        limit = 2 * get_int(snap.properties, "lakelog.manifest_interval")
+        new: list[Commit] = []
+        v = snap.version + 1
+        while True:
+            try:
+                new.append(read_commit(self.storage, v))
+            except FileNotFoundError:
+                break
+            v += 1
+            if len(new) > limit:
+                self._snapshot = load_snapshot(self.storage)
+                return self
+        if new:
+            self._snapshot = advance(snap, new)
+        elif (read_hint(self.storage) or -1) > snap.version:
+            # the commits after the cached version are gone (expired): start over
+            self._snapshot = load_snapshot(self.storage)
         return self
 
     def snapshot(self, version: int | None = None, *, as_of: dt.datetime | None = None) -> Snapshot:
