@@ -1,0 +1,31 @@
+"""Spark I/O for lakelog tables (needs pyspark; ``import lakelog`` alone does not load it).
+
+* :func:`read` resolves a snapshot from the log, prunes its files with the
+  filter, and hands the explicit file list to Spark's native Parquet reader.
+* :func:`plan_read` does the same without building a DataFrame, so the
+  snapshot, the pruning and the exact file URLs can be inspected.
+* :func:`write` writes a DataFrame with Spark's native Parquet writer and
+  commits it as one atomic lakelog commit.
+* :func:`register` makes ``spark.read.format("lakelog")`` and
+  ``df.write.format("lakelog")`` available (Python data source; slower than
+  :func:`read`, see ``docs/spark.md``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .read import ReadPlan, plan_read, read
+from .write import STAGING_DIR, write
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["STAGING_DIR", "ReadPlan", "plan_read", "read", "register", "write"]
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``lakelog`` format: ``spark.read.format("lakelog").load(uri)``."""
+    from .datasource import register as _register
+
+    _register(spark)

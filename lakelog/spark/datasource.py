@@ -1,0 +1,243 @@
+"""``spark.read.format("lakelog")`` / ``df.write.format("lakelog")``: a Python data source.
+
+Convenience for code that expects a format name. Both directions move data
+through Python workers as Arrow batches, so they are slower than
+:func:`lakelog.spark.read` (Spark's native vectorized Parquet reader) and
+:func:`lakelog.spark.write` (Spark's native Parquet writer):
+
+* reads: each Spark task reads one data file with pyarrow and adds the
+  partition columns; ``versionAsOf`` / ``timestampAsOf`` select a version;
+  nothing is pruned (a Python data source that implements filter pushdown
+  fails unless ``spark.sql.python.filterPushdown.enabled`` is set), so use
+  :func:`lakelog.spark.read` for selective queries;
+* writes: each task writes its rows with lakelog's own Parquet writer; the
+  driver commits every task's files in one commit, or deletes them on abort.
+
+Options: ``path`` (or ``load(path)``/``save(path)``), ``versionAsOf``,
+``timestampAsOf`` (ISO 8601), ``partitionBy`` (comma-separated, when a write
+creates the table), ``storageOptions`` (JSON object for fsspec).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from ..errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from ..io.writer import write_files
+from ..log.actions import Action, AddFile, DataFile
+from ..log.snapshot import Snapshot, load_snapshot
+from ..partitioning import check_partition_columns, partition_scalar
+from ..storage import Storage
+from ..table import Table, _create, _options_from
+from .read import _resolve
+from .schema import check_dataframe_schema, to_arrow_schema, to_arrow_type, to_spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["LakelogDataSource", "register"]
+
+_ADDS = msgspec.json.Decoder(list[AddFile])
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``lakelog`` format with a session."""
+    spark.dataSource.register(LakelogDataSource)
+
+
+def _storage(options: Mapping[str, str]) -> Storage:
+    path = options.get("path")
+    if not path:
+        raise InvalidArgumentError(
+            "expected a table location: spark.read.format('lakelog').load('/data/t') or "
+            "option('path', ...), found none"
+        )
+    raw = options.get("storageOptions") or options.get("storageoptions")
+    opts = json.loads(raw) if raw else None
+    return Storage(path, opts)
+
+
+def _opt(options: Mapping[str, str], name: str) -> str | None:
+    return options.get(name) or options.get(name.lower())
+
+
+def _snapshot(options: Mapping[str, str]) -> Snapshot:
+    storage = _storage(options)
+    version = _opt(options, "versionAsOf")
+    as_of = _opt(options, "timestampAsOf")
+    if version is not None and not version.strip().lstrip("-").isdigit():
+        raise InvalidArgumentError(f"expected versionAsOf to be an integer, found {version!r}")
+    return _resolve(storage, int(version) if version is not None else None, as_of)
+
+
+class LakelogDataSource(DataSource):
+    """The ``lakelog`` format."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "lakelog"
+
+    def schema(self) -> StructType:
+        return to_spark_schema(_snapshot(self.options).schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _Reader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return _Writer(dict(self.options), schema, overwrite)
+
+
+class _Reader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        snap = _snapshot(options)
+        self.uri = snap.storage.uri
+        self.storage_options = snap.storage.storage_options
+        self.schema_bytes = snap.schema.serialize().to_pybytes()
+        self.partition_by = snap.partition_by
+        self.version = snap.version
+
+    def partitions(self) -> Sequence[InputPartition]:
+        storage = Storage(self.uri, self.storage_options)
+        snap = load_snapshot(storage, self.version)
+        return [InputPartition(msgspec.json.encode(f)) for f in snap.files()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        f = msgspec.json.decode(partition.value, type=DataFile)
+        storage = Storage(self.uri, self.storage_options)
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
+        file_schema = pa.schema([x for x in schema if x.name not in self.partition_by])
+        spark_types = [to_arrow_type(t) for t in (x.dataType for x in to_spark_schema(schema))]
+        with storage.open_input(f.path) as fh:
+            pf = pq.ParquetFile(fh)
+            for batch in pf.iter_batches(columns=file_schema.names):
+                arrays = []
+                for field, t in zip(schema, spark_types, strict=True):
+                    if field.name in self.partition_by:
+                        value = partition_scalar(f.partition.get(field.name), field.type)
+                        col = pa.array([value.as_py()] * batch.num_rows, field.type)
+                    else:
+                        col = batch.column(field.name)
+                    arrays.append(col.cast(t) if col.type != t else col)
+                yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
+
+
+class _Commit(WriterCommitMessage):  # type: ignore[misc]
+    def __init__(self, adds: bytes) -> None:
+        self.adds = adds
+
+
+class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        self.options = options
+        self.overwrite = overwrite
+        storage = _storage(options)
+        self.uri = storage.uri
+        self.storage_options = storage.storage_options
+        try:
+            snap: Snapshot | None = load_snapshot(storage)
+        except TableNotFoundError:
+            snap = None
+        if snap is not None:
+            check_dataframe_schema(schema, snap.schema)
+            table_schema, parts = snap.schema, snap.partition_by
+            self.read_version: int | None = snap.version
+        else:
+            table_schema = to_arrow_schema(schema)
+            raw = _opt(options, "partitionBy") or ""
+            wanted = [c.strip() for c in raw.split(",") if c.strip()]
+            parts = check_partition_columns(table_schema, wanted)
+            self.read_version = None
+        self.schema_bytes = table_schema.serialize().to_pybytes()
+        self.partition_by = tuple(parts)
+        self.props = dict(snap.properties) if snap is not None else {}
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        storage = Storage(self.uri, self.storage_options)
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
+
+        def conformed() -> Iterator[pa.RecordBatch]:
+            for batch in iterator:
+                if batch.num_rows:
+                    cols = [batch.column(f.name).cast(f.type) for f in schema]
+                    yield pa.RecordBatch.from_arrays(cols, schema=schema)
+
+        adds = write_files(
+            storage,
+            conformed(),
+            schema=schema,
+            partition_by=self.partition_by,
+            options=_options_from(self.props),
+        )
+        return _Commit(msgspec.json.encode(adds))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        adds = [a for m in messages if isinstance(m, _Commit) for a in _ADDS.decode(m.adds)]
+        storage = Storage(self.uri, self.storage_options)
+        try:
+            self._commit(storage, adds)
+        except (CommitConflictError, SchemaMismatchError, TableExistsError):
+            storage.delete([a.path for a in adds])  # certainly not committed
+            raise
+
+    def _commit(self, storage: Storage, adds: list[AddFile]) -> None:
+        metrics = {"num_files": len(adds), "num_rows": sum(a.num_rows for a in adds)}
+        if self.read_version is None:
+            schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
+            _create(
+                storage,
+                schema,
+                partition_by=self.partition_by,
+                properties={},
+                adds=adds,
+                operation="SPARK CREATE TABLE AS WRITE",
+            )
+            return
+        snap = load_snapshot(storage, self.read_version)
+        table = Table(storage, snap)
+        if self.overwrite:
+            now = int(time.time() * 1000)
+            actions: list[Action] = [f.to_remove(deletion_ms=now) for f in snap.files()]
+            actions.extend(adds)
+            table.commit(
+                actions,
+                operation="SPARK WRITE",
+                kind="overwrite",
+                read_snapshot=snap,
+                parameters={"mode": "overwrite", "format": "lakelog"},
+                metrics=metrics,
+            )
+        else:
+            table.commit(
+                adds,
+                operation="SPARK WRITE",
+                kind="append",
+                read_snapshot=snap,
+                parameters={"mode": "append", "format": "lakelog"},
+                metrics=metrics,
+            )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        adds = [a for m in messages if isinstance(m, _Commit) for a in _ADDS.decode(m.adds)]
+        Storage(self.uri, self.storage_options).delete([a.path for a in adds])

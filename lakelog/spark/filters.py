@@ -1,0 +1,320 @@
+"""A Spark filter (SQL string or Column) -> a pyarrow expression for pruning files.
+
+Spark analyzes the filter against the table schema (names resolved, types
+coerced, constants foldable) and the resolved Catalyst tree is walked over
+py4j. The pruning expression never has to be exact: Spark still applies the
+original filter, so the expression only has to keep every file that holds a
+row Spark would select. Each node is translated with a *polarity*:
+
+* positive: every row the Spark predicate makes TRUE must be TRUE here;
+* negative (below a NOT): every row it makes FALSE must be FALSE here.
+
+A node that cannot be translated becomes TRUE (positive) or FALSE
+(negative), which keeps every file. Leaves follow Spark's semantics where
+they differ from Arrow's: NaN is equal to itself and greater than every
+number, and ``<=>`` never returns null.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["check_filter", "translate_filter"]
+
+log = logging.getLogger("lakelog.spark")
+
+_EPOCH = dt.date(1970, 1, 1)
+_CMP = {
+    "EqualTo": "==",
+    "LessThan": "<",
+    "LessThanOrEqual": "<=",
+    "GreaterThan": ">",
+    "GreaterThanOrEqual": ">=",
+}
+_SWAP = {"==": "==", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_INT_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+_FLOAT_RANK = {"float": 1, "double": 2}
+
+
+def check_filter(filter: Any) -> None:
+    """Raise unless ``filter`` is None, a Spark SQL string or a Spark Column."""
+    if filter is None or isinstance(filter, str):
+        return
+    if type(filter).__name__ == "Column" and type(filter).__module__.startswith("pyspark."):
+        return
+    raise InvalidArgumentError(
+        f"expected filter to be a Spark SQL string such as \"day >= '2024-01-02'\" or a "
+        f"pyspark Column such as F.col('day') >= '2024-01-02', found {type(filter).__name__}"
+    )
+
+
+def translate_filter(
+    spark: SparkSession, spark_schema: StructType, schema: pa.Schema, filter: str | Column
+) -> pc.Expression | None:
+    """Pruning expression for ``filter`` over a table of ``schema`` (None: prune nothing).
+
+    Needs a classic (py4j) session; with Spark Connect nothing is pruned.
+    """
+    empty = spark.createDataFrame([], spark_schema)
+    filtered = empty.where(filter)
+    jdf = getattr(filtered, "_jdf", None)
+    if jdf is None:  # Spark Connect: the plan is not reachable from Python
+        return None
+    plan = jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() != "Filter":
+        return None
+    return _Translator(schema).run(plan.condition())
+
+
+class _Translator:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.empty = schema.empty_table()
+
+    def run(self, condition: Any) -> pc.Expression | None:
+        return self.node(condition, True)
+
+    # -- tree ----------------------------------------------------------------------
+    def node(self, e: Any, positive: bool) -> pc.Expression | None:
+        kind = e.getClass().getSimpleName()
+        if kind in ("And", "Or"):
+            left = self.node(e.left(), positive)
+            right = self.node(e.right(), positive)
+            # None is TRUE when positive and FALSE when negative
+            absorbing = (kind == "And") != positive  # where None swallows the other side
+            if left is None or right is None:
+                if absorbing:
+                    return None
+                return left if right is None else right
+            return (left & right) if kind == "And" else (left | right)
+        if kind == "Not":
+            inner = self.node(e.child(), not positive)
+            return None if inner is None else ~inner
+        try:
+            leaf = self.leaf(kind, e, positive)
+        except Exception as exc:  # noqa: BLE001 - anything odd: prune nothing here
+            log.debug("filter node %s not used for pruning: %r", kind, exc)
+            return None
+        if leaf is None:
+            return None
+        try:
+            self.empty.filter(leaf)  # binds types: refuses what Arrow cannot evaluate
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+        return leaf
+
+    def leaf(self, kind: str, e: Any, positive: bool) -> pc.Expression | None:
+        if kind in _CMP:
+            return self.comparison(_CMP[kind], e.left(), e.right())
+        if kind == "EqualNullSafe":
+            return self.null_safe_equal(e.left(), e.right())
+        if kind in ("IsNull", "IsNotNull"):
+            name = self.column(e.child())
+            if name is None:
+                return None
+            f = pc.field(name)
+            return f.is_null() if kind == "IsNull" else f.is_valid()
+        if kind == "In":
+            return self.isin(e)
+        if kind == "AttributeReference":
+            name = self.column(e)
+            if name is not None and pa.types.is_boolean(self.schema.field(name).type):
+                return pc.field(name)
+            return None
+        if kind == "Literal" or bool(e.foldable()):
+            value = self.literal(e)
+            return (
+                pc.scalar(value.as_py()) if value is not None and value.type == pa.bool_() else None
+            )
+        replacement = _replacement(e)  # e.g. BETWEEN: a runtime-replaceable expression
+        return None if replacement is None else self.node(replacement, positive)
+
+    # -- leaves --------------------------------------------------------------------
+    def comparison(self, op: str, left: Any, right: Any) -> pc.Expression | None:
+        name = self.column(left)
+        value_side = right
+        if name is None:
+            name, value_side, op = self.column(right), left, _SWAP[op]
+        if name is None:
+            return None
+        value = self.literal(value_side)
+        if value is None:
+            return None
+        if not value.is_valid:
+            return _compare(op, pc.field(name), value)  # always null, as in Spark
+        value = self.coerce(value, name)
+        if _is_nan(value):
+            return None
+        f = pc.field(name)
+        expr = _compare(op, f, value)
+        if op in (">", ">=") and self.nan_capable(name):
+            expr = expr | f.is_nan()  # Spark: NaN is greater than any number
+        return expr
+
+    def null_safe_equal(self, left: Any, right: Any) -> pc.Expression | None:
+        name = self.column(left)
+        value = self.literal(right)
+        if name is None:
+            name, value = self.column(right), self.literal(left)
+        if name is None or value is None:
+            return None
+        f = pc.field(name)
+        if not value.is_valid:
+            return f.is_null()
+        value = self.coerce(value, name)
+        if _is_nan(value):
+            return None
+        return (f == value) & f.is_valid()
+
+    def isin(self, e: Any) -> pc.Expression | None:
+        name = self.column(e.value())
+        if name is None:
+            return None
+        items = e.list()
+        values: list[pa.Scalar] = []
+        for i in range(items.size()):
+            v = self.literal(items.apply(i))
+            if v is None:
+                return None
+            if v.is_valid:
+                v = self.coerce(v, name)
+                if _is_nan(v):
+                    return None
+                values.append(v)
+        if not values:
+            return None
+        col_type = self.schema.field(name).type
+        if any(v.type != col_type for v in values):
+            return None
+        # is_in is FALSE for null rows where Spark says NULL: fine for both
+        # polarities (see the module docstring)
+        return pc.field(name).isin(pa.array([v.as_py() for v in values], col_type))
+
+    # -- pieces --------------------------------------------------------------------
+    def column(self, e: Any) -> str | None:
+        """The table column ``e`` reads, unchanged or through a widening numeric cast."""
+        kind = e.getClass().getSimpleName()
+        if kind == "Cast":
+            source = e.child()
+            if source.getClass().getSimpleName() != "AttributeReference":
+                return None
+            src = source.dataType().simpleString()
+            dst = e.dataType().simpleString()
+            widening = (
+                (src in _INT_RANK and dst in _INT_RANK and _INT_RANK[dst] >= _INT_RANK[src])
+                or (src in _INT_RANK and dst in _FLOAT_RANK)
+                or (
+                    src in _FLOAT_RANK
+                    and dst in _FLOAT_RANK
+                    and _FLOAT_RANK[dst] >= _FLOAT_RANK[src]
+                )
+            )
+            return self.column(source) if widening else None
+        if kind != "AttributeReference":
+            return None
+        name = str(e.name())
+        if name not in self.schema.names:
+            return None
+        if e.dataType().simpleString().startswith("string collate"):
+            return None  # non-binary collations compare differently from Arrow
+        return name
+
+    def nan_capable(self, name: str) -> bool:
+        return bool(pa.types.is_floating(self.schema.field(name).type))
+
+    def coerce(self, value: pa.Scalar, name: str) -> pa.Scalar:
+        """``value`` in the column's type when that is lossless (so stats apply directly)."""
+        t = self.schema.field(name).type
+        if value.type == t:
+            return value
+        try:
+            cast = value.cast(t)
+            if cast.cast(value.type) == value:
+                return cast
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            pass
+        return value
+
+    def literal(self, e: Any) -> pa.Scalar | None:
+        """Arrow scalar of a constant Catalyst expression (None if not a constant)."""
+        if not bool(e.foldable()):
+            return None
+        text = e.dataType().simpleString()
+        raw = e.eval(None)
+        t = _arrow_literal_type(text)
+        if t is None:
+            return None
+        if raw is None:
+            return pa.scalar(None, t)
+        if text == "string":
+            return pa.scalar(str(raw.toString()), t)
+        if text == "date":
+            return pa.scalar(_EPOCH + dt.timedelta(days=int(raw)), t)
+        if text in ("timestamp", "timestamp_ntz"):
+            return pa.scalar(int(raw), pa.int64()).cast(t)
+        if text.startswith("decimal"):
+            return pa.scalar(decimal.Decimal(str(raw.toJavaBigDecimal().toPlainString())), t)
+        if text == "binary":
+            return pa.scalar(bytes(raw), t)
+        return pa.scalar(raw, t)
+
+
+def _arrow_literal_type(text: str) -> pa.DataType | None:
+    simple = {
+        "boolean": pa.bool_(),
+        "tinyint": pa.int8(),
+        "smallint": pa.int16(),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "float": pa.float32(),
+        "double": pa.float64(),
+        "string": pa.string(),
+        "binary": pa.binary(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "timestamp_ntz": pa.timestamp("us"),
+    }
+    if text in simple:
+        return simple[text]
+    if text.startswith("decimal(") and text.endswith(")"):
+        p, s = text[len("decimal(") : -1].split(",")
+        return pa.decimal128(int(p), int(s))
+    return None
+
+
+def _replacement(e: Any) -> Any:
+    try:
+        return e.replacement()
+    except Exception:  # noqa: BLE001 - py4j: not a RuntimeReplaceable
+        return None
+
+
+def _is_nan(value: pa.Scalar) -> bool:
+    if not pa.types.is_floating(value.type) or not value.is_valid:
+        return False
+    v = value.as_py()
+    return bool(v != v)
+
+
+def _compare(op: str, f: pc.Expression, value: pa.Scalar) -> pc.Expression:
+    if op == "==":
+        return f == value
+    if op == "<":
+        return f < value
+    if op == "<=":
+        return f <= value
+    if op == ">":
+        return f > value
+    return f >= value

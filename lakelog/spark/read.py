@@ -1,0 +1,346 @@
+"""Reading a snapshot in Spark through its explicit, pruned file list.
+
+The snapshot comes from the log; its files are pruned by partition values
+and min/max stats; the remaining files go to Spark's own Parquet reader
+(vectorized, with predicate pushdown), never a directory listing. Files laid
+out as ``<root>/<col>=<value>/...`` (everything lakelog and
+:func:`lakelog.spark.write` produce) are read in ONE scan with ``basePath``
+and a schema that types the partition columns, so Spark parses their values
+from the folder names with the logged types. A file whose folders do not
+spell its logged partition values the way Spark parses them (for example a
+non-ASCII string, which lakelog percent-encodes as UTF-8 bytes and Spark
+decodes per byte) is read in a separate scan per partition with the values
+added as literals, and unioned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgumentError, LakelogError
+from ..log.actions import DataFile
+from ..log.snapshot import Snapshot, load_snapshot, version_as_of
+from ..partitioning import NULL_PARTITION
+from ..storage import Storage
+from .filters import check_filter, translate_filter
+from .schema import check_spark_readable, to_spark_schema, to_spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["ReadPlan", "plan_read", "read", "session_conf", "spark_url"]
+
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+def spark_url(storage: Storage, rel: str = "") -> str:
+    """URL of a root-relative path as Spark's Hadoop filesystems spell it.
+
+    ``s3://`` becomes ``s3a://`` (Spark needs its own S3A configuration).
+    """
+    url = storage.url(rel)
+    scheme = url.split("://", 1)[0]
+    if scheme == "memory":
+        raise InvalidArgumentError(
+            f"expected a table on a filesystem Spark can read (local disk, s3a, hdfs, ...), "
+            f"found {storage.uri}; Spark cannot see fsspec's in-memory filesystem."
+        )
+    if scheme == "s3":
+        return "s3a://" + url.split("://", 1)[1]
+    return url
+
+
+# -- temporary session settings ------------------------------------------------------
+
+_conf_lock = threading.Condition()
+_conf_active: dict[tuple[int, str], list[Any]] = {}  # (session, key) -> [value, count, old]
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL settings for the duration of a block, restoring them after.
+
+    Concurrent blocks in this process that need the same value share it; a
+    block that needs a different value for a key waits until the other ends.
+    """
+    held: list[tuple[int, str]] = []
+    try:
+        for key, value in settings.items():
+            slot = (id(spark), key)
+            with _conf_lock:
+                while slot in _conf_active and _conf_active[slot][0] != value:
+                    _conf_lock.wait()
+                if slot in _conf_active:
+                    _conf_active[slot][1] += 1
+                else:
+                    old = spark.conf.get(key, None)
+                    spark.conf.set(key, value)
+                    _conf_active[slot] = [value, 1, old]
+                held.append(slot)
+        yield
+    finally:
+        for slot in held:
+            with _conf_lock:
+                entry = _conf_active[slot]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _conf_active[slot]
+                    if entry[2] is None:
+                        spark.conf.unset(slot[1])
+                    else:
+                        spark.conf.set(slot[1], entry[2])
+                    _conf_lock.notify_all()
+
+
+# -- how Spark parses a partition folder --------------------------------------------
+
+
+def spark_unescape(text: str) -> str:
+    """Spark's ``unescapePathName``: each ``%XX`` becomes the character XX (not a byte)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "%" and i + 2 < len(text):
+            try:
+                out.append(chr(int(text[i + 1 : i + 3], 16)))
+                i += 3
+                continue
+            except ValueError:
+                pass
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def columns_of(names: Sequence[str]) -> list[Column]:
+    """Columns by exact name (backquoted: a dot in a name is not a struct field)."""
+    from pyspark.sql import functions as F
+
+    return [F.col("`" + n.replace("`", "``") + "`") for n in names]
+
+
+def _hidden(name: str) -> bool:
+    """Names Spark's file index silently skips, even when given explicitly."""
+    return (
+        (name.startswith("_") and "=" not in name)
+        or name.startswith(".")
+        or name.endswith("._COPYING_")
+    )
+
+
+def _spark_parses(f: DataFile, partition_by: Sequence[str], string_cols: set[str]) -> bool:
+    """True if Spark, with basePath at the root, reads ``f``'s partition values right."""
+    dirs = f.path.split("/")[:-1]
+    if len(dirs) != len(partition_by):
+        return False
+    for seg, col in zip(dirs, partition_by, strict=True):
+        key, eq, raw = seg.partition("=")
+        if not eq or spark_unescape(key) != col:
+            return False
+        want = f.partition.get(col)
+        if want is None:
+            if raw != NULL_PARTITION:
+                return False
+        elif raw == NULL_PARTITION or want == "":
+            return False
+        elif col in string_cols:
+            if spark_unescape(raw) != want:
+                return False
+        elif raw != want:
+            return False
+    return True
+
+
+# -- plan ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What :func:`read` hands to Spark: the snapshot, the pruning and the file URLs."""
+
+    snapshot: Snapshot
+    files: tuple[DataFile, ...]
+    """Live files that may hold matching rows (after pruning)."""
+    pruning: pc.Expression | None
+    """The part of the filter used to prune files (None: nothing pruned)."""
+    filter: str | Column | None = field(repr=False)
+    columns: tuple[str, ...] | None
+    base_url: str
+    direct: tuple[str, ...] = field(repr=False)
+    """URLs read in one scan with ``basePath`` (partition values from folder names)."""
+    grouped: tuple[tuple[tuple[tuple[str, str | None], ...], tuple[str, ...]], ...] = field(
+        repr=False
+    )
+    """(partition values, URLs) read one scan per partition with literal values."""
+
+    @property
+    def urls(self) -> list[str]:
+        """Exactly the file URLs handed to ``spark.read.parquet``."""
+        return [*self.direct, *(u for _, urls in self.grouped for u in urls)]
+
+    @property
+    def skipped_files(self) -> int:
+        """Live files of the snapshot that pruning left out."""
+        return self.snapshot.num_files - len(self.files)
+
+    def to_dataframe(self, spark: SparkSession) -> DataFrame:
+        """The DataFrame of this plan (lazy: Spark reads when an action runs)."""
+        from pyspark.sql import functions as F
+
+        schema = self.snapshot.schema
+        parts = self.snapshot.partition_by
+        full = to_spark_schema(schema)
+        frames: list[DataFrame] = []
+        with session_conf(spark, {_LISTING_THRESHOLD: str(2**31 - 1)}):
+            if self.direct:
+                reader = spark.read.schema(full).option("__globPaths__", "false")
+                if parts:
+                    reader = reader.option("basePath", self.base_url)
+                frames.append(reader.parquet(*self.direct).select(*columns_of(schema.names)))
+            file_schema = to_spark_schema(self.snapshot.file_schema)
+            for values, urls in self.grouped:
+                df = spark.read.schema(file_schema).option("__globPaths__", "false").parquet(*urls)
+                for col, text in values:
+                    t = to_spark_type(schema.field(col).type)
+                    df = df.withColumn(col, F.lit(text).cast(t))
+                frames.append(df.select(*columns_of(schema.names)))
+        if not frames:
+            out = spark.createDataFrame([], full)
+        else:
+            out = frames[0]
+            for other in frames[1:]:
+                out = out.unionByName(other)
+        if self.filter is not None:
+            out = out.where(self.filter)
+        if self.columns is not None:
+            out = out.select(*columns_of(self.columns))
+        return out
+
+
+def _resolve(storage: Storage, version: int | None, as_of: dt.datetime | str | None) -> Snapshot:
+    if version is not None and as_of is not None:
+        raise InvalidArgumentError("expected version or as_of, found both; pass one of them")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise InvalidArgumentError(f"expected an integer version, found {version!r}")
+    if as_of is not None:
+        when = as_of
+        if isinstance(when, str):
+            try:
+                when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+            except ValueError as e:
+                raise InvalidArgumentError(
+                    f"expected as_of as a datetime or an ISO 8601 string such as "
+                    f"'2024-01-02T03:04:05+00:00', found {as_of!r}"
+                ) from e
+        if not isinstance(when, dt.datetime):
+            raise InvalidArgumentError(
+                f"expected as_of as a datetime or an ISO 8601 string, found {type(as_of).__name__}"
+            )
+        version = version_as_of(storage, when)
+    return load_snapshot(storage, version)
+
+
+def plan_read(
+    spark: SparkSession,
+    uri: str,
+    *,
+    version: int | None = None,
+    as_of: dt.datetime | str | None = None,
+    filter: str | Column | None = None,
+    columns: Sequence[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ReadPlan:
+    """Resolve the snapshot and prune its files; nothing is read from the data files.
+
+    ``filter`` is a Spark SQL string or Column; the part of it that can be
+    understood (comparisons, IN, IS NULL, AND/OR/NOT over table columns and
+    constants) prunes files by partition values and stats.
+    """
+    check_filter(filter)
+    storage = Storage(uri, storage_options)
+    snap = _resolve(storage, version, as_of)
+    schema = snap.schema
+    cols: tuple[str, ...] | None = None
+    if columns is not None:
+        cols = (columns,) if isinstance(columns, str) else tuple(columns)
+        missing = [c for c in cols if c not in schema.names]
+        if missing:
+            raise InvalidArgumentError(
+                f"expected columns of the table {schema.names}, found unknown {missing}"
+            )
+    check_spark_readable(snap.file_schema, list(cols) if cols is not None else schema.names)
+    pruning = None
+    if filter is not None:
+        pruning = translate_filter(spark, to_spark_schema(schema), schema, filter)
+    files = snap.files(pruning) if pruning is not None else snap.files()
+    string_cols = {
+        c
+        for c in snap.partition_by
+        if pa.types.is_string(schema.field(c).type)
+        or pa.types.is_large_string(schema.field(c).type)
+    }
+    direct: list[str] = []
+    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
+    for f in files:
+        name = f.path.rsplit("/", 1)[-1]
+        if _hidden(name):
+            raise LakelogError(
+                f"expected data file names Spark reads, found {f.path!r}: Spark silently "
+                f"skips files whose names start with '_' or '.'. Rewrite (compact) the "
+                f"files of this table before reading it in Spark."
+            )
+        url = spark_url(storage, f.path)
+        if not snap.partition_by or _spark_parses(f, snap.partition_by, string_cols):
+            direct.append(url)
+        else:
+            key = tuple((c, f.partition.get(c)) for c in snap.partition_by)
+            groups.setdefault(key, []).append(url)
+    return ReadPlan(
+        snapshot=snap,
+        files=tuple(files),
+        pruning=pruning,
+        filter=filter,
+        columns=cols,
+        base_url=spark_url(storage),
+        direct=tuple(direct),
+        grouped=tuple((k, tuple(v)) for k, v in groups.items()),
+    )
+
+
+def read(
+    spark: SparkSession,
+    uri: str,
+    *,
+    version: int | None = None,
+    as_of: dt.datetime | str | None = None,
+    filter: str | Column | None = None,
+    columns: Sequence[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> DataFrame:
+    """A table (or one of its versions) as a Spark DataFrame.
+
+    ``version`` or ``as_of`` (a datetime or ISO string: the latest version
+    committed at or before it) select an older snapshot. ``filter`` (Spark
+    SQL string or Column) is applied by Spark and prunes files where it can
+    be understood. ``storage_options`` reach lakelog's fsspec access to the
+    log; Spark reaches the data files through its own Hadoop settings.
+    """
+    plan = plan_read(
+        spark,
+        uri,
+        version=version,
+        as_of=as_of,
+        filter=filter,
+        columns=columns,
+        storage_options=storage_options,
+    )
+    return plan.to_dataframe(spark)

@@ -1,0 +1,331 @@
+"""Writing a DataFrame with Spark's native Parquet writer as one atomic lakelog commit.
+
+1. The DataFrame schema is checked against the table (or the table's schema
+   is derived from it) before Spark runs anything.
+2. Executors write under ``<root>/_spark_staging/<write-id>/``: a prefix no
+   other job uses, so the driver knows exactly which files this job wrote.
+   Spark's file index skips names starting with ``_``, so a directory read
+   of the table never sees staged files.
+3. The driver reads the new files' footers in parallel (row counts, stats,
+   and a check that the file columns are exactly the table's), moves each
+   file to ``<root>/<col>=<value>/...`` (the folder names Spark wrote,
+   which Spark reads back exactly), and commits one ``add`` commit, or an
+   ``overwrite`` that removes every file of the version the write started
+   from, with the core's compare-and-swap retries.
+
+A failed or killed job commits nothing. Its files are never referenced by
+the log; this module deletes what it can and ``vacuum`` removes the rest
+once they are older than its age guard.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from ..log.actions import Action, AddFile
+from ..log.snapshot import Snapshot, load_snapshot
+from ..partitioning import check_partition_columns, parse_partition_dir
+from ..properties import get_str, validate_properties
+from ..stats import stats_from_metadata
+from ..storage import Storage
+from ..table import Table, _create
+from ..transaction import CommitResult
+from .read import _hidden, columns_of, session_conf, spark_url
+from .schema import (
+    check_dataframe_schema,
+    check_file_schema,
+    output_timestamp_type,
+    to_arrow_schema,
+    to_spark_schema,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["STAGING_DIR", "write"]
+
+log = logging.getLogger("lakelog.spark")
+
+STAGING_DIR = "_spark_staging"
+"""Folder under the table root where Spark jobs write before their commit."""
+
+_SPARK_CODECS = {
+    "none": "uncompressed",
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "zstd": "zstd",
+    "lz4": "lz4_raw",
+}
+
+Mode = Literal["append", "overwrite", "error"]
+
+
+def write(
+    df: DataFrame,
+    uri: str,
+    *,
+    mode: Mode = "append",
+    partition_by: Sequence[str] = (),
+    properties: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> CommitResult:
+    """Write ``df`` to the table at ``uri`` in one commit, creating the table if needed.
+
+    ``mode``: ``"append"`` adds rows, ``"overwrite"`` replaces every row of
+    the version the write started from (it fails with
+    :class:`CommitConflictError` if rows were added meanwhile), ``"error"``
+    refuses an existing table. ``partition_by`` and ``properties`` apply
+    when the table is created. ``storage_options`` reach lakelog's fsspec
+    access; Spark writes through its own Hadoop settings (S3A for s3://).
+    """
+    if mode not in ("append", "overwrite", "error"):
+        raise InvalidArgumentError(
+            f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
+        )
+    if isinstance(partition_by, str):
+        partition_by = (partition_by,)
+    storage = Storage(uri, storage_options)
+    staging_root = spark_url(storage)  # refuses filesystems Spark cannot reach
+    try:
+        snap: Snapshot | None = load_snapshot(storage)
+    except TableNotFoundError:
+        snap = None
+    if snap is not None:
+        if mode == "error":
+            raise TableExistsError(
+                f"expected no table at {storage.uri} (mode='error'), found one at version "
+                f"{snap.version}; use mode='append' or 'overwrite'."
+            )
+        if partition_by and tuple(partition_by) != snap.partition_by:
+            raise SchemaMismatchError(
+                f"expected partition_by {list(snap.partition_by)} of the existing table, "
+                f"found {list(partition_by)}; omit partition_by when writing to an "
+                f"existing table."
+            )
+        check_dataframe_schema(df.schema, snap.schema)
+        schema, parts = snap.schema, snap.partition_by
+        props = snap.properties
+    else:
+        schema = to_arrow_schema(df.schema)
+        parts = check_partition_columns(schema, partition_by)
+        props = validate_properties(properties or {})
+        check_dataframe_schema(df.schema, schema)
+    file_schema = pa.schema([f for f in schema if f.name not in parts])
+    codec = get_str(props, "lakelog.compression")
+    if codec not in _SPARK_CODECS:
+        raise InvalidArgumentError(
+            f"expected lakelog.compression among {sorted(_SPARK_CODECS)} for Spark writes, "
+            f"found {codec!r}; change the table property or write from Arrow."
+        )
+    settings = {"spark.sql.parquet.writeLegacyFormat": "false"}
+    ts_type = output_timestamp_type(file_schema)
+    if ts_type is not None:
+        settings["spark.sql.parquet.outputTimestampType"] = ts_type
+
+    write_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex}"
+    staging = f"{STAGING_DIR}/{write_id}"
+    target = f"{staging_root}/{staging}"
+    ordered = df.select(*columns_of(schema.names))
+    writer = ordered.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
+    if parts:
+        writer = writer.partitionBy(*parts)
+    spark = df.sparkSession
+    try:
+        with session_conf(spark, settings):
+            writer.parquet(target)
+    except BaseException:
+        _discard(storage, staging)
+        raise
+
+    moved: list[str] = []
+    try:
+        adds = _collect(storage, staging, file_schema, parts)
+        moved = _publish(storage, staging, adds)
+        adds = [_moved(a, staging) for a in adds]
+    except BaseException:
+        storage.delete(moved)
+        _discard(storage, staging)
+        raise
+    try:
+        result = _commit(storage, snap, adds, mode=mode, schema=schema, parts=parts, props=props)
+    except (CommitConflictError, SchemaMismatchError, TableExistsError):
+        # certainly not committed (any other error may hide a landed commit: keep the files)
+        storage.delete(moved)
+        _discard(storage, staging)
+        raise
+    _discard(storage, staging)
+    return result
+
+
+def _collect(
+    storage: Storage, staging: str, file_schema: pa.Schema, parts: Sequence[str]
+) -> list[AddFile]:
+    """AddFiles (staging paths) for exactly the data files this job wrote."""
+    found = []
+    for info in storage.walk(staging):
+        rel = info.path[len(staging) + 1 :]
+        segments = rel.split("/")
+        if any(_hidden(s) for s in segments) or not segments[-1].endswith(".parquet"):
+            continue  # _SUCCESS, .crc checksums, _temporary leftovers
+        found.append((info.path, rel, info.size))
+
+    def footer(item: tuple[str, str, int]) -> AddFile:
+        path, rel, size = item
+        with storage.open_input(path) as fh:
+            md = pq.read_metadata(fh)
+        check_file_schema(path, md.schema.to_arrow_schema(), file_schema)
+        values = parse_partition_dir(rel)
+        if set(values) != set(parts):
+            raise SchemaMismatchError(
+                f"expected Spark to write {path} under folders for the partition columns "
+                f"{list(parts)}, found {sorted(values)}; nothing was committed."
+            )
+        return AddFile(
+            path=path,
+            size_bytes=size,
+            num_rows=md.num_rows,
+            partition={c: values[c] for c in parts},
+            stats=stats_from_metadata(md, file_schema),
+            modification_ms=int(time.time() * 1000),
+        )
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(found)))) as pool:
+        adds = list(pool.map(footer, found))
+    empty = [a.path for a in adds if a.num_rows == 0]
+    storage.delete(empty)  # Spark writes a schema-only file for an empty DataFrame
+    return [a for a in adds if a.num_rows > 0]
+
+
+def _moved(add: AddFile, staging: str) -> AddFile:
+    rel = add.path[len(staging) + 1 :]
+    return AddFile(
+        path=rel,
+        size_bytes=add.size_bytes,
+        num_rows=add.num_rows,
+        partition=add.partition,
+        stats=add.stats,
+        modification_ms=add.modification_ms,
+    )
+
+
+def _publish(storage: Storage, staging: str, adds: Sequence[AddFile]) -> list[str]:
+    """Move staged files to their partition folders (names carry the job's UUID)."""
+    moves = [(a.path, a.path[len(staging) + 1 :]) for a in adds]
+    clashes = [dst for _, dst in moves if storage.exists(dst)]
+    if clashes:
+        raise CommitConflictError(
+            f"expected new file names, found {clashes[:3]} already in the table; "
+            f"nothing was committed. Retry the write.",
+            conflicting_files=tuple(clashes),
+        )
+    for parent in {dst.rsplit("/", 1)[0] for _, dst in moves if "/" in dst}:
+        storage.fs.makedirs(storage.full(parent), exist_ok=True)
+    done: list[str] = []
+
+    def move(item: tuple[str, str]) -> None:
+        src, dst = item
+        storage.fs.mv(storage.full(src), storage.full(dst))
+        done.append(dst)
+
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, max(1, len(moves)))) as pool:
+            list(pool.map(move, moves))
+    except BaseException:
+        storage.delete(done)
+        raise
+    return done
+
+
+def _commit(
+    storage: Storage,
+    snap: Snapshot | None,
+    adds: list[AddFile],
+    *,
+    mode: Mode,
+    schema: pa.Schema,
+    parts: Sequence[str],
+    props: Mapping[str, str],
+) -> CommitResult:
+    metrics = {
+        "num_files": len(adds),
+        "num_rows": sum(a.num_rows for a in adds),
+        "num_bytes": sum(a.size_bytes for a in adds),
+    }
+    if snap is None:
+        try:
+            created = _create(
+                storage,
+                schema,
+                partition_by=parts,
+                properties=props,
+                adds=adds,
+                operation="SPARK CREATE TABLE AS WRITE",
+            )
+            return CommitResult(
+                version=created.version, attempts=1, operation="SPARK CREATE TABLE AS WRITE"
+            )
+        except TableExistsError:
+            if mode == "error":
+                raise
+            snap = load_snapshot(storage)  # created concurrently: commit on top of it
+            if tuple(snap.partition_by) != tuple(parts):
+                raise SchemaMismatchError(
+                    f"expected partition_by {list(snap.partition_by)} of the table created "
+                    f"concurrently, found {list(parts)}; nothing was committed."
+                ) from None
+            _same_schema(snap.schema, schema)
+    table = Table(storage, snap)
+    if mode == "overwrite":
+        now = int(time.time() * 1000)
+        removed = snap.files()
+        actions: list[Action] = [f.to_remove(deletion_ms=now) for f in removed]
+        actions.extend(adds)
+        return table.commit(
+            actions,
+            operation="SPARK WRITE",
+            kind="overwrite",
+            read_snapshot=snap,
+            parameters={"mode": "overwrite"},
+            metrics={**metrics, "num_removed_files": len(removed)},
+        )
+    return table.commit(
+        adds,
+        operation="SPARK WRITE",
+        kind="append",
+        read_snapshot=snap,
+        parameters={"mode": mode},
+        metrics=metrics,
+    )
+
+
+def _same_schema(table_schema: pa.Schema, written: pa.Schema) -> None:
+    if to_spark_schema(table_schema) != to_spark_schema(written):
+        raise SchemaMismatchError(
+            f"expected the schema of the table created concurrently to match the data "
+            f"written, found {table_schema} vs {written}; nothing was committed."
+        )
+
+
+def _discard(storage: Storage, staging: str) -> None:
+    """Best-effort removal of a job's staging folder (vacuum removes what remains)."""
+    try:
+        full = storage.full(staging)
+        if storage.fs.exists(full):
+            storage.fs.rm(full, recursive=True)
+    except Exception as e:  # noqa: BLE001 - leftovers are orphans for vacuum
+        log.warning("could not remove Spark staging folder %s: %r", staging, e)

@@ -1,0 +1,590 @@
+"""Start and stop the real services that the test session shares.
+
+Nothing here imports pytest: the fixtures in ``tests/conftest.py`` wrap these
+helpers. Two services are provided:
+
+* a moto S3 server running as a separate OS process on 127.0.0.1
+  (:func:`start_moto_server` / :class:`MotoServer`), reached through s3fs with
+  :meth:`MotoServer.storage_options`;
+* a local Spark session tuned for small, fast tests
+  (:func:`build_spark_session`).
+
+Spark facts that the helpers encode (checked against pyspark 4.3.0, Java 17):
+
+* In local mode ``spark.task.maxFailures`` is ignored: a plain ``local[N]``
+  master never retries a failed task. Retries need the ``local[N,F]`` master
+  form (F = max attempts per task), so :data:`LOCAL_MASTER` is ``local[2,3]``.
+* ``local-cluster[W,C,M]`` (W worker JVMs with C cores and M MiB each) works
+  from the pip-installed pyspark without any extra setup; there
+  ``spark.task.maxFailures`` is honoured (:func:`local_cluster_master`).
+  Start-up takes roughly twice as long as ``local[...]``.
+* The pyspark wheel ships ``hadoop-client-api``/``hadoop-client-runtime`` but
+  neither ``hadoop-aws`` nor any AWS SDK jar, so the ``s3a://`` filesystem is
+  unavailable unless those jars are supplied locally (see
+  :func:`find_s3a_jars`); nothing here downloads jars.
+* JVM-level settings (driver memory, Java options, ``SPARK_LOCAL_IP``) only
+  take effect for the first Spark session of a Python process: pyspark keeps
+  its JVM alive after ``SparkSession.stop()`` and reuses it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "AWS_REGION",
+    "LOCAL_MASTER",
+    "MOTO_ACCESS_KEY",
+    "MOTO_SECRET_KEY",
+    "LOOPBACK",
+    "MotoServer",
+    "S3AUnavailableError",
+    "S3A_JARS_ENV",
+    "ServiceStartError",
+    "TASK_MAX_FAILURES",
+    "REPO_ROOT",
+    "TESTS_DIR",
+    "build_spark_session",
+    "configure_offline_environment",
+    "find_free_port",
+    "find_s3a_jars",
+    "local_cluster_master",
+    "pyspark_jars_dir",
+    "s3a_spark_conf",
+    "spark_test_conf",
+    "start_moto_server",
+    "stop_spark_session",
+    "worker_python_path",
+]
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+LOOPBACK = "127.0.0.1"
+AWS_REGION = "us-east-1"
+MOTO_ACCESS_KEY = "testing"
+MOTO_SECRET_KEY = "testing"
+
+#: Two worker threads; every task may be attempted up to 3 times. In local
+#: mode this is the only way to get task retries: ``spark.task.maxFailures``
+#: is ignored there.
+LOCAL_MASTER = "local[2,3]"
+#: Maximum attempts per task, used for ``spark.task.maxFailures`` on masters
+#: that honour it (``local-cluster[...]``), to match :data:`LOCAL_MASTER`.
+TASK_MAX_FAILURES = 3
+
+#: Environment variable with extra jars (os.pathsep- or comma-separated paths)
+#: searched for ``hadoop-aws`` and the AWS SDK bundle, for machines that have
+#: them locally.
+S3A_JARS_ENV = "LAKELOG_S3A_JARS"
+
+
+class ServiceStartError(RuntimeError):
+    """A test service could not be started."""
+
+
+class S3AUnavailableError(RuntimeError):
+    """The jars for Spark's ``s3a://`` filesystem are not available locally."""
+
+
+# --------------------------------------------------------------------------
+# Environment
+# --------------------------------------------------------------------------
+
+
+def configure_offline_environment() -> None:
+    """Make AWS and Spark clients in this process stay on the loopback.
+
+    * ``AWS_EC2_METADATA_DISABLED=true``: botocore never asks the EC2 instance
+      metadata service for credentials or a region.
+    * ``NO_PROXY``/``no_proxy`` gain ``127.0.0.1`` and ``localhost`` so a proxy
+      configured on the machine is never used for the local services.
+    * ``SPARK_LOCAL_IP=127.0.0.1``: every Spark JVM (driver, and the master,
+      workers and executors of ``local-cluster``) binds to the loopback; without
+      it the standalone pieces bind to the machine's external address.
+    * ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON``: Spark's Python workers run
+      with this interpreter (and so this virtualenv).
+    """
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    for var in ("NO_PROXY", "no_proxy"):
+        entries = [e.strip() for e in os.environ.get(var, "").split(",") if e.strip()]
+        for host in (LOOPBACK, "localhost"):
+            if host not in entries:
+                entries.append(host)
+        os.environ[var] = ",".join(entries)
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+def find_free_port(host: str = LOOPBACK) -> int:
+    """Return a TCP port on ``host`` that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _port_accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------
+# moto S3 server
+# --------------------------------------------------------------------------
+
+
+class MotoServer:
+    """A moto server (S3 and friends) running as a child process on 127.0.0.1.
+
+    Use :func:`start_moto_server` to create one; :meth:`stop` (or leaving the
+    ``with`` block) terminates it. Stopping is idempotent and also registered
+    with :mod:`atexit`.
+    """
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        port: int,
+        log_path: Path,
+        host: str = LOOPBACK,
+    ) -> None:
+        self.process = process
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        self._stopped = False
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://{self.host}:{self.port}"
+
+    def storage_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``s3fs.S3FileSystem(**opts)`` / fsspec.
+
+        Credentials, endpoint and region are explicit, so neither the AWS
+        credential chain nor the instance-metadata service is consulted.
+        Listings are not cached (``use_listings_cache=False``), since a
+        transaction log must always see other writers' files, and every call
+        builds a fresh filesystem instance (``skip_instance_cache=True``) so
+        two instances behave like two independent clients. Values are plain
+        data: the dict pickles and can be shipped to Spark tasks.
+        """
+        return {
+            "key": MOTO_ACCESS_KEY,
+            "secret": MOTO_SECRET_KEY,
+            "anon": False,
+            "client_kwargs": {
+                "endpoint_url": self.endpoint_url,
+                "region_name": AWS_REGION,
+            },
+            "config_kwargs": {"connect_timeout": 5, "read_timeout": 60},
+            "cache_regions": False,
+            "use_listings_cache": False,
+            "skip_instance_cache": True,
+        }
+
+    def filesystem(self) -> Any:
+        """A fresh ``s3fs.S3FileSystem`` connected to this server."""
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.storage_options())
+
+    def boto3_client(self) -> Any:
+        """A boto3 S3 client connected to this server."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=MOTO_ACCESS_KEY,
+            aws_secret_access_key=MOTO_SECRET_KEY,
+            region_name=AWS_REGION,
+        )
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` (through boto3: s3fs ``mkdir`` of a bucket
+        fails against moto with InvalidLocationConstraint)."""
+        client = self.boto3_client()
+        try:
+            client.create_bucket(Bucket=name)
+        finally:
+            client.close()
+
+    def reset(self) -> None:
+        """Drop every bucket and object (moto's ``/moto-api/reset``).
+
+        This wipes the state of every client of this server: use it only on a
+        server of your own, never on the session-wide one.
+        """
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=30) as response:
+            response.read()
+
+    def read_log(self) -> str:
+        """The server's combined stdout/stderr so far."""
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def is_running(self) -> bool:
+        """Whether the server process is still alive."""
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate the server, wait for it, and delete its log."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout)
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+
+    def __enter__(self) -> MotoServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"MotoServer(endpoint_url={self.endpoint_url!r}, pid={self.process.pid})"
+
+
+def _wait_until_serving(server: MotoServer, deadline: float) -> None:
+    """Block until the server answers an S3 request, or raise."""
+    while time.monotonic() < deadline:
+        if not server.is_running():
+            raise ServiceStartError(
+                f"moto server exited with code {server.process.returncode} "
+                f"while starting on port {server.port}:\n{server.read_log()}"
+            )
+        if _port_accepts(server.host, server.port):
+            break
+        time.sleep(0.05)
+    else:
+        raise ServiceStartError(
+            f"moto server did not accept connections on {server.endpoint_url} "
+            f"in time:\n{server.read_log()}"
+        )
+    # The port is open; make one real S3 call so backends are loaded.
+    client = server.boto3_client()
+    try:
+        client.list_buckets()
+    except Exception as exc:
+        raise ServiceStartError(
+            f"moto server on {server.endpoint_url} does not answer S3 requests: "
+            f"{exc}\n{server.read_log()}"
+        ) from exc
+    finally:
+        client.close()
+
+
+def start_moto_server(
+    *,
+    host: str = LOOPBACK,
+    port: int | None = None,
+    startup_timeout: float = 30.0,
+    attempts: int = 3,
+) -> MotoServer:
+    """Start ``python -m moto.server`` on ``host`` and wait until it serves S3.
+
+    A free port is chosen when ``port`` is None (retried up to ``attempts``
+    times if another process takes it first). Raises :class:`ServiceStartError`
+    with the server's output if it does not come up within
+    ``startup_timeout`` seconds.
+    """
+    configure_offline_environment()
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    last_error: ServiceStartError | None = None
+    for _ in range(max(1, attempts)):
+        chosen = port if port is not None else find_free_port(host)
+        fd, log_name = tempfile.mkstemp(prefix="lakelog-moto-", suffix=".log")
+        log_path = Path(log_name)
+        with os.fdopen(fd, "wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", host, "-p", str(chosen)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        server = MotoServer(process, chosen, log_path, host=host)
+        try:
+            _wait_until_serving(server, time.monotonic() + startup_timeout)
+        except ServiceStartError as exc:
+            last_error = exc
+            exited = not server.is_running()
+            server.stop()
+            if exited and port is None:
+                continue  # most likely the port was taken meanwhile: retry
+            raise
+        atexit.register(server.stop)
+        return server
+    assert last_error is not None
+    raise last_error
+
+
+# --------------------------------------------------------------------------
+# Spark
+# --------------------------------------------------------------------------
+
+_LOG4J2_PROPERTIES = """\
+status = error
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss.SSS}} %p %c{{1}}: %m%n%ex
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+logger.parquet1.name = org.apache.parquet
+logger.parquet1.level = error
+logger.parquet2.name = parquet
+logger.parquet2.level = error
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
+
+_scratch_dir: Path | None = None
+
+
+def _spark_scratch_dir() -> Path:
+    """A per-process temporary directory for Spark's warehouse and log config."""
+    global _scratch_dir
+    if _scratch_dir is None:
+        _scratch_dir = Path(tempfile.mkdtemp(prefix="lakelog-spark-"))
+        atexit.register(shutil.rmtree, _scratch_dir, True)
+    return _scratch_dir
+
+
+def _log4j2_config(level: str) -> Path:
+    path = _spark_scratch_dir() / f"log4j2-{level.lower()}.properties"
+    if not path.exists():
+        path.write_text(_LOG4J2_PROPERTIES.format(level=level.lower()), encoding="utf-8")
+    return path
+
+
+def local_cluster_master(workers: int = 2, cores_per_worker: int = 1, memory_mb: int = 1024) -> str:
+    """``local-cluster[W,C,M]``: W executor JVMs under an in-process standalone
+    master. Works from the pip pyspark; needs ``SPARK_LOCAL_IP=127.0.0.1``
+    (set by :func:`configure_offline_environment`) to stay on the loopback."""
+    return f"local-cluster[{workers},{cores_per_worker},{memory_mb}]"
+
+
+def worker_python_path() -> str:
+    """``PYTHONPATH`` for Spark's Python workers: ``tests/``, the repo root,
+    then the current ``PYTHONPATH``.
+
+    Functions defined in test modules (and ``_services``) are pickled by
+    reference, so the workers must be able to import them; the repo root makes
+    workers import ``lakelog`` from this working tree.
+    """
+    entries = [str(TESTS_DIR), str(REPO_ROOT)]
+    entries += [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
+def spark_test_conf(log_level: str = "WARN") -> dict[str, str]:
+    """The Spark configuration used by :func:`build_spark_session`."""
+    java_options = " ".join(
+        [
+            f"-Dlog4j2.configurationFile=file:{_log4j2_config(log_level)}",
+            # Short-lived test JVMs: C1 only and the serial collector start faster.
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+        ]
+    )
+    return {
+        "spark.driver.host": LOOPBACK,
+        "spark.driver.bindAddress": LOOPBACK,
+        "spark.driver.memory": "1g",
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.warehouse.dir": str(_spark_scratch_dir() / "warehouse"),
+        # Honoured by local-cluster only; local mode takes it from local[N,F].
+        "spark.task.maxFailures": str(TASK_MAX_FAILURES),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYTHONPATH": worker_python_path(),
+        # Spark 4 defaults Python UDFs to Arrow, which needs pandas (not a
+        # lakelog dependency); without it every udf() emits a RuntimeWarning.
+        "spark.sql.execution.pythonUDF.arrow.enabled": "false",
+    }
+
+
+def pyspark_jars_dir() -> Path:
+    """The ``jars/`` folder of the installed pyspark package."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def find_s3a_jars() -> list[Path]:
+    """Local jars that provide ``s3a://``: hadoop-aws plus the AWS SDK v2 bundle.
+
+    Searches pyspark's ``jars/`` folder and the paths in ``$LAKELOG_S3A_JARS``.
+    Returns ``[]`` unless both are found. The pyspark 4.3.0 wheel ships neither.
+    """
+    candidates: list[Path] = []
+    jars_dir = pyspark_jars_dir()
+    if jars_dir.is_dir():
+        candidates.extend(jars_dir.glob("*.jar"))
+    raw = os.environ.get(S3A_JARS_ENV, "")
+    for item in raw.replace(",", os.pathsep).split(os.pathsep):
+        if not item.strip():
+            continue
+        path = Path(item.strip())
+        if path.is_dir():
+            candidates.extend(path.glob("*.jar"))
+        elif path.is_file():
+            candidates.append(path)
+    hadoop_aws = [p for p in candidates if p.name.startswith("hadoop-aws-")]
+    sdk = [p for p in candidates if p.name.startswith(("bundle-", "aws-sdk-java-bundle"))]
+    if not hadoop_aws or not sdk:
+        return []
+    return [hadoop_aws[0], sdk[0]]
+
+
+def s3a_spark_conf(moto: MotoServer) -> dict[str, str]:
+    """Spark/Hadoop settings pointing ``s3a://`` at ``moto`` (path-style, no SSL).
+
+    Raises :class:`S3AUnavailableError` when :func:`find_s3a_jars` finds
+    nothing: the jars are not bundled with pyspark and are never downloaded.
+    """
+    jars = find_s3a_jars()
+    if not jars:
+        raise S3AUnavailableError(
+            f"s3a:// needs hadoop-aws and the AWS SDK v2 bundle jars, which pyspark "
+            f"does not ship (looked in {pyspark_jars_dir()} and ${S3A_JARS_ENV}); "
+            f"use the s3fs-based paths against moto instead"
+        )
+    prefix = "spark.hadoop.fs.s3a."
+    return {
+        "spark.jars": ",".join(str(p) for p in jars),
+        f"{prefix}impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        f"{prefix}endpoint": moto.endpoint_url,
+        f"{prefix}endpoint.region": AWS_REGION,
+        f"{prefix}access.key": MOTO_ACCESS_KEY,
+        f"{prefix}secret.key": MOTO_SECRET_KEY,
+        f"{prefix}aws.credentials.provider": (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        ),
+        f"{prefix}path.style.access": "true",
+        f"{prefix}connection.ssl.enabled": "false",
+        f"{prefix}change.detection.mode": "none",
+    }
+
+
+def build_spark_session(
+    app_name: str = "lakelog-tests",
+    *,
+    master: str = LOCAL_MASTER,
+    extra_conf: Mapping[str, str] | None = None,
+    s3a: MotoServer | None = None,
+    log_level: str = "WARN",
+    executor_timeout: float = 120.0,
+) -> SparkSession:
+    """Start a SparkSession for tests (default master ``local[2,3]``).
+
+    Driver bound to 127.0.0.1, UI off, 2 shuffle partitions, in-memory catalog
+    (no Hive), UTC session time zone, Python workers on ``sys.executable``.
+    ``extra_conf`` overrides any setting. With ``s3a=moto`` the ``s3a://``
+    filesystem points at that moto server (raises :class:`S3AUnavailableError`
+    when the jars are missing, before any JVM starts). For a
+    ``local-cluster[W,...]`` master it returns once all W executors have
+    registered (at most ``executor_timeout`` seconds).
+
+    Raises ``RuntimeError`` if a session is already active in this thread:
+    ``getOrCreate`` would silently return it with its old settings. Stop it
+    first with :func:`stop_spark_session`. Note that JVM-level options (driver
+    memory, Java options) only apply to the first session of the process.
+    """
+    configure_offline_environment()
+    conf = spark_test_conf(log_level)
+    if s3a is not None:
+        conf.update(s3a_spark_conf(s3a))
+    if extra_conf:
+        conf.update(extra_conf)
+
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        raise RuntimeError("a SparkSession is already active; stop it before building another")
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level.upper())
+    match = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,.*\]", master)
+    if match:
+        _wait_for_executors(spark, int(match.group(1)), executor_timeout)
+    return spark
+
+
+def _executor_count(spark: SparkSession) -> int:
+    """Registered executors (the driver excluded)."""
+    sc = spark.sparkContext
+    count: int = sc._jsc.sc().getExecutorMemoryStatus().size() - 1
+    return count
+
+
+def _wait_for_executors(spark: SparkSession, expected: int, timeout: float) -> None:
+    """Block until ``expected`` executors have registered, or raise."""
+    deadline = time.monotonic() + timeout
+    while _executor_count(spark) < expected:
+        if time.monotonic() > deadline:
+            found = _executor_count(spark)
+            spark.stop()
+            raise ServiceStartError(
+                f"only {found} of {expected} Spark executors registered in {timeout:.0f} s"
+            )
+        time.sleep(0.1)
+
+
+def stop_spark_session(spark: SparkSession) -> None:
+    """Stop ``spark`` (its JVM stays up for reuse by the next session)."""
+    spark.stop()
