@@ -143,8 +143,15 @@ class Storage:
         return data
 
     def exists(self, rel: str) -> bool:
+        """Whether a file exists now (never answered from a listing cache)."""
         if self._is_local:
             return os.path.exists(self.full(rel))
+        if self._is_s3:  # s3fs.exists trusts its listing cache, blind to other writers
+            try:
+                self.fs.info(self.full(rel), refresh=True)
+            except FileNotFoundError:
+                return False
+            return True
         return bool(self.fs.exists(self.full(rel)))
 
     def list_names(self, rel_dir: str) -> list[str]:

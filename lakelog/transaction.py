@@ -20,6 +20,11 @@ Conflict rules (``kind``):
   one of the files it removes.
 * ``metadata``: a schema, partitioning or property change; conflicts with
   every winner. And every transaction conflicts with a winning metadata change.
+* An expiry (an ``expire`` action, committed with kind ``append``) adds and
+  removes no files: it conflicts with nothing but a metadata change, and no
+  transaction conflicts with it. A transaction whose base version was expired
+  and deleted meanwhile fails instead of landing below the oldest readable
+  version (see ``Transaction._check_base``).
 """
 
 from __future__ import annotations
@@ -195,6 +200,7 @@ class Transaction:
                 if mine is not None:
                     return self._landed(mine, winners, attempt)
                 unknown_outcome = None
+            self._check_base(version)
             header = self._header(version, parent_ts)
             data = encode_commit(header, self.actions)
             try:
@@ -208,6 +214,10 @@ class Transaction:
                 raise
             except Exception as e:
                 if attempt >= max_attempts or time.monotonic() > deadline:
+                    # out of attempts: if the put landed after all, that is success
+                    mine = self._find_own_quietly(version)
+                    if mine is not None:
+                        return self._landed(mine, winners, attempt)
                     raise
                 log.warning(
                     "commit of version %d failed with %r; checking and retrying", version, e
@@ -215,20 +225,25 @@ class Transaction:
                 unknown_outcome = version
                 self._sleep(attempt, deadline)
                 continue
-            # lost the race: read the winners and rebase
+            # lost the race: back off first, then read every winner so far and rebase,
+            # so the next put targets the version after the newest winner (backing off
+            # after reading would let a busy writer take that version during the pause)
+            self._sleep(attempt, deadline)
             new = self._read_winners(version)
             for c in new:
                 if c.header.txn_id == self.txn_id:
                     return self._landed(c, winners, attempt)
             winners.extend(new)
+            # the rebase callback first (it may drop actions, e.g. abandoned groups),
+            # then the conflict rules on what is left
+            if self.rebase is not None:
+                self.actions = self.rebase(new, self.actions)
             check_conflicts(
                 kind=self.kind,
                 actions=self.actions,
                 winners=new,
                 replaced_partitions=self.replaced_partitions,
             )
-            if self.rebase is not None:
-                self.actions = self.rebase(new, self.actions)
             if new:
                 version = new[-1].header.version + 1
                 parent_ts = new[-1].header.timestamp_ms
@@ -239,7 +254,23 @@ class Transaction:
                     f"{version - 1}). Retry later or raise lakelog.commit.max_attempts.",
                     winning_version=version - 1,
                 )
-            self._sleep(attempt, deadline)
+
+    def _check_base(self, version: int) -> None:
+        """Refuse to put ``version`` when its base ``version - 1`` left the log.
+
+        ``expire_snapshots`` deletes the commit files of expired versions, oldest
+        first; a put into such a gap would succeed and be invisible below the
+        oldest readable version. A deleted ``version`` implies a deleted base,
+        so checking the base before every put closes the gap.
+        """
+        if version == 0 or self.storage.exists(commit_path(version - 1)):
+            return
+        raise CommitConflictError(
+            f"expected version {version - 1}, the base of this {self.operation}, to still "
+            f"be in the log of {self.storage.uri}, found it deleted by expire_snapshots: "
+            f"the transaction read a version older than the table keeps. Read the table "
+            f"again (table.refresh()) and retry."
+        )
 
     def _read_winners(self, first: int) -> list[Commit]:
         out: list[Commit] = []
@@ -250,6 +281,13 @@ class Transaction:
             except FileNotFoundError:
                 return out
             v += 1
+
+    def _find_own_quietly(self, version: int) -> Commit | None:
+        """:meth:`_find_own`, or None when the log cannot be read either."""
+        try:
+            return self._find_own(version)
+        except Exception:  # noqa: BLE001 - the caller re-raises the original error
+            return None
 
     def _find_own(self, version: int) -> Commit | None:
         try:
@@ -301,6 +339,7 @@ class Transaction:
                     timestamp_ms=snap.timestamp_ms,
                     num_files=snap.num_files,
                     metadata=snap.metadata,
+                    oldest_version=snap.oldest_version,
                 )
                 write_manifest(self.storage, header, snap.file_table)
             return snap

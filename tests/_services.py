@@ -314,6 +314,28 @@ def _wait_until_serving(server: MotoServer, deadline: float) -> None:
         client.close()
 
 
+# moto's server checks ``If-None-Match: *`` and then stores the object in two
+# steps, in a threaded server, without a lock: two clients racing for one key can
+# both be told they created it (seen here: 2 of 4 threads "won" the same key).
+# Real S3 makes the conditional put atomic and lakelog's commit protocol relies on
+# exactly that, so the test server serializes ``put_object`` behind a lock.
+_ATOMIC_MOTO_MAIN = """
+import sys, threading
+from moto.s3.responses import S3Response
+
+_lock = threading.Lock()
+_put_object = S3Response.put_object
+
+def put_object(self):
+    with _lock:
+        return _put_object(self)
+
+S3Response.put_object = put_object
+from moto.server import main
+main(sys.argv[1:])
+"""
+
+
 def start_moto_server(
     *,
     host: str = LOOPBACK,
@@ -321,7 +343,7 @@ def start_moto_server(
     startup_timeout: float = 30.0,
     attempts: int = 3,
 ) -> MotoServer:
-    """Start ``python -m moto.server`` on ``host`` and wait until it serves S3.
+    """Start moto's S3 server (conditional put made atomic) on ``host``; wait until it serves.
 
     A free port is chosen when ``port`` is None (retried up to ``attempts``
     times if another process takes it first). Raises :class:`ServiceStartError`
@@ -338,7 +360,7 @@ def start_moto_server(
         log_path = Path(log_name)
         with os.fdopen(fd, "wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", host, "-p", str(chosen)],
+                [sys.executable, "-c", _ATOMIC_MOTO_MAIN, "-H", host, "-p", str(chosen)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

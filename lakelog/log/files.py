@@ -8,12 +8,13 @@ only when asked for.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .actions import AddFile, Commit, DataFile, FileStats, Metadata, RemoveFile
+from .actions import AddFile, Commit, DataFile, ExpireVersions, FileStats, Metadata, RemoveFile
 
 __all__ = ["FILES_SCHEMA", "ReplayState", "data_files", "files_from_adds", "replay"]
 
@@ -55,31 +56,46 @@ def files_from_adds(adds: Sequence[AddFile | DataFile]) -> pa.Table:
 
 
 def data_files(table: pa.Table) -> list[DataFile]:
-    """Decode the columnar file set into :class:`DataFile` objects."""
-    cols = table.to_pydict()
-    out: list[DataFile] = []
-    for path, size, rows, part, stats, mtime, tags in zip(
-        cols["path"],
-        cols["size_bytes"],
-        cols["num_rows"],
-        cols["partition"],
-        cols["stats"],
-        cols["modification_ms"],
-        cols["tags"],
-        strict=True,
-    ):
-        out.append(
-            DataFile(
-                path=path,
-                size_bytes=size,
-                num_rows=rows,
-                partition=_PART_DEC.decode(part) if part and part != _EMPTY_JSON else {},
-                stats=_STATS_DEC.decode(stats) if stats else None,
-                modification_ms=mtime or 0,
-                tags=_TAGS_DEC.decode(tags) if tags and tags != _EMPTY_JSON else {},
-            )
+    """Decode the columnar file set into :class:`DataFile` objects.
+
+    The hot path of ``Snapshot.files()`` (100,000 files and more): JSON is
+    decoded from bytes (faster in msgspec than from str), and the partition
+    and tags columns are skipped when they hold only ``{}``.
+    """
+    stats = table.column("stats").cast(pa.binary()).to_pylist()
+    parts = _json_objects(table.column("partition"), _PART_DEC)
+    tags = _json_objects(table.column("tags"), _TAGS_DEC)
+    return [
+        DataFile(
+            path=path,
+            size_bytes=size,
+            num_rows=rows,
+            partition=part or {},
+            stats=_STATS_DEC.decode(st) if st else None,
+            modification_ms=mtime,
+            tags=tag or {},
         )
-    return out
+        for path, size, rows, part, st, mtime, tag in zip(
+            table.column("path").to_pylist(),
+            table.column("size_bytes").to_pylist(),
+            table.column("num_rows").to_pylist(),
+            parts,
+            stats,
+            table.column("modification_ms").fill_null(0).to_pylist(),
+            tags,
+            strict=True,
+        )
+    ]
+
+
+def _json_objects(column: pa.ChunkedArray, decoder: msgspec.json.Decoder[Any]) -> list[Any]:
+    """Decoded JSON objects of a column, None where null or ``{}``."""
+    if pc.all(pc.fill_null(pc.equal(column, _EMPTY_JSON), True)).as_py():
+        return [None] * len(column)
+    return [
+        decoder.decode(raw) if raw and raw != b"{}" else None
+        for raw in column.cast(pa.binary()).to_pylist()
+    ]
 
 
 class ReplayState(msgspec.Struct):
@@ -91,12 +107,19 @@ class ReplayState(msgspec.Struct):
     removed: set[str]
     version: int
     timestamp_ms: int
+    oldest_version: int = 0
+    """Oldest readable version as recorded by expiry actions (0: nothing expired)."""
 
     @classmethod
     def start(
-        cls, metadata: Metadata | None, base: pa.Table, version: int, timestamp_ms: int
+        cls,
+        metadata: Metadata | None,
+        base: pa.Table,
+        version: int,
+        timestamp_ms: int,
+        oldest_version: int = 0,
     ) -> ReplayState:
-        return cls(metadata, base, {}, set(), version, timestamp_ms)
+        return cls(metadata, base, {}, set(), version, timestamp_ms, oldest_version)
 
     def apply(self, commit: Commit) -> None:
         for action in commit.actions:
@@ -104,8 +127,11 @@ class ReplayState(msgspec.Struct):
                 self.added[action.path] = action
                 self.removed.discard(action.path)
             elif isinstance(action, RemoveFile):
-                if self.added.pop(action.path, None) is None:
-                    self.removed.add(action.path)
+                # the path may also be in the base (added again after a manifest)
+                self.added.pop(action.path, None)
+                self.removed.add(action.path)
+            elif isinstance(action, ExpireVersions):
+                self.oldest_version = max(self.oldest_version, action.oldest_version)
             else:
                 self.metadata = action
         self.version = commit.header.version

@@ -26,7 +26,9 @@ __all__ = [
     "Manifest",
     "manifest_path",
     "read_hint",
+    "read_hint_oldest",
     "read_manifest",
+    "read_manifest_header",
     "write_manifest",
 ]
 
@@ -40,6 +42,8 @@ class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
     timestamp_ms: int
     num_files: int
     metadata: Metadata
+    oldest_version: int = 0
+    """Oldest readable version as of this version (see ``ExpireVersions``)."""
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -49,6 +53,7 @@ class Manifest(msgspec.Struct, frozen=True):
 
 class _Hint(msgspec.Struct):
     version: int
+    oldest_version: int = 0
 
 
 def manifest_path(version: int) -> str:
@@ -69,7 +74,8 @@ def write_manifest(storage: Storage, header: ManifestHeader, files: pa.Table) ->
     storage.write_bytes(manifest_path(header.version), encode_manifest(header, files))
     hint = read_hint(storage)
     if hint is None or hint < header.version:
-        storage.write_bytes(LAST_MANIFEST, msgspec.json.encode(_Hint(header.version)))
+        hint_bytes = msgspec.json.encode(_Hint(header.version, header.oldest_version))
+        storage.write_bytes(LAST_MANIFEST, hint_bytes)
 
 
 def read_manifest(storage: Storage, version: int) -> Manifest:
@@ -106,9 +112,35 @@ def read_manifest(storage: Storage, version: int) -> Manifest:
     return Manifest(header, files)
 
 
+def read_manifest_header(storage: Storage, version: int) -> ManifestHeader | None:
+    """Only the header of a manifest (from the Parquet footer); None if unusable."""
+    try:
+        with storage.open_input(manifest_path(version)) as f:
+            raw = (pq.read_metadata(f).metadata or {}).get(_META_KEY)
+        if raw is None:
+            return None
+        header = msgspec.json.decode(raw, type=ManifestHeader)
+    except (FileNotFoundError, pa.ArrowException, ValueError, msgspec.DecodeError, OSError):
+        return None
+    if header.format_version > FORMAT_VERSION or header.version != version:
+        return None
+    return header
+
+
 def read_hint(storage: Storage) -> int | None:
     """The version named by ``_last_manifest``, or None if missing or damaged."""
+    hint = _read_hint(storage)
+    return None if hint is None else hint.version
+
+
+def read_hint_oldest(storage: Storage) -> tuple[int, int] | None:
+    """``(version, oldest_version)`` of the hint's manifest, or None if unusable."""
+    hint = _read_hint(storage)
+    return None if hint is None else (hint.version, hint.oldest_version)
+
+
+def _read_hint(storage: Storage) -> _Hint | None:
     try:
-        return msgspec.json.decode(storage.read_bytes(LAST_MANIFEST), type=_Hint).version
+        return msgspec.json.decode(storage.read_bytes(LAST_MANIFEST), type=_Hint)
     except (FileNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
         return None

@@ -3,6 +3,10 @@
 Resolving version ``v`` = the newest readable manifest at or below ``v``
 plus the replay of the commits after it (or a replay from version 0 when no
 manifest is usable). The file set never comes from listing data folders.
+
+A version below the oldest readable version recorded by ``expire_snapshots``
+raises :class:`VersionExpiredError`, also while the expiry is still deleting
+(or was killed before deleting) the old commits and data files.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..errors import (
     InvalidArgumentError,
     TableNotFoundError,
     UnsupportedFormatError,
+    VersionExpiredError,
     VersionNotFoundError,
 )
 from ..stats import (
@@ -32,12 +37,12 @@ from ..stats import (
     referenced_columns,
 )
 from ..storage import Storage
-from .actions import FORMAT_VERSION, Commit, DataFile, Metadata
-from .commits import LogListing, list_log, read_commit, read_header
+from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
+from .commits import LogListing, commit_path, decode_commit, list_log, read_commit, read_header
 from .files import FILES_SCHEMA, ReplayState, data_files
-from .manifests import read_hint, read_manifest
+from .manifests import read_hint, read_hint_oldest, read_manifest, read_manifest_header
 
-__all__ = ["Snapshot", "load_snapshot", "version_as_of"]
+__all__ = ["Snapshot", "load_snapshot", "oldest_readable_version", "version_as_of"]
 
 _PRUNE_FS = pafs.LocalFileSystem()
 
@@ -53,6 +58,7 @@ class Snapshot:
         timestamp_ms: int,
         metadata: Metadata,
         files: pa.Table,
+        oldest_version: int = 0,
     ) -> None:
         if metadata.format_version > FORMAT_VERSION:
             raise UnsupportedFormatError(
@@ -64,6 +70,8 @@ class Snapshot:
         self.timestamp_ms = timestamp_ms
         self.metadata = metadata
         self.file_table = files
+        self.oldest_version = oldest_version
+        """Oldest readable version as of this version (0: nothing expired)."""
 
     def __repr__(self) -> str:
         return (
@@ -154,6 +162,9 @@ class Snapshot:
 
     def file_urls(self, filter: Any = None) -> list[str]:
         """Full URLs of the live files (for engines such as Spark)."""
+        if normalize_filter(filter) is None:  # straight from the path column
+            prefix = self.storage.url("") + "/"
+            return [prefix + p for p in self.file_table.column("path").to_pylist()]
         return [self.storage.url(f.path) for f in self.files(filter)]
 
     # -- reading ---------------------------------------------------------------
@@ -234,6 +245,7 @@ def _finish(storage: Storage, state: ReplayState) -> Snapshot:
         timestamp_ms=state.timestamp_ms,
         metadata=state.metadata,
         files=state.files(),
+        oldest_version=state.oldest_version,
     )
 
 
@@ -261,7 +273,59 @@ def _from_manifest(storage: Storage, version: int) -> ReplayState | None:
     except (FileNotFoundError, CorruptLogError):
         return None
     h = m.header
-    return ReplayState.start(h.metadata, m.files, h.version, h.timestamp_ms)
+    return ReplayState.start(h.metadata, m.files, h.version, h.timestamp_ms, h.oldest_version)
+
+
+def oldest_readable_version(storage: Storage, listing: LogListing | None = None) -> int:
+    """The oldest version expiry left readable (0 if nothing was expired).
+
+    The hint (or else the newest readable manifest header) gives the oldest
+    version as of its manifest; the commits after it may raise it. An expiry
+    writes a manifest at its oldest version before it commits, so no expiry
+    hides below the newest manifest.
+    """
+    listing = listing or list_log(storage)
+    oldest, base = 0, -1
+    hint = read_hint_oldest(storage)
+    if hint is not None and hint[0] in listing.manifests:
+        base, oldest = hint
+    else:
+        for m in reversed(listing.manifests):
+            header = read_manifest_header(storage, m)
+            if header is not None:
+                oldest, base = header.oldest_version, m
+                break
+    for v in listing.commits:
+        if v <= base:
+            continue
+        try:
+            data = storage.read_bytes(commit_path(v))
+        except FileNotFoundError:
+            continue
+        if b'"expire"' not in data:  # most commits expire nothing: skip decoding
+            continue
+        for a in decode_commit(data, v).actions:
+            if isinstance(a, ExpireVersions):
+                oldest = max(oldest, a.oldest_version)
+    return oldest
+
+
+def _expired_error(storage: Storage, version: int, oldest: int) -> VersionExpiredError:
+    return VersionExpiredError(
+        f"expected a version at or after {oldest}, the oldest readable version of "
+        f"{storage.uri}, found {version}: older versions were expired by "
+        f"expire_snapshots and their files may be gone. Read version {oldest} or later.",
+        oldest_version=oldest,
+    )
+
+
+def _check_not_expired(storage: Storage, version: int, listing: LogListing) -> None:
+    # Every expiry leaves a manifest at or above its oldest version, so a
+    # version at or above the newest manifest cannot be expired: no reads then.
+    if listing.manifests and version < listing.manifests[-1]:
+        oldest = oldest_readable_version(storage, listing)
+        if version < oldest:
+            raise _expired_error(storage, version, oldest)
 
 
 def load_snapshot(
@@ -291,6 +355,7 @@ def load_snapshot(
         raise VersionNotFoundError(
             f"expected a version between 0 and {latest} of {storage.uri}, found {version}"
         )
+    _check_not_expired(storage, version, listing)
     commits = set(listing.commits)
     # newest usable manifest at or below the version, with every later commit present
     idx = bisect.bisect_right(listing.manifests, version)
@@ -302,6 +367,9 @@ def load_snapshot(
             return _finish(storage, _replay_forward(storage, state, version))
     missing = [v for v in range(0, version + 1) if v not in commits]
     if missing:
+        oldest = oldest_readable_version(storage, listing)
+        if version < oldest:
+            raise _expired_error(storage, version, oldest)
         raise VersionNotFoundError(
             f"expected to resolve version {version} of {storage.uri} from a manifest or from "
             f"commits 0..{version}, found no usable manifest and commit {missing[0]} missing; "
@@ -317,7 +385,11 @@ def advance(snapshot: Snapshot, commits: Sequence[Commit]) -> Snapshot:
     if not commits:
         return snapshot
     state = ReplayState.start(
-        snapshot.metadata, snapshot.file_table, snapshot.version, snapshot.timestamp_ms
+        snapshot.metadata,
+        snapshot.file_table,
+        snapshot.version,
+        snapshot.timestamp_ms,
+        snapshot.oldest_version,
     )
     for c in commits:
         state.apply(c)
@@ -328,25 +400,37 @@ def version_as_of(storage: Storage, when: dt.datetime | int) -> int:
     """The latest version committed at or before ``when`` (datetime or epoch ms).
 
     Commit timestamps strictly increase, so this is a binary search over
-    commit headers.
+    commit headers. An instant before the oldest readable version of an
+    expired table raises :class:`VersionExpiredError`.
     """
     if isinstance(when, dt.datetime):
         aware = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
         ts = int(aware.timestamp() * 1000)
     else:
         ts = int(when)
-    versions = list_log(storage).commits
+    listing = list_log(storage)
+    versions = listing.commits
     if not versions:
         raise TableNotFoundError(f"expected a lakelog table at {storage.uri}, found no log")
+    oldest = 0
+    if versions[0] > 0 or (listing.manifests and versions[0] < listing.manifests[-1]):
+        oldest = oldest_readable_version(storage, listing)
+        versions = tuple(v for v in versions if v >= oldest) or versions
     lo, hi = 0, len(versions) - 1
     first_ts = read_header(storage, versions[0]).timestamp_ms
     if ts < first_ts:
         first = dt.datetime.fromtimestamp(first_ts / 1000, tz=dt.timezone.utc)
-        raise VersionNotFoundError(
+        message = (
             f"expected an instant at or after the oldest readable commit "
             f"(version {versions[0]} at {first.isoformat()}), found "
             f"{dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc).isoformat()}"
         )
+        if oldest > 0:
+            raise VersionExpiredError(
+                f"{message}; older versions were expired by expire_snapshots.",
+                oldest_version=oldest,
+            )
+        raise VersionNotFoundError(message)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if read_header(storage, versions[mid]).timestamp_ms <= ts:

@@ -1,0 +1,224 @@
+"""Expire old versions, then delete the data and log files only they used.
+
+A version expires when it is both older than ``older_than`` (by its commit
+time) and not among the newest ``retain_last``; expired versions always form
+a prefix ``[0, O)`` and ``O``, the new oldest readable version, is at most the
+latest. The steps, each safe to be killed after (a rerun finishes the job):
+
+1. write a manifest at ``O``, so ``O`` resolves without any older commit;
+2. commit ``ExpireVersions(oldest_version=O)``: from here on asking for a
+   version below ``O`` raises :class:`~lakelog.VersionExpiredError`;
+3. delete the data files no retained version references, computed from the
+   log, never by listing: files removed by commits ``<= O``, minus files live
+   at ``O`` or added after ``O`` (a removed-but-retained file stays);
+4. delete the commit files and manifests below ``O``, oldest first.
+
+Step 3 finishes before step 4 starts, so the commits a rerun needs to find
+the files to delete are still there if step 3 was cut short.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING
+
+from .._failpoints import failpoint
+from ..errors import InvalidArgumentError, VersionExpiredError
+from ..log.actions import ExpireVersions
+from ..log.commits import LogListing, commit_path, list_log, read_header
+from ..log.manifests import ManifestHeader, manifest_path, write_manifest
+from ..log.snapshot import load_snapshot
+from ..properties import get_float, get_int
+from ..storage import Storage
+from .cleanup_report import ExpireReport
+from .logscan import read_changes
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = ["duration_seconds", "expire_snapshots", "resolve_oldest"]
+
+_DELETE_BATCH = 1000
+
+
+def duration_seconds(
+    value: dt.timedelta | None, props: dict[str, str], key: str, name: str
+) -> float:
+    """Seconds of a duration option, or of its table property when None."""
+    if value is None:
+        seconds = get_float(props, key)
+    elif isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+    else:
+        raise InvalidArgumentError(
+            f"expected {name} to be a datetime.timedelta, found {type(value).__name__}"
+        )
+    if seconds < 0:
+        raise InvalidArgumentError(f"expected {name} >= 0, found {seconds}s (property {key})")
+    return seconds
+
+
+def _retain_last(value: int | None, props: dict[str, str]) -> int:
+    n = get_int(props, "lakelog.expire.retain_last") if value is None else value
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InvalidArgumentError(
+            f"expected retain_last to be an integer >= 1 (the current version always "
+            f"stays), found {n!r}"
+        )
+    return n
+
+
+def resolve_oldest(
+    storage: Storage,
+    listing: LogListing,
+    *,
+    latest: int,
+    previous: int,
+    cutoff_ms: int,
+    retain_last: int,
+) -> int:
+    """The new oldest readable version: the first version that is among the
+    newest ``retain_last`` or committed at or after ``cutoff_ms``.
+
+    Commit times strictly increase, so the expired versions are a prefix and a
+    binary search over commit headers finds its end.
+    """
+    by_count = latest - retain_last + 1
+    if by_count <= previous:
+        return previous
+    if read_header(storage, by_count).timestamp_ms < cutoff_ms:
+        return by_count
+    candidates = [v for v in listing.commits if previous <= v < by_count]
+    lo, hi = 0, len(candidates)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if read_header(storage, candidates[mid]).timestamp_ms >= cutoff_ms:
+            hi = mid
+        else:
+            lo = mid + 1
+    return candidates[lo] if lo < len(candidates) else by_count
+
+
+def _delete(storage: Storage, paths: list[str], point: str) -> None:
+    """Delete in batches, in the given order; ``point`` fires after the first batch."""
+    for i in range(0, len(paths), _DELETE_BATCH):
+        storage.delete(paths[i : i + _DELETE_BATCH])
+        if i == 0:
+            failpoint(point)
+
+
+def expire_snapshots(
+    table: Table,
+    *,
+    older_than: dt.timedelta | None = None,
+    retain_last: int | None = None,
+    dry_run: bool = False,
+) -> ExpireReport:
+    """Expire versions older than ``older_than`` and not among the newest
+    ``retain_last`` (defaults: the ``lakelog.expire.*`` table properties), then
+    delete the files only expired versions used. See the module docstring."""
+    started = time.perf_counter()
+    storage = table.storage
+    for attempt in range(3):
+        snap = load_snapshot(storage)
+        props = snap.properties
+        older_s = duration_seconds(
+            older_than, props, "lakelog.expire.older_than_seconds", "older_than"
+        )
+        keep = _retain_last(retain_last, props)
+        listing = list_log(storage)
+        latest, previous = snap.version, snap.oldest_version
+        cutoff_ms = int(time.time() * 1000 - older_s * 1000)
+        oldest = resolve_oldest(
+            storage,
+            listing,
+            latest=latest,
+            previous=previous,
+            cutoff_ms=cutoff_ms,
+            retain_last=keep,
+        )
+        leftovers = [v for v in listing.commits if v < oldest] or [
+            m for m in listing.manifests if m < oldest
+        ]
+        if oldest == previous and not leftovers:
+            return ExpireReport(
+                dry_run, latest, oldest, previous, None, (), 0, (), time.perf_counter() - started
+            )
+        try:
+            at_oldest = (
+                snap if oldest == latest else load_snapshot(storage, oldest, listing=listing)
+            )
+            break
+        except VersionExpiredError:  # a concurrent expiry went further: plan again
+            if attempt == 2:
+                raise
+    expire_version: int | None = None
+    if not dry_run and oldest > previous:
+        # 1. the oldest retained version must resolve without older commits
+        write_manifest(
+            storage,
+            ManifestHeader(
+                version=oldest,
+                timestamp_ms=at_oldest.timestamp_ms,
+                num_files=at_oldest.num_files,
+                metadata=at_oldest.metadata,
+                oldest_version=at_oldest.oldest_version,
+            ),
+            at_oldest.file_table,
+        )
+        failpoint("expire:after-manifest")
+        # 2. record the expiry: older versions now raise VersionExpiredError
+        result = table.commit(
+            [ExpireVersions(oldest_version=oldest)],
+            operation="EXPIRE SNAPSHOTS",
+            kind="append",
+            read_snapshot=snap,
+            parameters={
+                "older_than_seconds": older_s,
+                "retain_last": keep,
+                "oldest_version": oldest,
+            },
+            metrics={"versions_expired": oldest - previous},
+        )
+        expire_version = result.version
+        failpoint("expire:after-commit")
+
+    # 3. data files that only expired versions reference, from the log
+    retained = set(at_oldest.file_table.column("path").to_pylist())
+    retained.update(snap.file_table.column("path").to_pylist())
+    # The commit at the previous oldest version was already handled, unless the
+    # run that expired up to it was cut short before deleting the older log.
+    cut_short = bool(listing.commits) and listing.commits[0] < previous
+    first = 0 if previous == 0 or cut_short else previous + 1
+    removed: set[str] = set()
+    sizes: dict[str, int] = {}
+    for change in read_changes(storage, [v for v in listing.commits if v >= first]):
+        if change.version > oldest:
+            retained.update(change.added)
+            continue
+        sizes.update(change.added)
+        for path, size in change.removed.items():
+            removed.add(path)
+            if size is not None:
+                sizes[path] = size
+    data_files = sorted(removed - retained)
+    data_bytes = sum(sizes.get(p, 0) for p in data_files)
+    log_files = [manifest_path(m) for m in listing.manifests if m < oldest]
+    log_files += [commit_path(v) for v in listing.commits if v < oldest]  # oldest first
+    if not dry_run:
+        _delete(storage, data_files, "expire:mid-data")
+        failpoint("expire:after-data")
+        # 4. the log below the oldest version, commits oldest first
+        _delete(storage, log_files, "expire:mid-log")
+    return ExpireReport(
+        dry_run=dry_run,
+        latest_version=latest,
+        oldest_version=oldest,
+        previous_oldest_version=previous,
+        expire_commit_version=expire_version,
+        data_files=tuple(data_files),
+        data_bytes=data_bytes,
+        log_files=tuple(log_files),
+        duration_s=time.perf_counter() - started,
+    )
