@@ -28,6 +28,7 @@ DEFAULTS: dict[str, str] = {
     "lakelog.compaction.min_file_size_ratio": "0.75",
     "lakelog.compaction.min_input_files": "2",
     "lakelog.compaction.max_concurrent_groups": "2",
+    "lakelog.compaction.groups_per_commit": "10",  # with partial_progress
     # cleanup
     "lakelog.expire.older_than_seconds": str(7 * 24 * 3600),
     "lakelog.expire.retain_last": "10",
@@ -42,6 +43,7 @@ _POSITIVE_INTS = {
     "lakelog.row_group_size",
     "lakelog.compaction.min_input_files",
     "lakelog.compaction.max_concurrent_groups",
+    "lakelog.compaction.groups_per_commit",
     "lakelog.expire.retain_last",
 }
 

@@ -6,7 +6,7 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -14,6 +14,7 @@ from ._failpoints import failpoint
 from .errors import (
     CommitConflictError,
     InvalidArgumentError,
+    LakelogError,
     SchemaMismatchError,
     TableExistsError,
     TableNotFoundError,
@@ -30,6 +31,11 @@ from .storage import Storage
 from .transaction import CommitResult, Kind, Rebase, Transaction
 
 __all__ = ["Table", "create_table", "open_table", "write_table"]
+
+if TYPE_CHECKING:
+    from .maintenance.cleanup_report import ExpireReport, VacuumReport
+    from .maintenance.layout import ClusteringReport
+    from .maintenance.report import MaintenanceReport
 
 WriteMode = Literal["append", "overwrite", "error"]
 
@@ -214,8 +220,9 @@ class Table:
                     "num_bytes": sum(a.size_bytes for a in adds),
                 },
             )
-        except BaseException:
-            self.storage.delete([a.path for a in adds])
+        except BaseException as e:
+            if _not_landed(e):
+                self.storage.delete([a.path for a in adds])
             raise
 
     def overwrite(
@@ -262,8 +269,9 @@ class Table:
                 },
                 replaced_partitions=scope,
             )
-        except BaseException:
-            self.storage.delete([a.path for a in adds])
+        except BaseException as e:
+            if _not_landed(e):
+                self.storage.delete([a.path for a in adds])
             raise
 
     def _partition_scope(
@@ -309,6 +317,155 @@ class Table:
 
     # -- maintenance (see lakelog.maintenance) -------------------------------------
     # MAINTENANCE-METHODS (each maintenance module adds its delegating method here)
+    def expire_snapshots(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        retain_last: int | None = None,
+        dry_run: bool = False,
+    ) -> ExpireReport:
+        """Make versions older than ``older_than`` and not among the newest
+        ``retain_last`` unreadable, and delete the data and log files only they
+        used. Defaults: ``lakelog.expire.older_than_seconds`` (7 days) and
+        ``lakelog.expire.retain_last`` (10). See :mod:`lakelog.maintenance.expire`.
+        """
+        from .maintenance.expire import expire_snapshots
+
+        return expire_snapshots(
+            self, older_than=older_than, retain_last=retain_last, dry_run=dry_run
+        )
+
+    def vacuum(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        dry_run: bool = True,
+        force: bool = False,
+    ) -> VacuumReport:
+        """List (or, with ``dry_run=False``, delete) files under the root that no
+        retained version references and that are older than ``older_than``
+        (default ``lakelog.vacuum.older_than_seconds``, 3 days). Values below
+        ``lakelog.vacuum.min_age_seconds`` (1 hour) need ``force=True``. See
+        :mod:`lakelog.maintenance.vacuum`.
+        """
+        from .maintenance.vacuum import vacuum
+
+        return vacuum(self, older_than=older_than, dry_run=dry_run, force=force)
+
+    def optimize(
+        self,
+        *,
+        zorder_by: Sequence[str] | None = None,
+        sort_by: Sequence[str] | None = None,
+        curve: Literal["hilbert", "zorder"] = "hilbert",
+        target_file_size: int | None = None,
+        partition_filter: Any = None,
+        incremental: bool = True,
+        max_group_bytes: int | None = None,
+        compression: str | None = None,
+        row_group_size: int | None = None,
+        max_concurrent_groups: int | None = None,
+        dry_run: bool = False,
+    ) -> MaintenanceReport:
+        """Cluster rows by a space-filling curve (``zorder_by``) or a linear sort (``sort_by``).
+
+        Keys come from each column's rank against quantile boundaries kept with
+        the clustered files. Incremental by default: new files are clustered and
+        merged into the key ranges where they accumulate, within a rewrite budget
+        proportional to the new bytes; ``incremental=False`` reclusters everything
+        with fresh boundaries. Groups larger than ``max_group_bytes`` are sorted
+        in spilled runs and merged. Commits like :meth:`compact`
+        (``data_change=false``). See ``docs/maintenance.md``.
+        """
+        from .maintenance.optimize import optimize_table
+
+        return optimize_table(
+            self,
+            zorder_by=zorder_by,
+            sort_by=sort_by,
+            curve=curve,
+            target_file_size=target_file_size,
+            partition_filter=partition_filter,
+            incremental=incremental,
+            max_group_bytes=max_group_bytes,
+            compression=compression,
+            row_group_size=row_group_size,
+            max_concurrent_groups=max_concurrent_groups,
+            dry_run=dry_run,
+        )
+
+    def clustering_report(
+        self,
+        columns: Sequence[str],
+        *,
+        version: int | None = None,
+        selectivity: float = 0.01,
+        queries: Sequence[Mapping[str, tuple[Any, Any]]] | None = None,
+    ) -> ClusteringReport:
+        """Overlap depth and expected fraction of bytes read by range queries, from file
+        stats alone (see :func:`lakelog.maintenance.layout.clustering_report`)."""
+        from .maintenance.layout import clustering_report
+
+        return clustering_report(
+            self.snapshot(version), columns, selectivity=selectivity, queries=queries
+        )
+
+    def compact(
+        self,
+        *,
+        target_file_size: int | None = None,
+        target_rows: int | None = None,
+        min_file_size: int | None = None,
+        min_input_files: int | None = None,
+        partition_filter: Any = None,
+        compression: str | None = None,
+        row_group_size: int | None = None,
+        max_concurrent_groups: int | None = None,
+        max_bytes_per_second: float | None = None,
+        partial_progress: bool = False,
+        dry_run: bool = False,
+    ) -> MaintenanceReport:
+        """Rewrite small files into files of the target size, beside live writers.
+
+        Plans on the latest snapshot (files below ``min_file_size``, default 75%
+        of ``target_file_size``, bin-packed per partition; ``target_rows`` packs
+        and cuts by rows), rewrites the groups in up to ``max_concurrent_groups``
+        threads (reads paced to ``max_bytes_per_second``), and commits the swap
+        with ``data_change=false`` in one commit (one per
+        ``lakelog.compaction.groups_per_commit`` groups with ``partial_progress``).
+        Concurrent appends are rebased over; a group whose source a concurrent
+        commit removed is abandoned and reported. ``partition_filter`` (DNF
+        tuples or an Expression over partition columns) limits the work;
+        ``dry_run=True`` only plans and writes nothing. Unset options come from
+        table properties. See ``docs/maintenance.md``.
+        """
+        from .maintenance.compact import compact_table
+
+        return compact_table(
+            self,
+            target_file_size=target_file_size,
+            target_rows=target_rows,
+            min_file_size=min_file_size,
+            min_input_files=min_input_files,
+            partition_filter=partition_filter,
+            compression=compression,
+            row_group_size=row_group_size,
+            max_concurrent_groups=max_concurrent_groups,
+            max_bytes_per_second=max_bytes_per_second,
+            partial_progress=partial_progress,
+            dry_run=dry_run,
+        )
+
+
+def _not_landed(error: BaseException) -> bool:
+    """Whether a failed write certainly committed nothing, so its new files can go.
+
+    lakelog's own errors (conflicts, bad arguments) are raised before or instead
+    of a commit; any other error (a timeout, an interrupt) may have hit after
+    the commit landed, and deleting the files then would break the table. Such
+    files are left for vacuum instead.
+    """
+    return isinstance(error, LakelogError)
 
 
 def _storage(uri: str, storage_options: Mapping[str, Any] | None, single_writer: bool) -> Storage:

@@ -15,7 +15,12 @@ from ..errors import LakelogError
 
 __all__ = ["main"]
 
-COMMAND_MODULES = ("lakelog.cli.core",)
+COMMAND_MODULES = (
+    "lakelog.cli.core",
+    "lakelog.cli.maintenance",
+    "lakelog.cli.cleanup",
+    "lakelog.cli.cluster",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

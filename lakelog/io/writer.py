@@ -2,7 +2,8 @@
 
 Memory is bounded by one row group per open partition: batches are buffered
 until ``row_group_size`` rows, written as one row group, and a file is closed
-once its size reaches ``target_file_size``.
+once its size reaches ``target_file_size`` (or its row count ``target_rows``,
+when given: then row groups are also cut so no file exceeds it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class WriteOptions:
     row_group_size: int
     compression: str = "zstd"
     tags: Mapping[str, str] = field(default_factory=dict)
+    target_rows: int | None = None
+    use_dictionary: bool | tuple[str, ...] = True
+    """Dictionary-encode every column (True), none (False) or only these."""
 
     def __post_init__(self) -> None:
         if self.target_file_size <= 0:
@@ -46,6 +50,10 @@ class WriteOptions:
         if self.row_group_size <= 0:
             raise InvalidArgumentError(
                 f"expected row_group_size > 0 rows, found {self.row_group_size}"
+            )
+        if self.target_rows is not None and self.target_rows <= 0:
+            raise InvalidArgumentError(
+                f"expected target_rows > 0 (or None), found {self.target_rows}"
             )
         check_codec(self.compression)
 
@@ -87,14 +95,22 @@ class RollingWriter:
         self._rows_in_file = 0
         self._seq = 0
 
+    def _row_group_limit(self) -> int:
+        """Rows the current row group may hold (less near a ``target_rows`` cut)."""
+        limit = self.options.row_group_size
+        target_rows = self.options.target_rows
+        if target_rows is not None:
+            limit = min(limit, target_rows - self._rows_in_file)
+        return limit
+
     def write(self, batch: pa.RecordBatch) -> None:
-        rg = self.options.row_group_size
         while batch.num_rows:
-            take = min(batch.num_rows, rg - self._buffered_rows)
+            limit = self._row_group_limit()
+            take = min(batch.num_rows, limit - self._buffered_rows)
             self._buffer.append(batch.slice(0, take))
             self._buffered_rows += take
             batch = batch.slice(take)
-            if self._buffered_rows >= rg:
+            if self._buffered_rows >= limit:
                 self._flush_row_group()
 
     def _open(self) -> None:
@@ -108,6 +124,11 @@ class RollingWriter:
             self.schema,
             compression=None if codec == "none" else codec,
             write_statistics=True,
+            use_dictionary=(
+                list(self.options.use_dictionary)
+                if isinstance(self.options.use_dictionary, tuple)
+                else self.options.use_dictionary
+            ),
         )
         self._rows_in_file = 0
 
@@ -121,7 +142,10 @@ class RollingWriter:
         self._writer.write_table(table, row_group_size=self._buffered_rows)
         self._rows_in_file += self._buffered_rows
         self._buffer, self._buffered_rows = [], 0
-        if self._sink.tell() >= self.options.target_file_size:
+        target_rows = self.options.target_rows
+        if self._sink.tell() >= self.options.target_file_size or (
+            target_rows is not None and self._rows_in_file >= target_rows
+        ):
             self._close_file()
 
     def _close_file(self) -> None:
@@ -130,6 +154,7 @@ class RollingWriter:
         assert self._sink is not None
         writer, sink = self._writer, self._sink
         self._writer, self._sink = None, None
+        self._rows_in_file = 0
         writer.close()
         sink.close()
         md = writer.writer.metadata

@@ -1,0 +1,234 @@
+"""``lakelog compact`` (and the other maintenance commands as they arrive)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import InvalidArgumentError
+from ..maintenance.compact import Progress, dry_run_report, execute_plan
+from ..maintenance.plan import CompactionPlan, plan_compaction
+from ..partitioning import typed_partition_value
+from ..table import Table
+from .common import add_table_args, human_bytes, open_from_args, parse_size, print_json
+
+__all__ = ["ProgressBar", "register"]
+
+_PLANNING_OPTIONS = (
+    "target_file_size",
+    "target_rows",
+    "min_file_size",
+    "min_input_files",
+    "partition",
+    "compression",
+    "row_group_size",
+)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    value = parse_size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size > 0, found {text!r}")
+    return value
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "compact",
+        help="rewrite small files into files of the target size",
+        description="Bin-pack small files per partition and rewrite them into files of the "
+        "target size, committed atomically beside live writers. Unset options come from "
+        "table properties.",
+    )
+    add_table_args(p)
+    g = p.add_argument_group("planning")
+    g.add_argument(
+        "--target-file-size",
+        type=_size,
+        metavar="SIZE",
+        help="output file size, e.g. 128MiB (default: lakelog.target_file_size)",
+    )
+    g.add_argument(
+        "--target-rows",
+        type=_count,
+        metavar="N",
+        help="rows per output file (alone: pack by rows; with a size: either bound)",
+    )
+    g.add_argument(
+        "--min-file-size",
+        type=_size,
+        metavar="SIZE",
+        help="files below this are candidates (default: 75%% of the target)",
+    )
+    g.add_argument(
+        "--min-input-files",
+        type=_count,
+        metavar="N",
+        help="rewrite groups of at least N files (default 2)",
+    )
+    g.add_argument(
+        "--partition",
+        action="append",
+        default=[],
+        metavar="COL=VALUE",
+        help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
+    )
+    g.add_argument(
+        "--compression", metavar="CODEC", help="codec of the new files (default: the table's)"
+    )
+    g.add_argument(
+        "--row-group-size", type=_count, metavar="ROWS", help="rows per row group of the new files"
+    )
+    g = p.add_argument_group("execution")
+    g.add_argument(
+        "--max-concurrent-groups",
+        type=_count,
+        metavar="N",
+        help="groups rewritten in parallel (default 2)",
+    )
+    g.add_argument(
+        "--max-bytes-per-second",
+        type=_size,
+        metavar="SIZE",
+        help="pace reads to this rate in total, e.g. 50MiB",
+    )
+    g.add_argument(
+        "--partial-progress",
+        action="store_true",
+        help="commit every lakelog.compaction.groups_per_commit groups",
+    )
+    g = p.add_argument_group("plans")
+    g.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
+    g.add_argument("--plan-out", metavar="FILE", help="save the plan as JSON")
+    g.add_argument(
+        "--plan", metavar="FILE", help="execute a plan saved with --plan-out instead of planning"
+    )
+    g.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="with --dry-run, list every source file of the plan",
+    )
+    p.set_defaults(func=cmd_compact)
+
+
+def _partition_filter(table: Table, pairs: list[str]) -> list[Any] | None:
+    if not pairs:
+        return None
+    values: dict[str, list[Any]] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InvalidArgumentError(f"expected COL=VALUE for --partition, found {pair!r}")
+        col, text = pair.split("=", 1)
+        if col not in table.partition_by:
+            raise InvalidArgumentError(
+                f"expected --partition on a partition column {list(table.partition_by)}, "
+                f"found {col!r}"
+            )
+        typ = table.schema.field(col).type
+        values.setdefault(col, []).append(typed_partition_value(text, typ))
+    return [(c, "in", v) for c, v in values.items()]
+
+
+class ProgressBar:
+    """A one-line progress bar redrawn in place on a terminal (stderr)."""
+
+    def __init__(self, stream: TextIO, *, width: int = 30, interval: float = 0.1) -> None:
+        self.stream = stream
+        self.width = width
+        self.interval = interval
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self._drawn = False
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        final = p.groups_done == p.groups_total
+        with self._lock:
+            if not final and now - self._last < self.interval:
+                return
+            self._last = now
+            frac = p.bytes_done / p.bytes_total if p.bytes_total else 1.0
+            frac = min(1.0, frac)
+            filled = int(frac * self.width)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(
+                f"\r[{bar}] {frac:4.0%}  groups {p.groups_done}/{p.groups_total}  "
+                f"{human_bytes(p.bytes_done)} / {human_bytes(p.bytes_total)}"
+            )
+            self.stream.flush()
+            self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    table = open_from_args(args)
+    started = time.monotonic()
+    if args.plan:
+        given = [f"--{o.replace('_', '-')}" for o in _PLANNING_OPTIONS if getattr(args, o)]
+        if given:
+            raise InvalidArgumentError(
+                f"expected no planning options with --plan (the plan fixes them), found "
+                f"{given}; plan again without --plan to change them."
+            )
+        plan = CompactionPlan.from_json(Path(args.plan).read_bytes())
+    else:
+        plan = plan_compaction(
+            table.snapshot(),
+            target_file_size=args.target_file_size,
+            target_rows=args.target_rows,
+            min_file_size=args.min_file_size,
+            min_input_files=args.min_input_files,
+            partition_filter=_partition_filter(table, args.partition),
+            compression=args.compression,
+            row_group_size=args.row_group_size,
+        )
+    if args.plan_out:
+        Path(args.plan_out).write_text(plan.to_json())
+    if args.dry_run:
+        report = dry_run_report(plan, duration_s=time.monotonic() - started)
+        report.emit()
+        if args.json:
+            print_json({**report.to_dict(), "plan": plan.describe().splitlines()})
+        else:
+            print(plan.describe(files=args.verbose))
+            print(report.summary())
+        return 0
+    bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        report = execute_plan(
+            table,
+            plan,
+            max_concurrent_groups=args.max_concurrent_groups,
+            max_bytes_per_second=args.max_bytes_per_second,
+            partial_progress=args.partial_progress,
+            progress=bar,
+            read_snapshot=None,
+            started=started,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report)
+    return 0

@@ -1,0 +1,181 @@
+"""Plan + group results -> one atomic rewrite commit (the only log writer for rewrites).
+
+The commit removes every source of the groups and adds their outputs, all
+with ``data_change=false``, as a ``rewrite`` transaction on top of the plan's
+read version. Concurrent appends are rebased over. When a concurrent commit
+removed a source of some group (another compaction, a delete, an overwrite),
+that group is *abandoned*: its outputs are deleted and it is reported, and the
+other groups still commit. The commit header's metrics always describe the
+actions that land.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from ..errors import CommitConflictError, InvalidArgumentError
+from ..log.actions import Action, Commit, RemoveFile
+from ..log.snapshot import Snapshot
+from ..storage import Storage
+from ..table import Table
+from ..transaction import CommitResult
+from .plan import FileGroup
+from .rewrite import GroupResult
+
+__all__ = ["RewritePlan", "commit_rewrite", "delete_outputs"]
+
+log = logging.getLogger("lakelog")
+
+
+class RewritePlan(Protocol):
+    """What :func:`commit_rewrite` needs of a plan (compaction or clustering)."""
+
+    @property
+    def table_id(self) -> str: ...
+
+    @property
+    def read_version(self) -> int: ...
+
+    @property
+    def groups(self) -> Sequence[FileGroup]: ...
+
+
+class _GroupsLost(CommitConflictError):
+    """Raised inside the rebase callback: these groups lost a source to a winner."""
+
+    def __init__(self, group_ids: list[str], winning_version: int) -> None:
+        super().__init__(
+            f"groups {group_ids} lost sources to version {winning_version}",
+            winning_version=winning_version,
+        )
+        self.group_ids = group_ids
+
+
+def delete_outputs(storage: Storage, results: Sequence[GroupResult]) -> None:
+    """Delete files written for groups that will not be committed (best effort)."""
+    paths = [a.path for r in results for a in r.added]
+    try:
+        storage.delete(paths)
+    except Exception as e:  # noqa: BLE001 - unreferenced files are vacuum's to remove
+        log.warning("could not delete %d uncommitted rewrite outputs: %r", len(paths), e)
+
+
+def _actions(kept: Mapping[str, tuple[FileGroup, GroupResult]], now_ms: int) -> list[Action]:
+    actions: list[Action] = []
+    for group, result in kept.values():
+        actions.extend(f.to_remove(deletion_ms=now_ms, data_change=False) for f in group.files)
+        actions.extend(result.added)
+    return actions
+
+
+def _metrics(kept: Mapping[str, tuple[FileGroup, GroupResult]]) -> dict[str, Any]:
+    return {
+        "num_groups": len(kept),
+        "num_removed_files": sum(len(g.files) for g, _ in kept.values()),
+        "num_added_files": sum(len(r.added) for _, r in kept.values()),
+        "removed_bytes": sum(g.total_bytes for g, _ in kept.values()),
+        "added_bytes": sum(r.bytes_written for _, r in kept.values()),
+        "num_rows": sum(r.num_rows for _, r in kept.values()),
+    }
+
+
+def _lost_groups(kept: Mapping[str, tuple[FileGroup, GroupResult]], removed: set[str]) -> list[str]:
+    return [gid for gid, (g, _) in kept.items() if any(f.path in removed for f in g.files)]
+
+
+def commit_rewrite(
+    table: Table,
+    plan: RewritePlan,
+    results: Sequence[GroupResult],
+    *,
+    operation: str = "COMPACT",
+    parameters: Mapping[str, Any] | None = None,
+    read_snapshot: Snapshot | None = None,
+) -> tuple[CommitResult | None, list[str]]:
+    """Commit the results of some groups of ``plan`` as one rewrite commit.
+
+    Returns the commit (``None`` if nothing was left to commit) and the ids of
+    the groups abandoned because a concurrent commit removed one of their
+    sources; their outputs are deleted. ``read_snapshot`` defaults to the
+    snapshot at ``plan.read_version``. Any other conflict (a concurrent schema
+    or property change) deletes every output and raises
+    :class:`~lakelog.errors.CommitConflictError`.
+    """
+    groups = {g.group_id: g for g in plan.groups}
+    kept: dict[str, tuple[FileGroup, GroupResult]] = {}
+    for r in results:
+        if r.group_id not in groups:
+            raise InvalidArgumentError(
+                f"expected results of groups of this plan, found group {r.group_id!r} that "
+                f"the plan (read version {plan.read_version}) does not have"
+            )
+        if r.group_id in kept:
+            raise InvalidArgumentError(f"expected one result per group, found {r.group_id!r} twice")
+        kept[r.group_id] = (groups[r.group_id], r)
+    if not kept:
+        return None, []
+    snap = read_snapshot if read_snapshot is not None else table.snapshot(plan.read_version)
+    if snap.version != plan.read_version or snap.table_id != plan.table_id:
+        raise InvalidArgumentError(
+            f"expected the snapshot the plan was made from (table {plan.table_id}, version "
+            f"{plan.read_version}), found table {snap.table_id} at version {snap.version}"
+        )
+    abandoned: list[str] = []
+
+    def abandon(ids: list[str], version: int | None) -> None:
+        delete_outputs(table.storage, [kept[i][1] for i in ids])
+        for i in ids:
+            del kept[i]
+        abandoned.extend(ids)
+        log.info(
+            "%s: abandoned %d group(s) whose sources version %s removed concurrently: %s",
+            operation,
+            len(ids),
+            version,
+            ids,
+        )
+
+    def rebase(winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
+        removed = {a.path for w in winners for a in w.actions if isinstance(a, RemoveFile)}
+        lost = _lost_groups(kept, removed)
+        if lost:
+            raise _GroupsLost(lost, winners[-1].header.version)
+        return actions
+
+    retries = 0
+    while kept:
+        try:
+            result = table.commit(
+                _actions(kept, int(time.time() * 1000)),
+                operation=operation,
+                kind="rewrite",
+                read_snapshot=snap,
+                parameters=parameters,
+                metrics=_metrics(kept),
+                rebase=rebase,
+            )
+        except _GroupsLost as e:
+            abandon(e.group_ids, e.winning_version)
+            retries += 1
+            continue
+        except CommitConflictError as e:
+            lost = _lost_groups(kept, set(e.conflicting_files))
+            if lost:
+                abandon(lost, e.winning_version)
+                retries += 1
+                continue
+            delete_outputs(table.storage, [r for _, r in kept.values()])
+            raise
+        if retries:
+            result = CommitResult(
+                version=result.version,
+                attempts=result.attempts + retries,
+                txn_id=result.txn_id,
+                operation=result.operation,
+                actions=result.actions,
+            )
+        return result, abandoned
+    return None, abandoned

@@ -1,0 +1,426 @@
+"""Pure planners: snapshot in, plan out (no I/O beyond the snapshot).
+
+:func:`plan_compaction` picks the *candidates* (files below ``min_file_size``,
+by default 75% of the target, or below 75% of ``target_rows``), groups them by
+partition and bin-packs each partition first-fit-decreasing into groups of at
+most the target size (bytes, rows, or both: a group closes when either would
+be exceeded). Groups of one file are dropped, since rewriting a file alone
+changes nothing.
+
+A :class:`CompactionPlan` carries its read version, the table schema and
+every source :class:`DataFile` whole, so it can be printed, saved as JSON and
+executed elsewhere (another process, a Spark task) without reading the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgumentError, UnsupportedFormatError
+from ..io.writer import check_codec
+from ..log.actions import DataFile, decode_schema, encode_schema
+from ..log.files import data_files
+from ..log.snapshot import Snapshot
+from ..partitioning import partition_dir
+from ..properties import get_float, get_int, get_str
+from .partition_filter import partition_matcher
+
+__all__ = [
+    "PLAN_FORMAT",
+    "CompactionOptions",
+    "CompactionPlan",
+    "FileGroup",
+    "bin_pack",
+    "partition_matcher",
+    "plan_compaction",
+    "positive_int",
+    "resolve_options",
+]
+
+PLAN_FORMAT = 1
+"""Version of the plan JSON this library writes and the newest it reads."""
+
+
+class FileGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """Files of one partition rewritten together into new files.
+
+    ``group_id`` is derived from the source paths, so the same files always
+    make the same id (a worker or a retry can be matched to its group).
+    """
+
+    group_id: str
+    partition: dict[str, str | None]
+    files: tuple[DataFile, ...]
+    estimated_output_files: int = 1
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(f.num_rows for f in self.files)
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+
+class CompactionOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The resolved options a plan was made with (and its outputs are written with).
+
+    ``None`` for a target means that dimension does not bound files.
+    """
+
+    target_file_size: int | None
+    target_rows: int | None
+    min_file_size: int | None
+    min_rows: int | None
+    min_input_files: int
+    row_group_size: int
+    compression: str
+
+
+class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What a compaction will rewrite, decided from the snapshot at ``read_version``."""
+
+    plan_format: int = PLAN_FORMAT
+    kind: str = "compact"
+    table_id: str
+    read_version: int
+    schema: str
+    """Arrow IPC serialization of the full table schema, base64 (as in the log)."""
+    partition_by: tuple[str, ...] = ()
+    options: CompactionOptions
+    partition_filter: str | None = None
+    snapshot_file_count: int = 0
+    snapshot_total_bytes: int = 0
+    candidate_file_count: int = 0
+    groups: tuple[FileGroup, ...] = ()
+
+    # -- derived figures ---------------------------------------------------------
+    def arrow_schema(self) -> pa.Schema:
+        return decode_schema(self.schema)
+
+    @property
+    def source_file_count(self) -> int:
+        return sum(len(g.files) for g in self.groups)
+
+    @property
+    def source_bytes(self) -> int:
+        return sum(g.total_bytes for g in self.groups)
+
+    @property
+    def estimated_output_files(self) -> int:
+        return sum(g.estimated_output_files for g in self.groups)
+
+    @property
+    def estimated_after_file_count(self) -> int:
+        return self.snapshot_file_count - self.source_file_count + self.estimated_output_files
+
+    def group(self, group_id: str) -> FileGroup:
+        for g in self.groups:
+            if g.group_id == group_id:
+                return g
+        raise InvalidArgumentError(
+            f"expected a group id of this plan (one of {[g.group_id for g in self.groups][:5]}"
+            f"{' ...' if len(self.groups) > 5 else ''}), found {group_id!r}"
+        )
+
+    # -- persistence -------------------------------------------------------------
+    def to_json(self) -> str:
+        return msgspec.json.encode(self).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CompactionPlan:
+        """Load a plan saved with :meth:`to_json`."""
+        try:
+            probe = msgspec.json.decode(text, type=_PlanProbe)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise InvalidArgumentError(
+                f"expected a compaction plan saved by lakelog (JSON), found undecodable "
+                f"content: {e}. Save plans with CompactionPlan.to_json() or "
+                f"`lakelog compact --plan-out`."
+            ) from e
+        if probe.plan_format > PLAN_FORMAT:
+            raise UnsupportedFormatError(
+                f"expected plan format <= {PLAN_FORMAT}, found {probe.plan_format}; the plan "
+                f"was made by a newer lakelog. Upgrade lakelog or plan again with this one."
+            )
+        if probe.kind != "compact":
+            raise InvalidArgumentError(
+                f"expected a compaction plan (kind 'compact'), found kind {probe.kind!r}"
+            )
+        try:
+            return msgspec.json.decode(text, type=cls)
+        except msgspec.ValidationError as e:
+            raise InvalidArgumentError(
+                f"expected a complete compaction plan, found an invalid one: {e}"
+            ) from e
+
+    # -- description -------------------------------------------------------------
+    def describe(self, *, files: bool = False) -> str:
+        """A human summary; ``files=True`` also lists every source file."""
+        o = self.options
+        bounds = []
+        if o.target_file_size is not None:
+            bounds.append(f"target {_human(o.target_file_size)}")
+        if o.target_rows is not None:
+            bounds.append(f"target {o.target_rows:,} rows")
+        small = []
+        if o.min_file_size is not None:
+            small.append(f"< {_human(o.min_file_size)}")
+        if o.min_rows is not None:
+            small.append(f"< {o.min_rows:,} rows")
+        lines = [
+            f"compaction plan at version {self.read_version}: {len(self.groups)} groups, "
+            f"{self.source_file_count} of {self.snapshot_file_count} files "
+            f"({_human(self.source_bytes)}) -> ~{self.estimated_output_files} files; "
+            f"file count {self.snapshot_file_count} -> ~{self.estimated_after_file_count}",
+            f"  {', '.join(bounds)}; candidates: files {' and '.join(small)} "
+            f"({self.candidate_file_count} found); at least {o.min_input_files} files per "
+            f"group; row groups of {o.row_group_size:,} rows; codec {o.compression}",
+        ]
+        if self.partition_filter:
+            lines.append(f"  partition filter: {self.partition_filter}")
+        for g in self.groups:
+            where = partition_dir(self.partition_by, g.partition) if self.partition_by else "-"
+            lines.append(
+                f"  group {g.group_id}  partition {where}: {len(g.files)} files, "
+                f"{_human(g.total_bytes)}, {g.num_rows:,} rows -> ~{g.estimated_output_files} "
+                f"file{'s' if g.estimated_output_files != 1 else ''}"
+            )
+            if files:
+                lines.extend(f"    {f.path} ({_human(f.size_bytes)})" for f in g.files)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+class _PlanProbe(msgspec.Struct):
+    plan_format: int = PLAN_FORMAT
+    kind: str = "compact"
+
+
+def _human(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"
+
+
+# -- validation -----------------------------------------------------------------
+
+
+def positive_int(name: str, value: Any, *, unit: str = "") -> int:
+    """``value`` as an int > 0, or :class:`InvalidArgumentError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(
+            f"expected {name} to be an integer > 0{f' ({unit})' if unit else ''}, found {value!r}"
+        )
+    return value
+
+
+def resolve_options(
+    snapshot: Snapshot,
+    *,
+    target_file_size: int | None = None,
+    target_rows: int | None = None,
+    min_file_size: int | None = None,
+    min_input_files: int | None = None,
+    compression: str | None = None,
+    row_group_size: int | None = None,
+) -> CompactionOptions:
+    """Fill unset options from table properties and validate them all."""
+    props = snapshot.properties
+    ratio = get_float(props, "lakelog.compaction.min_file_size_ratio")
+    if not 0 < ratio <= 1:
+        raise InvalidArgumentError(
+            f"expected table property lakelog.compaction.min_file_size_ratio in (0, 1], "
+            f"found {ratio}; fix it with set_properties()."
+        )
+    if target_rows is not None:
+        positive_int("target_rows", target_rows, unit="rows")
+    if target_file_size is not None:
+        positive_int("target_file_size", target_file_size, unit="bytes")
+    elif target_rows is None:
+        target_file_size = get_int(props, "lakelog.target_file_size")
+    if min_file_size is not None:
+        positive_int("min_file_size", min_file_size, unit="bytes")
+    elif target_file_size is not None:
+        min_file_size = max(1, int(target_file_size * ratio))
+    min_rows = None if target_rows is None else max(1, int(target_rows * ratio))
+    if min_input_files is None:
+        min_input_files = get_int(props, "lakelog.compaction.min_input_files")
+    positive_int("min_input_files", min_input_files, unit="files")
+    if row_group_size is None:
+        row_group_size = get_int(props, "lakelog.row_group_size")
+    positive_int("row_group_size", row_group_size, unit="rows")
+    codec = check_codec(
+        compression if compression is not None else get_str(props, "lakelog.compression")
+    )
+    return CompactionOptions(
+        target_file_size=target_file_size,
+        target_rows=target_rows,
+        min_file_size=min_file_size,
+        min_rows=min_rows,
+        min_input_files=min_input_files,
+        row_group_size=row_group_size,
+        compression=codec,
+    )
+
+
+# -- bin-packing ------------------------------------------------------------------
+
+
+def bin_pack(
+    files: Iterable[DataFile], *, max_bytes: int | None, max_rows: int | None
+) -> list[list[DataFile]]:
+    """First-fit-decreasing: largest files first, each into the first group it fits.
+
+    A group never exceeds ``max_bytes`` nor ``max_rows`` (``None`` = no bound)
+    unless one file alone does, in which case it is alone in its group.
+    Deterministic: ties are broken by path.
+    """
+    if max_bytes is None and max_rows is None:
+        raise InvalidArgumentError("expected max_bytes or max_rows for bin_pack, found neither")
+    items = sorted(
+        files,
+        key=lambda f: (-(f.size_bytes if max_bytes is not None else f.num_rows), f.path),
+    )
+    if not items:
+        return []
+    cap_b = max_bytes if max_bytes is not None else math.inf
+    cap_r = max_rows if max_rows is not None else math.inf
+    min_b = min(f.size_bytes for f in items)
+    min_r = min(f.num_rows for f in items)
+    groups: list[list[DataFile]] = []
+    used: list[tuple[int, int]] = []
+    open_bins: list[int] = []  # groups that could still take the smallest file
+    for f in items:
+        for pos, i in enumerate(open_bins):
+            b, r = used[i]
+            if b + f.size_bytes <= cap_b and r + f.num_rows <= cap_r:
+                groups[i].append(f)
+                used[i] = (b + f.size_bytes, r + f.num_rows)
+                if used[i][0] + min_b > cap_b or used[i][1] + min_r > cap_r:
+                    del open_bins[pos]
+                break
+        else:
+            groups.append([f])
+            used.append((f.size_bytes, f.num_rows))
+            if f.size_bytes + min_b <= cap_b and f.num_rows + min_r <= cap_r:
+                open_bins.append(len(groups) - 1)
+    return groups
+
+
+def _group_id(files: Sequence[DataFile]) -> str:
+    digest = hashlib.sha256("\n".join(sorted(f.path for f in files)).encode()).hexdigest()
+    return f"g-{digest[:16]}"
+
+
+def _estimate_outputs(files: Sequence[DataFile], options: CompactionOptions) -> int:
+    n = 1
+    if options.target_file_size is not None:
+        n = max(n, math.ceil(sum(f.size_bytes for f in files) / options.target_file_size))
+    if options.target_rows is not None:
+        n = max(n, math.ceil(sum(f.num_rows for f in files) / options.target_rows))
+    return n
+
+
+def _candidates(snapshot: Snapshot, options: CompactionOptions) -> list[DataFile]:
+    """Files small in every bounded dimension, decoded only for those rows."""
+    ft = snapshot.file_table
+    mask: pc.Expression | None = None
+    if options.min_file_size is not None:
+        mask = pc.field("size_bytes") < options.min_file_size
+    if options.min_rows is not None:
+        rows = pc.field("num_rows") < options.min_rows
+        mask = rows if mask is None else mask & rows
+    return data_files(ft if mask is None else ft.filter(mask))
+
+
+def plan_compaction(
+    snapshot: Snapshot,
+    *,
+    target_file_size: int | None = None,
+    target_rows: int | None = None,
+    min_file_size: int | None = None,
+    min_input_files: int | None = None,
+    partition_filter: Any = None,
+    compression: str | None = None,
+    row_group_size: int | None = None,
+) -> CompactionPlan:
+    """Decide which files to rewrite together; pure (reads nothing but ``snapshot``).
+
+    Unset options come from the table properties (``lakelog.target_file_size``,
+    ``lakelog.compaction.*``, ``lakelog.row_group_size``, ``lakelog.compression``).
+    Every option is validated here, before any work.
+    """
+    options = resolve_options(
+        snapshot,
+        target_file_size=target_file_size,
+        target_rows=target_rows,
+        min_file_size=min_file_size,
+        min_input_files=min_input_files,
+        compression=compression,
+        row_group_size=row_group_size,
+    )
+    partition_by = tuple(snapshot.partition_by)
+    if isinstance(partition_filter, (list, tuple)) and not partition_filter:
+        partition_filter = None
+    match = (
+        None
+        if partition_filter is None
+        else partition_matcher(snapshot.schema, partition_by, partition_filter)
+    )
+    by_partition: dict[tuple[str | None, ...], list[DataFile]] = {}
+    for f in _candidates(snapshot, options):
+        key = tuple(f.partition.get(c) for c in partition_by)
+        by_partition.setdefault(key, []).append(f)
+    keys = list(by_partition)
+    if match is not None and keys:
+        selected = match([dict(zip(partition_by, k, strict=True)) for k in keys])
+        keys = [k for k, ok in zip(keys, selected, strict=True) if ok]
+    keys.sort(key=lambda k: tuple((v is None, v or "") for v in k))
+    need = max(2, options.min_input_files)
+    groups: list[FileGroup] = []
+    candidates = 0
+    for key in keys:
+        files = by_partition[key]
+        candidates += len(files)
+        for packed in bin_pack(
+            files, max_bytes=options.target_file_size, max_rows=options.target_rows
+        ):
+            if len(packed) < need:
+                continue
+            groups.append(
+                FileGroup(
+                    group_id=_group_id(packed),
+                    partition=dict(zip(partition_by, key, strict=True)),
+                    files=tuple(packed),
+                    estimated_output_files=_estimate_outputs(packed, options),
+                )
+            )
+    return CompactionPlan(
+        table_id=snapshot.table_id,
+        read_version=snapshot.version,
+        schema=encode_schema(snapshot.schema),
+        partition_by=partition_by,
+        options=options,
+        partition_filter=None if partition_filter is None else str(partition_filter),
+        snapshot_file_count=snapshot.num_files,
+        snapshot_total_bytes=snapshot.total_bytes,
+        candidate_file_count=candidates,
+        groups=tuple(groups),
+    )
