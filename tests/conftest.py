@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
-from _services import start_moto_server  # noqa: E402
+from _services import start_moto_server
 
 
 @dataclass
@@ -63,11 +63,10 @@ def memory_backend() -> Iterator[Backend]:
 
     root = f"/lakelog-test-{uuid.uuid4().hex}"
     yield Backend("memory", f"memory://{root}")
-    fs = MemoryFileSystem()
     for key in [k for k in list(MemoryFileSystem.store) if k.startswith(root)]:
         MemoryFileSystem.store.pop(key, None)
-    MemoryFileSystem.pseudo_dirs[:] = [d for d in MemoryFileSystem.pseudo_dirs if not d.startswith(root)]
-    del fs
+    dirs = MemoryFileSystem.pseudo_dirs
+    dirs[:] = [d for d in dirs if not d.startswith(root)]
 
 
 @pytest.fixture
