@@ -29,6 +29,10 @@ DEFAULTS: dict[str, str] = {
     "lakelog.compaction.min_input_files": "2",
     "lakelog.compaction.max_concurrent_groups": "2",
     "lakelog.compaction.groups_per_commit": "10",  # with partial_progress
+    # clustering (optimize)
+    "lakelog.clustering.max_rewrite_ratio": "8",
+    "lakelog.clustering.min_delta_file_ratio": str(1 / 64),
+    "lakelog.clustering.max_group_bytes": str(1024 * MiB),
     # cleanup
     "lakelog.expire.older_than_seconds": str(7 * 24 * 3600),
     "lakelog.expire.retain_last": "10",

@@ -30,6 +30,8 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
+from ..errors import InvalidArgumentError
+
 __all__ = [
     "DEFAULT_MAX_BITS",
     "MAX_COLUMN_BITS",
@@ -64,7 +66,7 @@ def default_bits(ncolumns: int) -> int:
     ``int64`` (engines / Parquet writers without unsigned support).
     """
     if ncolumns < 1 or ncolumns > 63:
-        raise ValueError(f"need 1..63 columns, got {ncolumns}")
+        raise InvalidArgumentError(f"need 1..63 columns, got {ncolumns}")
     return min(DEFAULT_MAX_BITS, 63 // ncolumns)
 
 
@@ -74,7 +76,7 @@ def _value_type(t: pa.DataType) -> pa.DataType:
 
 
 def _kind(t: pa.DataType) -> _Kind:
-    """Classify a (decoded) Arrow type; raise ``TypeError`` if unsupported."""
+    """Classify a (decoded) Arrow type; raise ``InvalidArgumentError`` if unsupported."""
     if pa.types.is_integer(t):
         return "int"
     if pa.types.is_float32(t) or pa.types.is_float64(t):
@@ -96,7 +98,10 @@ def _kind(t: pa.DataType) -> _Kind:
         return "binary"
     if pa.types.is_decimal(t):
         return "decimal"
-    raise TypeError(f"unsupported type for curve clustering: {t}")
+    raise InvalidArgumentError(
+        f"expected a column of integer, float, boolean, temporal, string, binary or decimal "
+        f"type for curve clustering, found {t}; cluster on a derived column instead."
+    )
 
 
 def _coerce(arr: pa.Array, target: pa.DataType) -> pa.Array:
@@ -113,7 +118,9 @@ def _chunks(values: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
         return list(values.chunks)
     if isinstance(values, pa.Array):
         return [values]
-    raise TypeError(f"expected a pyarrow Array or ChunkedArray, got {type(values).__name__}")
+    raise InvalidArgumentError(
+        f"expected a pyarrow Array or ChunkedArray, got {type(values).__name__}"
+    )
 
 
 def _to_numpy(arr: pa.Array, kind: _Kind) -> npt.NDArray[Any]:
@@ -173,18 +180,18 @@ class ColumnBoundaries:
     def __post_init__(self) -> None:
         b = self.boundaries
         if not isinstance(b, pa.Array):
-            raise TypeError("boundaries must be a pyarrow Array")
+            raise InvalidArgumentError("boundaries must be a pyarrow Array")
         if pa.types.is_dictionary(b.type):
-            raise TypeError("boundaries must not be dictionary-encoded")
+            raise InvalidArgumentError("boundaries must not be dictionary-encoded")
         _kind(b.type)
         if not 1 <= self.bits <= MAX_COLUMN_BITS:
-            raise ValueError(f"bits must be in 1..{MAX_COLUMN_BITS}, got {self.bits}")
+            raise InvalidArgumentError(f"bits must be in 1..{MAX_COLUMN_BITS}, got {self.bits}")
         if len(b) > (1 << self.bits) - 2:
-            raise ValueError(f"{len(b)} boundaries do not fit in {self.bits} bits")
+            raise InvalidArgumentError(f"{len(b)} boundaries do not fit in {self.bits} bits")
         if b.is_null(nan_is_null=True).true_count:
-            raise ValueError("boundaries must not contain nulls or NaN")
+            raise InvalidArgumentError("boundaries must not contain nulls or NaN")
         if len(b) > 1 and not pc.all(pc.less(b.slice(0, len(b) - 1), b.slice(1))).as_py():
-            raise ValueError("boundaries must be strictly increasing")
+            raise InvalidArgumentError("boundaries must be strictly increasing")
 
     def to_json(self) -> dict[str, Any]:
         """JSON-serializable form; exact for every supported type."""
@@ -215,7 +222,7 @@ class ColumnBoundaries:
         """Inverse of :meth:`to_json`; ``type`` is the column's Arrow type."""
         t = _value_type(type)
         if "type" in d and d["type"] != str(t):
-            raise ValueError(f"boundaries were computed for type {d['type']}, not {t}")
+            raise InvalidArgumentError(f"boundaries were computed for type {d['type']}, not {t}")
         kind = _kind(t)
         raw: list[Any] = list(d["boundaries"])
         if kind == "float":
@@ -234,7 +241,11 @@ class ColumnBoundaries:
 
 
 def compute_boundaries(
-    sample: pa.Table, columns: Sequence[str], *, bits: int | None = None
+    sample: pa.Table,
+    columns: Sequence[str],
+    *,
+    bits: int | None = None,
+    max_boundaries: int | None = None,
 ) -> list[ColumnBoundaries]:
     """Per-column boundaries from a sample of the table.
 
@@ -245,17 +256,23 @@ def compute_boundaries(
     spaced positions), de-duplicated; slots freed by de-duplication (heavy
     hitters) are filled with values evenly spaced among the *distinct* values,
     so skewed tails still get resolution. Nulls and NaNs are ignored.
+    ``max_boundaries`` caps ``k`` (ranks are still spread over all ``bits``), which
+    keeps the boundaries small enough to store in every clustered file's footer.
     """
     if not columns:
-        raise ValueError("need at least one column")
+        raise InvalidArgumentError("need at least one column")
     if len(set(columns)) != len(columns):
-        raise ValueError(f"duplicate columns: {list(columns)}")
+        raise InvalidArgumentError(f"duplicate columns: {list(columns)}")
     nbits = default_bits(len(columns)) if bits is None else bits
     if not 1 <= nbits <= MAX_COLUMN_BITS:
-        raise ValueError(f"bits must be in 1..{MAX_COLUMN_BITS}, got {nbits}")
+        raise InvalidArgumentError(f"bits must be in 1..{MAX_COLUMN_BITS}, got {nbits}")
     if nbits * len(columns) > 64:
-        raise ValueError(f"{len(columns)} columns x {nbits} bits exceed 64 bits")
+        raise InvalidArgumentError(f"{len(columns)} columns x {nbits} bits exceed 64 bits")
     slots = (1 << nbits) - 2
+    if max_boundaries is not None:
+        if max_boundaries < 1:
+            raise InvalidArgumentError(f"expected max_boundaries >= 1, found {max_boundaries}")
+        slots = min(slots, max_boundaries)
     result: list[ColumnBoundaries] = []
     for name in columns:
         col = sample.column(name)
@@ -337,22 +354,22 @@ def rank_keys(values: pa.Array | pa.ChunkedArray, bounds: ColumnBoundaries) -> U
 
 def _check_ranks(ranks: Sequence[npt.ArrayLike], bits: int) -> list[U64Array]:
     if len(ranks) == 0:
-        raise ValueError("need at least one rank array")
+        raise InvalidArgumentError("need at least one rank array")
     if bits < 1 or bits * len(ranks) > 64:
-        raise ValueError(f"{len(ranks)} dims x {bits} bits must be within 1..64 bits")
+        raise InvalidArgumentError(f"{len(ranks)} dims x {bits} bits must be within 1..64 bits")
     cols: list[U64Array] = []
     for r in ranks:
         a = np.asarray(r)
         if a.ndim != 1 or not (a.dtype.kind in "iu" or a.size == 0):
-            raise ValueError("ranks must be 1-D integer arrays")
+            raise InvalidArgumentError("ranks must be 1-D integer arrays")
         if a.size and a.dtype.kind == "i" and a.min() < 0:
-            raise ValueError("ranks must be non-negative")
+            raise InvalidArgumentError("ranks must be non-negative")
         u = a.astype(np.uint64)
         if u.size and bits < 64 and u.max() >= np.uint64(1 << bits):
-            raise ValueError(f"ranks must be < 2**{bits}")
+            raise InvalidArgumentError(f"ranks must be < 2**{bits}")
         cols.append(u)
     if len({c.shape[0] for c in cols}) != 1:
-        raise ValueError("rank arrays must have equal lengths")
+        raise InvalidArgumentError("rank arrays must have equal lengths")
     return cols
 
 
@@ -428,10 +445,10 @@ def curve_keys(
 ) -> pa.Array:
     """``uint64`` curve key per row over the columns named by ``boundaries`` (in order)."""
     if not boundaries:
-        raise ValueError("need at least one ColumnBoundaries")
+        raise InvalidArgumentError("need at least one ColumnBoundaries")
     widths = {b.bits for b in boundaries}
     if len(widths) != 1:
-        raise ValueError(f"all columns must use the same bits, got {sorted(widths)}")
+        raise InvalidArgumentError(f"all columns must use the same bits, got {sorted(widths)}")
     bits = widths.pop()
     ranks = [rank_keys(table.column(b.column), b) for b in boundaries]
     if curve == "zorder":
@@ -439,5 +456,5 @@ def curve_keys(
     elif curve == "hilbert":
         keys = hilbert_keys(ranks, bits)
     else:
-        raise ValueError(f"unknown curve {curve!r}")
+        raise InvalidArgumentError(f"unknown curve {curve!r}")
     return pa.array(keys, type=pa.uint64())

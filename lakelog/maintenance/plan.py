@@ -44,6 +44,9 @@ __all__ = [
     "resolve_options",
 ]
 
+CLUSTERING_SPEC_TAG = "lakelog.clustering.spec"
+"""Tag on files written by ``optimize`` (see ``lakelog.maintenance.cluster``)."""
+
 PLAN_FORMAT = 1
 """Version of the plan JSON this library writes and the newest it reads."""
 
@@ -339,9 +342,17 @@ def _estimate_outputs(files: Sequence[DataFile], options: CompactionOptions) -> 
 
 
 def _candidates(snapshot: Snapshot, options: CompactionOptions) -> list[DataFile]:
-    """Files small in every bounded dimension, decoded only for those rows."""
+    """Files small in every bounded dimension, decoded only for those rows.
+
+    Files written by clustering (tagged with a clustering spec) are left to
+    ``optimize``: its small delta files are small on purpose, and merging them
+    here without their order would undo the layout.
+    """
     ft = snapshot.file_table
+    clustered = pc.match_substring(ft.column("tags"), f'"{CLUSTERING_SPEC_TAG}"')
     mask: pc.Expression | None = None
+    if pc.any(clustered).as_py():
+        ft = ft.filter(pc.invert(pc.fill_null(clustered, False)))
     if options.min_file_size is not None:
         mask = pc.field("size_bytes") < options.min_file_size
     if options.min_rows is not None:

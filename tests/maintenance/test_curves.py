@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lakelog.errors import InvalidArgumentError
 from lakelog.maintenance.curves import (
     ColumnBoundaries,
     compute_boundaries,
@@ -301,13 +302,13 @@ def test_hilbert_one_dim_is_identity_and_wide_keys() -> None:
 
 
 def test_curve_input_validation() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         morton_keys([np.array([4])], 2)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         hilbert_keys([np.array([-1]), np.array([0])], 2)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         hilbert_keys([np.array([1]), np.array([0, 1])], 2)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         morton_keys([np.zeros(1, np.uint64)] * 3, 22)
 
 
@@ -340,13 +341,13 @@ def test_curve_keys_table_and_batch(curve: Any) -> None:
 def test_curve_keys_errors() -> None:
     t = pa.table({"a": [1, 2], "b": [3, 4]})
     ba, bb = compute_boundaries(t, ["a", "b"], bits=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         curve_keys(t, [ba, compute_boundaries(t, ["b"], bits=5)[0]], "zorder")
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         curve_keys(t, [ba, bb], "peano")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         compute_boundaries(t, ["a", "b"], bits=33)
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError, match="curve clustering"):
         compute_boundaries(pa.table({"l": [[1]]}), ["l"])
 
 
@@ -415,16 +416,16 @@ def test_json_round_trip_exact(name: str, values: pa.Array) -> None:
 
 def test_from_json_rejects_wrong_type_and_bad_boundaries() -> None:
     (b,) = compute_boundaries(pa.table({"c": [1, 2, 3]}), ["c"], bits=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         ColumnBoundaries.from_json(b.to_json(), pa.int32())
     d = b.to_json() | {"boundaries": [3, 2]}
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         ColumnBoundaries.from_json(d, pa.int64())
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         ColumnBoundaries("c", pa.array([1, 2, 3]), bits=2)  # > 2**2 - 2 boundaries
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         ColumnBoundaries("c", pa.array([1, None]), bits=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError):
         ColumnBoundaries("c", pa.array([1, 1]), bits=4)
 
 

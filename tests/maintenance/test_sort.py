@@ -1,0 +1,195 @@
+"""Ordering by key in bounded memory (in memory and with spilled runs), file cuts, writing."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakelog.errors import InvalidArgumentError
+from lakelog.io.writer import RollingWriter, WriteOptions
+from lakelog.maintenance.sort import (
+    KEY_MAX,
+    ExternalSorter,
+    FileCut,
+    Segment,
+    file_cuts,
+    write_segments,
+)
+from lakelog.storage import Storage
+
+SCHEMA = pa.schema([("k", pa.uint64()), ("id", pa.int64()), ("s", pa.string())])
+
+
+def _batches(keys: np.ndarray, rows_per_batch: int) -> list[pa.RecordBatch]:
+    ids = np.arange(len(keys))
+    out = []
+    for i in range(0, len(keys), rows_per_batch):
+        k = keys[i : i + rows_per_batch]
+        out.append(
+            pa.record_batch(
+                [
+                    pa.array(k, pa.uint64()),
+                    pa.array(ids[i : i + rows_per_batch]),
+                    pa.array([f"row-{j}" for j in ids[i : i + rows_per_batch]]),
+                ],
+                schema=SCHEMA,
+            )
+        )
+    return out
+
+
+def _key(batch: pa.RecordBatch) -> np.ndarray:
+    return batch.column("k").to_numpy().astype(np.uint64)
+
+
+def _drain(sorter: ExternalSorter, cuts: list[int] | None = None) -> tuple[pa.Table, np.ndarray]:
+    parts, keys = [], []
+    for t, k in sorter.ordered(cuts):
+        parts.append(t)
+        keys.append(k)
+        assert np.array_equal(_key(t.combine_chunks().to_batches()[0]), k) if t.num_rows else True
+    return pa.concat_tables(parts), np.concatenate(keys)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 20), min_size=1, max_size=600),
+    per_batch=st.integers(1, 97),
+    max_bytes=st.sampled_from([1, 2_000, 10**9]),
+    cuts=st.none() | st.lists(st.integers(1, 2**64 - 1), max_size=6),
+)
+def test_sorted_output_is_a_permutation_in_key_order(
+    keys: list[int],
+    per_batch: int,
+    max_bytes: int,
+    cuts: list[int] | None,
+    tmp_path_factory: Any,
+) -> None:
+    arr = np.array(keys, dtype=np.uint64)
+    spill = tmp_path_factory.mktemp("spill")
+    with ExternalSorter(SCHEMA, _key, max_bytes=max_bytes, spill_dir=str(spill)) as s:
+        s.add(_batches(arr, per_batch))
+        # cuts (file starts) switch the in-memory path to per-file buckets
+        table, out_keys = _drain(s, None if cuts is None else [0, *sorted(set(cuts))])
+        if max_bytes == 1 and len(keys) > per_batch:
+            assert s.stats.runs > 1
+        if max_bytes == 10**9:
+            assert s.stats.runs == 0
+        sample, step = s.key_sample()
+        assert step >= 1 and np.all(np.diff(sample.astype(np.float64)) >= 0)
+    assert not list(spill.iterdir())  # runs removed on exit
+    assert np.all(out_keys[1:] >= out_keys[:-1])
+    assert np.array_equal(np.sort(out_keys), np.sort(arr))
+    assert sorted(table.column("id").to_pylist()) == list(range(len(keys)))
+    # each row keeps its own key and payload
+    assert np.array_equal(table.column("k").to_numpy().astype(np.uint64), out_keys)
+    assert table.column("s").to_pylist() == [f"row-{i}" for i in table.column("id").to_pylist()]
+
+
+def test_stable_order_for_equal_keys() -> None:
+    arr = np.zeros(1000, dtype=np.uint64)
+    with ExternalSorter(SCHEMA, _key, max_bytes=10**9) as s:
+        s.add(_batches(arr, 100))
+        table, _ = _drain(s)
+    assert table.column("id").to_pylist() == list(range(1000))
+
+
+def test_max_bytes_must_be_positive() -> None:
+    with pytest.raises(InvalidArgumentError, match="max_bytes"):
+        ExternalSorter(SCHEMA, _key, max_bytes=0)
+
+
+def test_file_cuts_equal_rows_and_snap_to_coarse_boundaries() -> None:
+    keys = np.sort(np.random.default_rng(1).integers(0, 2**20, 10_000).astype(np.uint64))
+    segs = [Segment(key_start=0, key_end=KEY_MAX, rows=len(keys), files=4)]
+    exact = file_cuts(segs, keys, slack=0.0)
+    assert next(c.key_start for c in exact) == 0 and len(exact) == 4
+    counts = np.diff(np.searchsorted(keys, [c.key_start for c in exact] + [2**63]))
+    assert counts.min() >= 2400 and counts.max() <= 2600
+    snapped = file_cuts(segs, keys, slack=0.2)
+    starts = [c.key_start for c in snapped]
+    assert starts == sorted(set(starts)) and len(starts) == 4
+    # uniform keys: every quarter cut crosses a 2**18 block boundary (coarsest in reach)
+    for k in starts[1:]:
+        prev = int(keys[np.searchsorted(keys, k) - 1])
+        assert prev >> 18 != k >> 18
+    counts = np.diff(np.searchsorted(keys, [*starts, 2**63]))
+    assert counts.min() >= 2000 and counts.max() <= 3000
+
+
+def test_file_cuts_respect_segments_and_skip_impossible_cuts() -> None:
+    keys = np.array([5] * 100 + [50] * 100 + [500] * 100, dtype=np.uint64)
+    segs = [
+        Segment(key_start=0, key_end=40, rows=100, files=3, tier="delta"),
+        Segment(key_start=40, key_end=KEY_MAX, rows=200, files=2),
+    ]
+    cuts = file_cuts(segs, keys)
+    assert cuts == [FileCut(0, "delta"), FileCut(40, "base"), FileCut(500, "base")]
+
+
+def _writer_factory(storage: Storage) -> Any:
+    opts = WriteOptions(target_file_size=1 << 30, row_group_size=128)
+    schema = SCHEMA
+
+    def make() -> RollingWriter:
+        return RollingWriter(
+            storage, file_schema=schema, partition={}, partition_by=(), options=opts, prefix="t"
+        )
+
+    return make
+
+
+def test_write_segments_one_file_per_cut_in_key_order(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    keys = np.sort(np.random.default_rng(2).integers(0, 1000, 3000).astype(np.uint64))
+    with ExternalSorter(SCHEMA, _key, max_bytes=10**9, slice_rows=250) as s:
+        s.add(_batches(np.random.default_rng(3).permutation(keys), 300))
+        cuts = [
+            FileCut(0, "base"),
+            FileCut(100, "delta"),
+            FileCut(101, "base"),
+            FileCut(700, "base"),
+        ]
+        written = write_segments(s.ordered(), cuts, _writer_factory(storage))
+    ranges = [(w.key_min, w.key_max, w.tier) for w in written]
+    assert [r[2] for r in ranges] == ["base", "delta", "base", "base"][: len(ranges)]
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+    total = 0
+    for w in written:
+        t = pq.read_table(str(tmp_path / w.add.path))
+        k = t.column("k").to_numpy()
+        assert np.all(np.diff(k.astype(np.int64)) >= 0)
+        assert k.min() == w.key_min and k.max() == w.key_max
+        total += t.num_rows
+    assert total == 3000
+
+
+def test_write_segments_rejects_bad_cuts_and_cleans_up_on_error(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    with pytest.raises(InvalidArgumentError):
+        write_segments([], [FileCut(5, "base")], _writer_factory(storage))
+    with pytest.raises(InvalidArgumentError):
+        write_segments([], [FileCut(0, "base"), FileCut(0, "base")], _writer_factory(storage))
+
+    def broken() -> Any:
+        t = pa.table({"k": pa.array([1, 2], pa.uint64()), "id": [1, 2], "s": ["a", "b"]})
+        yield t, np.array([1, 2], dtype=np.uint64)
+        yield t, np.array([3, 4], dtype=np.uint64)
+        raise RuntimeError("reader failed")
+
+    with pytest.raises(RuntimeError, match="reader failed"):
+        write_segments(
+            broken(),
+            [FileCut(0, "base"), FileCut(3, "base")],
+            _writer_factory(storage),
+            delete=storage.delete,
+        )
+    assert not list(tmp_path.glob("*.parquet"))
