@@ -8,7 +8,6 @@ does not start its own.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -199,21 +198,5 @@ _LOCAL_CLUSTER_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("LAKELOG_TEST_LOCAL_CLUSTER") != "1",
-    reason="starts 3 JVMs (~20 s); set LAKELOG_TEST_LOCAL_CLUSTER=1",
-)
-def test_local_cluster_master_runs_and_retries() -> None:
-    # In a subprocess: this process's JVM may already run the local[...] session.
-    proc = subprocess.run(
-        [sys.executable, "-c", _LOCAL_CLUSTER_SCRIPT],
-        cwd=TESTS_DIR,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "RESULT executors=2 total=45" in proc.stdout, proc.stderr[-4000:]
+# local-cluster mode (separate executor JVMs) is exercised by
+# tests/spark/test_spark_maintenance_cluster.py on every run.

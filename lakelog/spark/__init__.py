@@ -6,6 +6,9 @@
   snapshot, the pruning and the exact file URLs can be inspected.
 * :func:`write` writes a DataFrame with Spark's native Parquet writer and
   commits it as one atomic lakelog commit.
+* :func:`compact` and :func:`optimize` run compaction and clustering as Spark
+  jobs: plan on the driver, rewrite groups in executor tasks, commit once
+  (see ``docs/spark-maintenance.md``).
 * :func:`register` makes ``spark.read.format("lakelog")`` and
   ``df.write.format("lakelog")`` available (Python data source; slower than
   :func:`read`, see ``docs/spark.md``).
@@ -15,13 +18,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .maintenance import compact, optimize
 from .read import ReadPlan, plan_read, read
 from .write import STAGING_DIR, write
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["STAGING_DIR", "ReadPlan", "plan_read", "read", "register", "write"]
+__all__ = [
+    "STAGING_DIR",
+    "ReadPlan",
+    "compact",
+    "optimize",
+    "plan_read",
+    "read",
+    "register",
+    "write",
+]
 
 
 def register(spark: SparkSession) -> None:

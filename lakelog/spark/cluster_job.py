@@ -1,0 +1,401 @@
+"""Clustering one group too large for one task, as Spark jobs with bounded memory per task.
+
+A group whose rows would not fit ``max_group_bytes`` in memory (estimated,
+as the embedded executor does, at 3x its Parquet bytes) is not sorted by one
+worker; Spark does it:
+
+1. The driver samples the clustering columns of the group's files through
+   Spark, computes the sample's curve keys with the run's spec (its quantile
+   boundaries are shared by every group of the run) and chooses the first
+   key of every output file with the same cuts as the embedded executor
+   (:func:`lakelog.maintenance.sort.file_cuts`), so files are about the
+   target size and start at coarse curve boundaries.
+2. The spec and the cuts are broadcast; an Arrow UDF computes each row's key
+   and output-file number on the executors (vectorized, no pandas needed).
+3. Rows are partitioned by output file (hash partitioning on a value chosen
+   per file so that each file lands in a task of its own: one pass over the
+   data, where a range partitioning would first sample it, computing every
+   key twice) and sorted by key within each partition (Spark's shuffle and
+   external sort: memory per task stays bounded), and Spark's native writer
+   writes one file per output file under ``_spark_staging/<id>/`` inside
+   the table.
+4. One Spark task per staged file streams it into the final table file
+   (:func:`lakelog.spark.tasks.finalize_staged_file`): the clustering spec
+   goes into the footer and the key range into the tags, which later
+   incremental runs read, and row groups and codec follow the table. Spark's
+   writer cannot put custom metadata in a Parquet footer, hence this pass.
+
+The staging folder is deleted at the end, whether the group succeeds or not.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import CorruptLogError, LakelogError
+from ..io.writer import WriteOptions
+from ..log.actions import AddFile, encode_schema
+from ..maintenance.cluster import ClusterSpec
+from ..maintenance.optimize import ClusterOptions
+from ..maintenance.plan import FileGroup
+from ..maintenance.rewrite import (
+    GroupResult,
+    dictionary_columns,
+    file_schema_of,
+    read_group,
+)
+from ..maintenance.sort import Segment, file_cuts
+from ..storage import Storage
+from .read import _LISTING_THRESHOLD, columns_of, session_conf, spark_url
+from .schema import check_dataframe_schema, output_timestamp_type, to_spark_schema
+from .tasks import StagedFile, TaskOutcome, decode_added, finalize_staged_file, key_function
+from .write import STAGING_DIR, _discard
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["KEY_SAMPLE_ROWS", "cluster_large_group", "is_large", "large_path_problem"]
+
+log = logging.getLogger("lakelog.spark")
+
+KEY_SAMPLE_ROWS = 200_000
+"""Keys sampled on the driver to choose where output files start."""
+_SIZE_SAMPLE_ROWS = 65_536
+"""Rows encoded on the driver to estimate the size of a clustered row."""
+_UDF_BATCH_ROWS = 65_536
+"""Rows per Arrow batch sent to the key UDF (Spark's default, 10,000, costs more calls)."""
+_STAGED_ROW_GROUP_BYTES = 32 * 1024 * 1024
+"""Row-group size of the staged files, so the finalizing pass holds one small row group."""
+
+
+def is_large(group: FileGroup, options: ClusterOptions) -> bool:
+    """Whether a group would not fit ``max_group_bytes`` in memory (about 3x its bytes)."""
+    return 3 * group.total_bytes > options.max_group_bytes
+
+
+def large_path_problem(storage: Storage, schema: pa.Schema, partition_by: Sequence[str]) -> str:
+    """Why the large-group path cannot run on this table ('' if it can).
+
+    It needs Spark's own filesystem to reach the table, Spark to write every
+    column exactly, and PySpark >= 4.1 (Arrow UDFs without pandas).
+    """
+    try:
+        spark_url(storage)
+        file_schema = file_schema_of(schema, partition_by)
+        check_dataframe_schema(to_spark_schema(file_schema), file_schema)
+    except LakelogError as e:
+        return str(e)
+    try:
+        from pyspark.sql.pandas.functions import arrow_udf  # noqa: F401
+    except ImportError:
+        return "PySpark >= 4.1 is needed for Arrow UDFs without pandas"
+    return ""
+
+
+def _unused_name(base: str, taken: Sequence[str]) -> str:
+    name = base
+    while name in taken:
+        name = f"{base}_{uuid.uuid4().hex[:6]}"
+    return name
+
+
+def _sample_keys(df: DataFrame, spec: ClusterSpec, schema: pa.Schema, rows: int) -> np.ndarray:  # type: ignore[type-arg]
+    """Sorted curve keys of about :data:`KEY_SAMPLE_ROWS` rows, sampled by Spark."""
+    fraction = min(1.0, 1.2 * KEY_SAMPLE_ROWS / max(1, rows))
+    cols = list(spec.columns)
+    picked = df.select(*columns_of(cols))
+    if fraction < 1.0:
+        picked = picked.sample(withReplacement=False, fraction=fraction, seed=20240611)
+    sample = picked.toArrow()
+    arrays = []
+    for name in cols:
+        want = schema.field(name).type
+        if pa.types.is_dictionary(want):
+            want = want.value_type
+        col = sample.column(name)
+        arrays.append(col if col.type == want else col.cast(want))
+    if not sample.num_rows:
+        return np.zeros(0, np.uint64)
+    return np.sort(spec.keys(pa.table(arrays, names=cols)))
+
+
+def _clustered_row_bytes(sample: pa.Table, spec: ClusterSpec, options: WriteOptions) -> float:
+    """Bytes per row of ``sample`` ordered by key and encoded as the output will be
+    (0 when the sample is too small to tell)."""
+    if sample.num_rows < 1000:
+        return 0.0
+    ordered = sample.take(pa.array(np.argsort(spec.keys(sample), kind="stable")))
+    sink = pa.BufferOutputStream()
+    use_dict = options.use_dictionary
+    pq.write_table(
+        ordered,
+        sink,
+        compression=None if options.compression == "none" else options.compression,
+        use_dictionary=list(use_dict) if isinstance(use_dict, tuple) else use_dict,
+        row_group_size=options.row_group_size,
+    )
+    size: int = sink.getvalue().size
+    return size / int(sample.num_rows)
+
+
+def _segments_for_size(
+    storage: Storage,
+    group: FileGroup,
+    segments: Sequence[Segment],
+    spec: ClusterSpec,
+    file_schema: pa.Schema,
+    options: ClusterOptions,
+) -> list[Segment]:
+    """Base segments re-counted in files of the target size, from the encoded size of a
+    sample of the rows ordered by key, as the embedded executor does."""
+    batches, rows = [], 0
+    by_size = sorted(group.files, key=lambda f: -f.size_bytes)
+    for batch in read_group(storage, file_schema, by_size, batch_size=_SIZE_SAMPLE_ROWS):
+        batches.append(batch)
+        rows += batch.num_rows
+        if rows >= _SIZE_SAMPLE_ROWS:
+            break
+    if not batches:
+        return list(segments)
+    sample = pa.Table.from_batches(batches).combine_chunks()
+    write_options = WriteOptions(
+        target_file_size=2 * options.target_file_size,
+        row_group_size=options.row_group_size,
+        compression=options.compression,
+        use_dictionary=dictionary_columns(sample.to_batches()[0]),
+    )
+    row_bytes = _clustered_row_bytes(sample, spec, write_options)
+    if row_bytes <= 0:
+        return list(segments)
+    return [
+        msgspec.structs.replace(
+            s, files=max(1, math.ceil(s.rows * row_bytes / options.target_file_size))
+        )
+        if s.tier == "base"
+        else s
+        for s in segments
+    ]
+
+
+def spark_hash_int(values: npt.NDArray[np.int32], seed: int = 42) -> npt.NDArray[np.int32]:
+    """Spark's ``hash()`` of ``int`` values (Murmur3 x86 32-bit, ``hashInt``), vectorized.
+
+    Spark's hash partitioning sends a row to partition ``pmod(hash(value), n)``
+    with this function and seed 42.
+    """
+    with np.errstate(over="ignore"):
+        k = values.astype(np.int32).view(np.uint32) * np.uint32(0xCC9E2D51)
+        k = (k << np.uint32(15)) | (k >> np.uint32(17))
+        k = k * np.uint32(0x1B873593)
+        h = np.uint32(seed) ^ k
+        h = (h << np.uint32(13)) | (h >> np.uint32(19))
+        h = h * np.uint32(5) + np.uint32(0xE6546B64)
+        h = h ^ np.uint32(4)
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        h = h ^ (h >> np.uint32(16))
+    out: npt.NDArray[np.int32] = h.view(np.int32)
+    return out
+
+
+def partition_values(n: int) -> npt.NDArray[np.int32]:
+    """For each ``i < n``, the smallest ``int`` that Spark's ``repartition(n, col)`` sends to
+    partition ``i``: partitioning on it puts each output file in a task of its own,
+    without the sampling pass of a range partitioning (which would compute the keys twice).
+    """
+    found = np.full(n, -1, dtype=np.int64)
+    start, size = 0, max(1024, 16 * n)
+    while (found < 0).any():
+        values = np.arange(start, start + size, dtype=np.int32)
+        target = np.mod(spark_hash_int(values).astype(np.int64), n)
+        first = np.unique(target, return_index=True)
+        for t, i in zip(*first, strict=True):
+            if found[t] < 0:
+                found[t] = values[i]
+        start += size
+    return found.astype(np.int32)
+
+
+def cluster_large_group(
+    spark: SparkSession,
+    storage: Storage,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    group: FileGroup,
+    segments: Sequence[Segment],
+    spec: ClusterSpec,
+    spec_json: str,
+    options: ClusterOptions,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> TaskOutcome:
+    """Cluster one large group with Spark jobs (see the module doc); nothing is committed."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.functions import arrow_udf
+
+    started = time.time()
+    sc = spark.sparkContext
+    file_schema = file_schema_of(schema, partition_by)
+    names = file_schema.names
+    file_col = _unused_name("lakelog_file", names)
+    key_col = _unused_name("lakelog_key", names)
+    route_col = _unused_name("lakelog_route", names)
+    struct_col = _unused_name("lakelog_fk", names)
+    urls = [spark_url(storage, f.path) for f in group.files]
+    staging = f"{STAGING_DIR}/cluster-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-"
+    staging += uuid.uuid4().hex
+    settings = {
+        "spark.sql.parquet.writeLegacyFormat": "false",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(_UDF_BATCH_ROWS),
+    }
+    ts_type = output_timestamp_type(file_schema)
+    if ts_type is not None:
+        settings["spark.sql.parquet.outputTimestampType"] = ts_type
+    setup = None
+    added: list[AddFile] = []
+    try:
+        with session_conf(spark, {_LISTING_THRESHOLD: str(2**31 - 1)}):
+            df = (
+                spark.read.schema(to_spark_schema(file_schema))
+                .option("__globPaths__", "false")
+                .parquet(*urls)
+            )
+        keys = _sample_keys(df, spec, schema, group.num_rows)
+        sized = _segments_for_size(storage, group, segments, spec, file_schema, options)
+        cuts = file_cuts(sized, keys)
+        sampled = time.time()
+        key_schema = pa.schema([schema.field(c) for c in spec.columns])
+        key_schema = pa.schema(
+            [
+                pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                for f in key_schema
+            ]
+        )
+        setup = sc.broadcast(
+            json.dumps(
+                {
+                    "spec": spec_json,
+                    "schema": encode_schema(key_schema),
+                    "starts": [c.key_start for c in cuts],
+                    "route": partition_values(len(cuts)).tolist(),
+                }
+            )
+        )
+        udf = arrow_udf(  # type: ignore[call-overload]  # scalar; no hints (they warn)
+            key_function(setup),
+            T.StructType(
+                [
+                    T.StructField("f", T.IntegerType()),
+                    T.StructField("k", T.LongType()),
+                    T.StructField("p", T.IntegerType()),
+                ]
+            ),
+        )
+        keyed = df.select(
+            *columns_of(names), udf(*columns_of(spec.columns)).alias(struct_col)
+        ).select(
+            *columns_of(names),
+            F.col(struct_col).getField("f").alias(file_col),
+            F.col(struct_col).getField("k").alias(key_col),
+            F.col(struct_col).getField("p").alias(route_col),
+        )
+        ordered = (
+            keyed.repartition(len(cuts), route_col)
+            .sortWithinPartitions(file_col, key_col)
+            .drop(key_col, route_col)
+        )
+        writer = (
+            ordered.write.mode("errorifexists")
+            .partitionBy(file_col)
+            .option("compression", "snappy")
+            .option("parquet.block.size", str(_STAGED_ROW_GROUP_BYTES))
+        )
+        with session_conf(spark, settings):
+            writer.parquet(spark_url(storage, staging))
+        sorted_at = time.time()
+
+        items = []
+        for info in storage.walk(staging):
+            rel = info.path[len(staging) + 1 :]
+            parts = rel.split("/")
+            if len(parts) != 2 or not parts[1].endswith(".parquet"):
+                continue  # _SUCCESS, checksums
+            if not parts[0].startswith(file_col + "="):
+                raise CorruptLogError(
+                    f"expected Spark to write {info.path} under a {file_col}=<n> folder, found "
+                    f"{parts[0]!r}; nothing was committed."
+                )
+            number = int(parts[0].split("=", 1)[1])
+            items.append(
+                msgspec.json.encode(
+                    StagedFile(
+                        uri=storage.uri,
+                        path=info.path,
+                        size_bytes=info.size,
+                        num_rows=0,  # unknown here; the finalizing task reads the footer
+                        schema=encode_schema(schema),
+                        partition_by=tuple(partition_by),
+                        partition=dict(group.partition),
+                        spec=spec_json,
+                        tier=cuts[number].tier,
+                        target_file_size=options.target_file_size,
+                        row_group_size=options.row_group_size,
+                        compression=options.compression,
+                    )
+                )
+            )
+        fn = functools.partial(finalize_staged_file, storage_options=dict(storage_options or {}))
+        for raw in sc.parallelize(items, max(1, len(items))).map(fn).collect():
+            added.extend(decode_added(raw))
+        log.debug(
+            "group %s: %d file cuts from %d sampled keys in %.2f s, Spark sort and write "
+            "%.2f s, finalizing %d files %.2f s",
+            group.group_id,
+            len(cuts),
+            len(keys),
+            sampled - started,
+            sorted_at - sampled,
+            len(items),
+            time.time() - sorted_at,
+        )
+        got = sum(a.num_rows for a in added)
+        if got != group.num_rows:
+            raise CorruptLogError(
+                f"expected {group.num_rows} rows from the {len(group.files)} files of group "
+                f"{group.group_id} (as the log records), found {got} after the Spark job; a "
+                f"data file does not match the log. Nothing was committed."
+            )
+    except BaseException:
+        storage.delete([a.path for a in added])
+        raise
+    finally:
+        _discard(storage, staging)
+        if setup is not None:
+            setup.unpersist()
+    result = GroupResult(
+        group_id=group.group_id,
+        added=tuple(added),
+        bytes_read=group.total_bytes,
+        bytes_written=sum(a.size_bytes for a in added),
+        num_rows=sum(a.num_rows for a in added),
+        duration_s=time.time() - started,
+    )
+    return TaskOutcome(
+        result=result, started=started, finished=time.time(), host="driver", mode="spark-job"
+    )

@@ -1,0 +1,182 @@
+"""The driver side of maintenance on Spark: one Spark job per group, commits on the driver.
+
+Each group of a plan runs as its own Spark job (a one-task job, or several
+jobs for a large clustering group), submitted from a pool of
+``max_concurrent_groups`` driver threads, so:
+
+* at most ``max_concurrent_groups`` groups' tasks run at once;
+* Spark retries a failed task (``spark.task.maxFailures``, or ``local[N,F]``);
+  a group whose job still fails is *failed*: reported, never committed, and
+  the other groups go on. Its task deleted what it wrote if it could; files
+  of a crashed attempt stay unreferenced until ``vacuum``;
+* results are committed on the driver through
+  :func:`lakelog.maintenance.commit.commit_rewrite` (rebase over appends,
+  abandonment of groups whose sources a concurrent commit removed), once at
+  the end or every ``groups_per_commit`` groups (partial progress).
+
+If a commit fails, the remaining jobs are cancelled, uncommitted outputs are
+deleted and the error propagates (commits already made stay).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..log.snapshot import Snapshot
+from ..maintenance.commit import RewritePlan, commit_rewrite, delete_outputs
+from ..maintenance.plan import FileGroup
+from ..maintenance.rewrite import GroupResult
+from ..table import Table
+from ..transaction import CommitResult
+from .tasks import TaskOutcome, run_group_task
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+__all__ = ["GroupJob", "SparkRunOutcome", "run_group_jobs", "short_error", "task_job"]
+
+log = logging.getLogger("lakelog.spark")
+
+_LOCAL_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """A group and the function that runs its Spark job(s) from a driver thread."""
+
+    group: FileGroup
+    run: Callable[[], TaskOutcome]
+
+
+@dataclass
+class SparkRunOutcome:
+    """What :func:`run_group_jobs` committed, abandoned and saw fail."""
+
+    commits: list[CommitResult] = field(default_factory=list)
+    committed: list[GroupResult] = field(default_factory=list)
+    abandoned: list[str] = field(default_factory=list)
+    """Groups whose sources a concurrent commit removed (their outputs deleted)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Groups whose job failed after Spark's retries: group id -> error."""
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+
+
+def short_error(error: BaseException, limit: int = 400) -> str:
+    """The line of a (Spark-wrapped) error that says what went wrong."""
+    text = str(error).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(error).__name__
+    if "Traceback (most recent call last)" in text:
+        tail = [ln for ln in lines if not ln.startswith(("at ", "File ", "^", "~"))]
+        line = tail[-1] if tail else lines[-1]
+    else:
+        line = lines[0]
+    line = line.replace(" SQLSTATE: 38000", "")
+    return line[:limit]
+
+
+def task_job(
+    sc: SparkContext, payload: bytes, storage_options: Mapping[str, Any] | None
+) -> TaskOutcome:
+    """Run one :class:`~lakelog.spark.tasks.GroupTask` payload as a one-task Spark job."""
+    fn = functools.partial(run_group_task, storage_options=dict(storage_options or {}))
+    out = sc.parallelize([payload], 1).map(fn).collect()
+    return msgspec.json.decode(out[0], type=TaskOutcome)
+
+
+def run_group_jobs(
+    sc: SparkContext,
+    table: Table,
+    plan: RewritePlan,
+    jobs: Sequence[GroupJob],
+    *,
+    read_snapshot: Snapshot,
+    max_concurrent_groups: int,
+    groups_per_commit: int | None = None,
+    operation: str = "COMPACT",
+    parameters: Mapping[str, Any] | None = None,
+) -> SparkRunOutcome:
+    """Run every job (largest group first) and commit the results; see the module doc."""
+    todo = sorted(jobs, key=lambda j: -j.group.total_bytes)
+    job_group = f"lakelog-{operation.lower()}-{uuid.uuid4().hex[:12]}"
+    outcome = SparkRunOutcome()
+    pending: list[GroupResult] = []
+
+    def commit_batch(batch: list[GroupResult]) -> None:
+        result, abandoned = commit_rewrite(
+            table,
+            plan,
+            batch,
+            operation=operation,
+            parameters=parameters,
+            read_snapshot=read_snapshot,
+        )
+        outcome.abandoned.extend(abandoned)
+        if result is not None:
+            outcome.commits.append(result)
+            outcome.committed.extend(r for r in batch if r.group_id not in abandoned)
+
+    def run(job: GroupJob) -> TaskOutcome:
+        sc.setJobGroup(job_group, f"lakelog {operation.lower()} group {job.group.group_id}", True)
+        try:
+            return job.run()
+        finally:
+            for key in _LOCAL_PROPERTIES:
+                sc.setLocalProperty(key, None)  # type: ignore[arg-type]
+
+    workers = max(1, min(max_concurrent_groups, len(todo)))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakelog-spark-group")
+    futures: dict[Future[TaskOutcome], GroupJob] = {pool.submit(run, j): j for j in todo}
+    consumed: set[Future[TaskOutcome]] = set()
+    try:
+        remaining = set(futures)
+        while remaining:
+            done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            for fut in done:
+                consumed.add(fut)
+                gid = futures[fut].group.group_id
+                error = fut.exception()
+                if error is not None:
+                    outcome.failed[gid] = short_error(error)
+                    log.warning(
+                        "%s: group %s failed after Spark's retries and is abandoned: %s",
+                        operation,
+                        gid,
+                        outcome.failed[gid],
+                    )
+                    continue
+                done_outcome = fut.result()
+                outcome.outcomes.append(done_outcome)
+                pending.append(done_outcome.result)
+            while groups_per_commit is not None and len(pending) >= groups_per_commit:
+                batch, pending[:] = pending[:groups_per_commit], pending[groups_per_commit:]
+                commit_batch(batch)
+        if pending:
+            batch, pending[:] = list(pending), []
+            commit_batch(batch)
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        sc.cancelJobGroup(job_group)
+        wait(list(futures))
+        # a batch whose commit failed is not in ``pending``: commit_rewrite deleted its
+        # outputs (conflict) or must keep them (unknown outcome); the rest goes
+        leftovers = list(pending)
+        for fut in futures:
+            if fut in consumed or fut.cancelled() or fut.exception() is not None:
+                continue
+            leftovers.append(fut.result().result)
+        delete_outputs(table.storage, leftovers)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    return outcome

@@ -1,0 +1,389 @@
+"""Compaction and clustering as Spark jobs: plan on the driver, rewrite on executors, commit once.
+
+:func:`compact` and :func:`optimize` take the options of :meth:`lakelog.Table.compact`
+and :meth:`lakelog.Table.optimize` and return the same
+:class:`~lakelog.maintenance.report.MaintenanceReport`. The three steps are
+the embedded executor's:
+
+1. **plan** on the driver with the same pure planners
+   (:func:`~lakelog.maintenance.plan.plan_compaction`,
+   :func:`~lakelog.maintenance.optimize.plan_clustering`);
+2. **rewrite** each group in a Spark task that gets only its plan entry (JSON)
+   and the storage options and reads and writes through fsspec
+   (:mod:`lakelog.spark.tasks`), or, for a clustering group too large for
+   one task's memory, as Spark jobs (:mod:`lakelog.spark.cluster_job`);
+3. **commit** on the driver with :func:`~lakelog.maintenance.commit.commit_rewrite`
+   (:mod:`lakelog.spark.jobs`).
+
+``max_concurrent_groups`` (default: the session's ``defaultParallelism``) is
+the number of groups whose tasks run at once; ``max_bytes_per_second`` is the
+total read rate of the run: each of those tasks paces its reads to its share.
+A group whose task still fails after Spark's retries is abandoned and
+reported in ``abandoned_groups`` and ``failed_groups``; its outputs are never
+committed. See ``docs/spark-maintenance.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+import pyarrow as pa
+
+from ..errors import InvalidArgumentError
+from ..log.actions import encode_schema
+from ..log.snapshot import load_snapshot
+from ..maintenance.cluster import (
+    ClusterSpec,
+    boundaries_from_sample,
+    find_spec,
+    validate_clustering,
+)
+from ..maintenance.compact import _execution_options, _parameters, dry_run_report
+from ..maintenance.optimize import (
+    _check_flag,
+    _options,
+    _report,
+    load_spec,
+    plan_clustering,
+    sample_rows,
+)
+from ..maintenance.plan import partition_matcher, plan_compaction, positive_int
+from ..maintenance.report import MaintenanceReport
+from ..maintenance.rewrite import RewriteOptions, file_schema_of
+from ..storage import Storage
+from ..table import Table
+from .cluster_job import cluster_large_group, is_large, large_path_problem
+from .jobs import GroupJob, SparkRunOutcome, run_group_jobs, task_job
+from .tasks import GroupTask
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["compact", "optimize"]
+
+log = logging.getLogger("lakelog.spark")
+
+
+def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
+    storage = Storage(uri, storage_options)
+    if storage.protocol == "memory":
+        raise InvalidArgumentError(
+            f"expected a table on storage that Spark executors can reach (local disk shared "
+            f"by them, S3, HDFS, ...), found {storage.uri}: fsspec's in-memory filesystem lives "
+            f"in one process. Use table.compact() / table.optimize() instead."
+        )
+    return Table(storage, load_snapshot(storage))
+
+
+def _workers(spark: SparkSession, max_concurrent_groups: int | None) -> int:
+    if max_concurrent_groups is None:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    return positive_int("max_concurrent_groups", max_concurrent_groups, unit="groups")
+
+
+def _spark_extra(outcome: SparkRunOutcome, jobs: int) -> dict[str, Any]:
+    return {
+        "engine": "spark",
+        "failed_groups": dict(outcome.failed),
+        "spark_groups": jobs,
+        "task_retries": sum(o.attempt for o in outcome.outcomes),
+        "task_runs": [
+            {
+                "group_id": o.result.group_id,
+                "attempt": o.attempt,
+                "host": o.host,
+                "mode": o.mode,
+                "started": o.started,
+                "finished": o.finished,
+            }
+            for o in outcome.outcomes
+        ],
+    }
+
+
+def compact(
+    spark: SparkSession,
+    uri: str,
+    *,
+    target_file_size: int | None = None,
+    target_rows: int | None = None,
+    min_file_size: int | None = None,
+    min_input_files: int | None = None,
+    partition_filter: Any = None,
+    compression: str | None = None,
+    row_group_size: int | None = None,
+    max_concurrent_groups: int | None = None,
+    max_bytes_per_second: float | None = None,
+    partial_progress: bool = False,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> MaintenanceReport:
+    """:meth:`lakelog.Table.compact` with each group rewritten by a Spark task.
+
+    Same options, defaults (from table properties) and report, except that
+    ``max_concurrent_groups`` defaults to ``spark.sparkContext.defaultParallelism``.
+    ``storage_options`` reach fsspec on the driver and on every executor.
+    """
+    started = time.monotonic()
+    if not isinstance(dry_run, bool):
+        raise InvalidArgumentError(f"expected dry_run to be True or False, found {dry_run!r}")
+    table = _open(uri, storage_options)
+    snap = table.snapshot()
+    plan = plan_compaction(
+        snap,
+        target_file_size=target_file_size,
+        target_rows=target_rows,
+        min_file_size=min_file_size,
+        min_input_files=min_input_files,
+        partition_filter=partition_filter,
+        compression=compression,
+        row_group_size=row_group_size,
+    )
+    workers, rate, per_commit = _execution_options(
+        table, _workers(spark, max_concurrent_groups), max_bytes_per_second, partial_progress
+    )
+    if dry_run or not plan.groups:
+        report = dry_run_report(plan, duration_s=time.monotonic() - started)
+        if not dry_run:
+            report.dry_run = False
+        report.extra["engine"] = "spark"
+        report.emit()
+        return report
+    running = max(1, min(workers, len(plan.groups)))
+    share = None if rate is None else float(rate) / running
+    options = RewriteOptions.from_compaction(plan.options)
+    sc = spark.sparkContext
+    opts = dict(table.storage.storage_options)
+    jobs = []
+    for g in plan.groups:
+        payload = msgspec.json.encode(
+            GroupTask(
+                kind="compact",
+                uri=table.storage.uri,
+                schema=plan.schema,
+                partition_by=plan.partition_by,
+                group=g,
+                rewrite=options,
+                bytes_per_second=share,
+            )
+        )
+        jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+    outcome = run_group_jobs(
+        sc,
+        table,
+        plan,
+        jobs,
+        read_snapshot=snap,
+        max_concurrent_groups=running,
+        groups_per_commit=per_commit,
+        operation="COMPACT",
+        parameters={**_parameters(plan), "engine": "spark"},
+    )
+    committed = [plan.group(r.group_id) for r in outcome.committed]
+    removed_files = sum(len(g.files) for g in committed)
+    removed_bytes = sum(g.total_bytes for g in committed)
+    added_files = sum(len(r.added) for r in outcome.committed)
+    added_bytes = sum(r.bytes_written for r in outcome.committed)
+    report = MaintenanceReport(
+        operation="compact",
+        dry_run=False,
+        read_version=plan.read_version,
+        before_file_count=plan.snapshot_file_count,
+        before_total_bytes=plan.snapshot_total_bytes,
+        after_file_count=plan.snapshot_file_count - removed_files + added_files,
+        after_total_bytes=plan.snapshot_total_bytes - removed_bytes + added_bytes,
+        estimated_after_file_count=plan.estimated_after_file_count,
+        compacted_file_count=removed_files,
+        rewritten_bytes=removed_bytes,
+        written_bytes=added_bytes,
+        output_file_count=added_files,
+        compression_codec=plan.options.compression,
+        planned_groups=[g.paths for g in plan.groups],
+        version=outcome.commits[-1].version if outcome.commits else None,
+        commits=[c.version for c in outcome.commits],
+        retries=sum(c.attempts - 1 for c in outcome.commits),
+        abandoned_groups=outcome.abandoned + list(outcome.failed),
+        duration_s=time.monotonic() - started,
+        paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
+        extra={**_spark_extra(outcome, len(jobs)), "bytes_per_second_per_task": share},
+    )
+    report.emit()
+    return report
+
+
+def _spec(
+    table: Table,
+    files: Sequence[Any],
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    columns: tuple[str, ...],
+    curve: str,
+    *,
+    incremental: bool,
+) -> ClusterSpec:
+    """The spec of the clustered files (incremental) or boundaries from a seeded sample of
+    the clustering columns, exactly as the embedded executor resolves it."""
+    if incremental:
+        holder = find_spec(files, columns, curve)
+        if holder is not None:
+            found = load_spec(table.storage, holder, schema)
+            if found is not None:
+                return found
+    if files:
+        sample = sample_rows(table.storage, files, file_schema_of(schema, partition_by), columns)
+    else:
+        sample = pa.table({c: pa.array([], schema.field(c).type) for c in columns})
+    return boundaries_from_sample(sample, columns, curve)
+
+
+def optimize(
+    spark: SparkSession,
+    uri: str,
+    *,
+    zorder_by: Sequence[str] | str | None = None,
+    sort_by: Sequence[str] | str | None = None,
+    curve: Literal["hilbert", "zorder"] = "hilbert",
+    target_file_size: int | None = None,
+    partition_filter: Any = None,
+    incremental: bool = True,
+    max_group_bytes: int | None = None,
+    compression: str | None = None,
+    row_group_size: int | None = None,
+    max_concurrent_groups: int | None = None,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> MaintenanceReport:
+    """:meth:`lakelog.Table.optimize` with each group clustered on the executors.
+
+    Same options, plan and report. A group whose rows would not fit
+    ``max_group_bytes`` in memory (about 3x its Parquet bytes) is clustered
+    by Spark jobs (range partitioning on the curve key, Spark's sort and
+    native writer; see :mod:`lakelog.spark.cluster_job`) when Spark can read
+    and write the table itself; otherwise, like every other group, by one
+    task that sorts in spilled runs within ``max_group_bytes``.
+    ``max_concurrent_groups`` defaults to ``defaultParallelism``.
+    """
+    started = time.monotonic()
+    _check_flag("dry_run", dry_run)
+    _check_flag("incremental", incremental)
+    table = _open(uri, storage_options)
+    snap = table.snapshot()
+    schema, parts = snap.schema, snap.partition_by
+    columns, curve_name = validate_clustering(
+        schema, parts, zorder_by=zorder_by, sort_by=sort_by, curve=curve
+    )
+    options = _options(
+        snap,
+        target_file_size=target_file_size,
+        row_group_size=row_group_size,
+        compression=compression,
+        max_group_bytes=max_group_bytes,
+    )
+    workers = _workers(spark, max_concurrent_groups)
+    files = snap.files()
+    if partition_filter is not None:
+        match = partition_matcher(schema, parts, partition_filter)
+        mask = match([f.partition for f in files])
+        files = [f for f, keep in zip(files, mask, strict=True) if keep]
+    spec = _spec(table, files, schema, parts, columns, curve_name, incremental=incremental)
+    plan = plan_clustering(snap, spec, options, incremental=incremental, files=files)
+    extra: dict[str, Any] = {
+        "zorder_columns": list(columns) if curve_name != "linear" else [],
+        "sort_columns": list(columns) if curve_name == "linear" else [],
+        "curve": curve_name,
+        "incremental": incremental,
+        "spec_id": spec.spec_id,
+        "new_bytes": plan.fresh_bytes,
+        "full_groups": len(plan.full_groups),
+        "spilled_runs": 0,
+        "engine": "spark",
+        "large_groups": 0,
+    }
+    if dry_run or not plan.groups:
+        report = _report(plan, [], None, [], started, extra, dry_run=dry_run)
+        report.emit()
+        return report
+    sc = spark.sparkContext
+    opts = dict(table.storage.storage_options)
+    schema_text = encode_schema(schema)
+    problem = large_path_problem(table.storage, schema, parts)
+    jobs = []
+    for g in plan.groups:
+        segments = plan.segments[g.group_id]
+        if is_large(g, options) and not problem:
+            extra["large_groups"] += 1
+            jobs.append(
+                GroupJob(
+                    g,
+                    functools.partial(
+                        cluster_large_group,
+                        spark,
+                        table.storage,
+                        schema,
+                        parts,
+                        g,
+                        segments,
+                        spec,
+                        plan.spec,
+                        options,
+                        storage_options=opts,
+                    ),
+                )
+            )
+            continue
+        if is_large(g, options):
+            log.info(
+                "optimize: group %s exceeds max_group_bytes but cannot be clustered by a Spark "
+                "job (%s); one task sorts it in spilled runs instead",
+                g.group_id,
+                problem,
+            )
+        payload = msgspec.json.encode(
+            GroupTask(
+                kind="cluster",
+                uri=table.storage.uri,
+                schema=schema_text,
+                partition_by=parts,
+                group=g,
+                spec=plan.spec,
+                segments=tuple(segments),
+                cluster=options,
+            )
+        )
+        jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+    outcome = run_group_jobs(
+        sc,
+        table,
+        plan,
+        jobs,
+        read_snapshot=snap,
+        max_concurrent_groups=workers,
+        operation="OPTIMIZE",
+        parameters={
+            "columns": list(columns),
+            "curve": curve_name,
+            "incremental": incremental,
+            "spec_id": spec.spec_id,
+            "target_file_size": options.target_file_size,
+            "engine": "spark",
+        },
+    )
+    extra.update(_spark_extra(outcome, len(jobs)))
+    extra["spilled_runs"] = sum(o.spilled_runs for o in outcome.outcomes)
+    commit = outcome.commits[-1] if outcome.commits else None
+    report = _report(
+        plan,
+        outcome.committed,
+        commit,
+        outcome.abandoned + list(outcome.failed),
+        started,
+        extra,
+        dry_run=False,
+    )
+    report.emit()
+    return report
