@@ -329,12 +329,35 @@ def execute_plan(
             parameters=_parameters(plan),
             groups=todo,
         )
-    committed_groups = [plan.group(r.group_id) for r in outcome.committed]
+    report = compaction_report(
+        plan,
+        committed=outcome.committed,
+        commits=outcome.commits,
+        abandoned=stale + outcome.abandoned,
+        started=started,
+        paced_seconds=outcome.paced_seconds,
+    )
+    report.emit()
+    return report
+
+
+def compaction_report(
+    plan: CompactionPlan,
+    *,
+    committed: Sequence[GroupResult],
+    commits: Sequence[CommitResult],
+    abandoned: Sequence[str],
+    started: float,
+    paced_seconds: float,
+    extra: dict[str, Any] | None = None,
+) -> MaintenanceReport:
+    """The report of an executed compaction plan, whatever engine ran its groups."""
+    committed_groups = [plan.group(r.group_id) for r in committed]
     removed_files = sum(len(g.files) for g in committed_groups)
     removed_bytes = sum(g.total_bytes for g in committed_groups)
-    added_files = sum(len(r.added) for r in outcome.committed)
-    added_bytes = sum(r.bytes_written for r in outcome.committed)
-    report = MaintenanceReport(
+    added_files = sum(len(r.added) for r in committed)
+    added_bytes = sum(r.bytes_written for r in committed)
+    return MaintenanceReport(
         operation="compact",
         dry_run=False,
         read_version=plan.read_version,
@@ -349,15 +372,14 @@ def execute_plan(
         output_file_count=added_files,
         compression_codec=plan.options.compression,
         planned_groups=[g.paths for g in plan.groups],
-        version=outcome.commits[-1].version if outcome.commits else None,
-        commits=[c.version for c in outcome.commits],
-        retries=sum(c.attempts - 1 for c in outcome.commits),
-        abandoned_groups=stale + outcome.abandoned,
+        version=commits[-1].version if commits else None,
+        commits=[c.version for c in commits],
+        retries=sum(c.attempts - 1 for c in commits),
+        abandoned_groups=list(abandoned),
         duration_s=time.monotonic() - started,
-        paced_seconds=outcome.paced_seconds,
+        paced_seconds=paced_seconds,
+        extra=dict(extra or {}),
     )
-    report.emit()
-    return report
 
 
 def compact_table(

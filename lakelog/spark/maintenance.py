@@ -43,7 +43,12 @@ from ..maintenance.cluster import (
     find_spec,
     validate_clustering,
 )
-from ..maintenance.compact import _execution_options, _parameters, dry_run_report
+from ..maintenance.compact import (
+    _execution_options,
+    _parameters,
+    compaction_report,
+    dry_run_report,
+)
 from ..maintenance.optimize import (
     _check_flag,
     _options,
@@ -184,31 +189,12 @@ def compact(
         operation="COMPACT",
         parameters={**_parameters(plan), "engine": "spark"},
     )
-    committed = [plan.group(r.group_id) for r in outcome.committed]
-    removed_files = sum(len(g.files) for g in committed)
-    removed_bytes = sum(g.total_bytes for g in committed)
-    added_files = sum(len(r.added) for r in outcome.committed)
-    added_bytes = sum(r.bytes_written for r in outcome.committed)
-    report = MaintenanceReport(
-        operation="compact",
-        dry_run=False,
-        read_version=plan.read_version,
-        before_file_count=plan.snapshot_file_count,
-        before_total_bytes=plan.snapshot_total_bytes,
-        after_file_count=plan.snapshot_file_count - removed_files + added_files,
-        after_total_bytes=plan.snapshot_total_bytes - removed_bytes + added_bytes,
-        estimated_after_file_count=plan.estimated_after_file_count,
-        compacted_file_count=removed_files,
-        rewritten_bytes=removed_bytes,
-        written_bytes=added_bytes,
-        output_file_count=added_files,
-        compression_codec=plan.options.compression,
-        planned_groups=[g.paths for g in plan.groups],
-        version=outcome.commits[-1].version if outcome.commits else None,
-        commits=[c.version for c in outcome.commits],
-        retries=sum(c.attempts - 1 for c in outcome.commits),
-        abandoned_groups=outcome.abandoned + list(outcome.failed),
-        duration_s=time.monotonic() - started,
+    report = compaction_report(
+        plan,
+        committed=outcome.committed,
+        commits=outcome.commits,
+        abandoned=outcome.abandoned + list(outcome.failed),
+        started=started,
         paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
         extra={**_spark_extra(outcome, len(jobs)), "bytes_per_second_per_task": share},
     )
