@@ -274,6 +274,35 @@ class Table:
                 self.storage.delete([a.path for a in adds])
             raise
 
+    def commit_files(
+        self,
+        adds: Sequence[AddFile],
+        *,
+        mode: Literal["append", "overwrite"],
+        operation: str,
+        read_snapshot: Snapshot | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """Commit data files already written: add them, or (``overwrite``) replace
+        every file live in ``read_snapshot`` with them."""
+        snap = read_snapshot or self._snapshot
+        actions: list[Action] = list(adds)
+        metrics = dict(metrics or {})
+        if mode == "overwrite":
+            now = int(time.time() * 1000)
+            removed = snap.files()
+            actions = [f.to_remove(deletion_ms=now) for f in removed] + actions
+            metrics["num_removed_files"] = len(removed)
+        return self.commit(
+            actions,
+            operation=operation,
+            kind="overwrite" if mode == "overwrite" else "append",
+            read_snapshot=snap,
+            parameters=parameters,
+            metrics=metrics,
+        )
+
     def _partition_scope(
         self, partitions: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, str | None]]:
@@ -592,19 +621,30 @@ def write_table(
             if mode == "error":
                 storage.delete([a.path for a in adds])
                 raise
-            # created concurrently: commit the same files on top of it
+        # created concurrently: commit the files already written on top of it (the
+        # data may be a stream that cannot be read again)
+        try:
             table = Table(storage, load_snapshot(storage))
             check_schema(schema, table.schema)
             if tuple(table.partition_by) != parts:
-                storage.delete([a.path for a in adds])
                 raise SchemaMismatchError(
                     f"expected partition_by {list(table.partition_by)} of the existing table, "
                     f"found {list(parts)}"
-                ) from None
-            if mode == "append":
-                return table.commit(adds, operation="APPEND", kind="append")
-            storage.delete([a.path for a in adds])
-            return table.overwrite(data)
+                )
+            return table.commit_files(
+                adds,
+                mode=mode,
+                operation="APPEND" if mode == "append" else "OVERWRITE",
+                metrics={
+                    "num_files": len(adds),
+                    "num_rows": sum(a.num_rows for a in adds),
+                    "num_bytes": sum(a.size_bytes for a in adds),
+                },
+            )
+        except BaseException as e:
+            if _not_landed(e):
+                storage.delete([a.path for a in adds])
+            raise
     if mode == "error":
         raise TableExistsError(
             f"expected no table at {storage.uri} (mode='error'), found one at version "

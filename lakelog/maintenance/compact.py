@@ -120,6 +120,30 @@ class RunOutcome:
     abandoned: list[str] = field(default_factory=list)
     paced_seconds: float = 0.0
 
+    def commit_batch(
+        self,
+        table: Table,
+        plan: RewritePlan,
+        batch: list[GroupResult],
+        *,
+        operation: str,
+        parameters: Mapping[str, Any] | None,
+        read_snapshot: Snapshot,
+    ) -> None:
+        """Commit finished groups and record what landed and what was abandoned."""
+        result, abandoned = commit_rewrite(
+            table,
+            plan,
+            batch,
+            operation=operation,
+            parameters=parameters,
+            read_snapshot=read_snapshot,
+        )
+        self.abandoned.extend(abandoned)
+        if result is not None:
+            self.commits.append(result)
+            self.committed.extend(r for r in batch if r.group_id not in abandoned)
+
 
 def run_groups(
     table: Table,
@@ -151,7 +175,7 @@ def run_groups(
     consumed: set[str] = set()
 
     def commit_batch(batch: list[GroupResult]) -> None:
-        result, abandoned = commit_rewrite(
+        outcome.commit_batch(
             table,
             plan,
             batch,
@@ -159,10 +183,6 @@ def run_groups(
             parameters=parameters,
             read_snapshot=read_snapshot,
         )
-        outcome.abandoned.extend(abandoned)
-        if result is not None:
-            outcome.commits.append(result)
-            outcome.committed.extend(r for r in batch if r.group_id not in abandoned)
 
     def run(group: FileGroup) -> GroupResult:
         pacer = _GroupPacer(tracker)

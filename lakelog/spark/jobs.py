@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..log.snapshot import Snapshot
-from ..maintenance.commit import RewritePlan, commit_rewrite, delete_outputs
+from ..maintenance.commit import RewritePlan, delete_outputs
+from ..maintenance.compact import RunOutcome
 from ..maintenance.plan import FileGroup
 from ..maintenance.rewrite import GroupResult
 from ..table import Table
-from ..transaction import CommitResult
 from .tasks import TaskOutcome, run_group_task
 
 if TYPE_CHECKING:
@@ -57,13 +57,10 @@ class GroupJob:
 
 
 @dataclass
-class SparkRunOutcome:
-    """What :func:`run_group_jobs` committed, abandoned and saw fail."""
+class SparkRunOutcome(RunOutcome):
+    """What :func:`run_group_jobs` committed, abandoned (sources removed concurrently,
+    outputs deleted) and saw fail."""
 
-    commits: list[CommitResult] = field(default_factory=list)
-    committed: list[GroupResult] = field(default_factory=list)
-    abandoned: list[str] = field(default_factory=list)
-    """Groups whose sources a concurrent commit removed (their outputs deleted)."""
     failed: dict[str, str] = field(default_factory=dict)
     """Groups whose job failed after Spark's retries: group id -> error."""
     outcomes: list[TaskOutcome] = field(default_factory=list)
@@ -112,7 +109,7 @@ def run_group_jobs(
     pending: list[GroupResult] = []
 
     def commit_batch(batch: list[GroupResult]) -> None:
-        result, abandoned = commit_rewrite(
+        outcome.commit_batch(
             table,
             plan,
             batch,
@@ -120,10 +117,6 @@ def run_group_jobs(
             parameters=parameters,
             read_snapshot=read_snapshot,
         )
-        outcome.abandoned.extend(abandoned)
-        if result is not None:
-            outcome.commits.append(result)
-            outcome.committed.extend(r for r in batch if r.group_id not in abandoned)
 
     def run(job: GroupJob) -> TaskOutcome:
         sc.setJobGroup(job_group, f"lakelog {operation.lower()} group {job.group.group_id}", True)

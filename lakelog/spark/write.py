@@ -37,7 +37,7 @@ from ..errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from ..log.actions import Action, AddFile
+from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import check_partition_columns, parse_partition_dir
 from ..properties import get_str, validate_properties
@@ -289,24 +289,10 @@ def _commit(
                     f"concurrently, found {list(parts)}; nothing was committed."
                 ) from None
             _same_schema(snap.schema, schema)
-    table = Table(storage, snap)
-    if mode == "overwrite":
-        now = int(time.time() * 1000)
-        removed = snap.files()
-        actions: list[Action] = [f.to_remove(deletion_ms=now) for f in removed]
-        actions.extend(adds)
-        return table.commit(
-            actions,
-            operation="SPARK WRITE",
-            kind="overwrite",
-            read_snapshot=snap,
-            parameters={"mode": "overwrite"},
-            metrics={**metrics, "num_removed_files": len(removed)},
-        )
-    return table.commit(
+    return Table(storage, snap).commit_files(
         adds,
+        mode="overwrite" if mode == "overwrite" else "append",
         operation="SPARK WRITE",
-        kind="append",
         read_snapshot=snap,
         parameters={"mode": mode},
         metrics=metrics,
