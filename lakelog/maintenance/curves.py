@@ -20,7 +20,9 @@ run over bits, columns, or boundaries (never over rows).
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+import functools
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
@@ -317,6 +319,52 @@ def _search_generic(bounds: pa.Array, values: pa.Array) -> npt.NDArray[np.int64]
     return lo
 
 
+_GRID = 1 << 16
+"""Cells of the grid :func:`_numeric_rank` lays over the boundaries' range."""
+
+
+def _numeric_rank(
+    b: npt.NDArray[Any], v: npt.NDArray[Any], *, grid: int = _GRID, min_rows: int = 4 * _GRID
+) -> npt.NDArray[np.int64]:
+    """``searchsorted(b, v, side="right")``, exact, in a few linear passes.
+
+    A monotone map ``cell(x)`` puts values and boundaries on a grid of
+    ``grid`` cells over ``[b[0], b[-1]]``. Because it is monotone, every
+    boundary in a lower cell than ``v`` is ``<= v`` and every one in a higher cell
+    is ``> v``: the rank of ``v`` is the number of boundaries below its cell,
+    unless its cell holds boundaries too; only those rows (about
+    ``len(b) / grid`` of them on even data) take the binary search. Inputs of
+    fewer than ``min_rows`` values go straight to the binary search.
+    """
+    nb = len(b)
+    if len(v) < min_rows or nb < 2:
+        return np.searchsorted(b, v, side="right").astype(np.int64, copy=False)
+    lo, hi = float(b[0]), float(b[-1])
+    scale = grid / (hi - lo) if hi > lo else math.inf
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(scale)):
+        return np.searchsorted(b, v, side="right").astype(np.int64, copy=False)
+
+    def cell(x: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        c = x.astype(np.float64)  # a copy; rounding is monotone
+        c -= lo
+        c *= scale
+        c += 1.0
+        np.fmax(c, 0.0, out=c)  # below the range, -inf and NaN (NaN ranks are masked later)
+        np.fmin(c, float(grid + 1), out=c)  # above the range, +inf
+        return c.astype(np.int64)
+
+    cb = cell(b)
+    edges = np.arange(grid + 3, dtype=np.int64)
+    below = np.searchsorted(cb, edges, side="left").astype(np.int32)
+    shared = below[1:] > below[:-1]  # the cell holds at least one boundary
+    cv = cell(v)
+    ranks = below[cv].astype(np.int64)
+    slow = np.flatnonzero(shared[cv])
+    if len(slow):
+        ranks[slow] = np.searchsorted(b, v[slow], side="right")
+    return ranks
+
+
 def _rank_chunk(chunk: pa.Array, bounds: ColumnBoundaries) -> U64Array:
     b = bounds.boundaries
     kind = _kind(b.type)
@@ -325,16 +373,19 @@ def _rank_chunk(chunk: pa.Array, bounds: ColumnBoundaries) -> U64Array:
     if kind in ("string", "binary", "decimal"):
         ranks = _search_generic(b, arr)
     else:
-        ranks = np.searchsorted(_to_numpy(b, kind), _to_numpy(arr, kind), side="right")
+        ranks = _numeric_rank(_to_numpy(b, kind), _to_numpy(arr, kind))
     span = (1 << bounds.bits) - 2  # largest non-null key
-    keys = ranks.astype(np.uint64)
     if nb == 0:
-        keys[:] = 0
-    elif nb != span:
-        # floor(rank * span / nb); exact since rank, span < 2**32.
-        keys = keys * np.uint64(span) // np.uint64(nb)
-    null = arr.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
-    keys[null] = np.uint64(span + 1)
+        keys = np.zeros(len(arr), dtype=np.uint64)
+    elif nb == span:
+        keys = ranks.astype(np.uint64)
+    else:
+        # floor(rank * span / nb), exact since rank, span < 2**32; one gather from a table
+        scaled = np.arange(nb + 1, dtype=np.uint64) * np.uint64(span) // np.uint64(nb)
+        keys = scaled[ranks]
+    if arr.null_count or kind == "float":
+        null = arr.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
+        keys[null] = np.uint64(span + 1)
     return keys
 
 
@@ -389,7 +440,7 @@ def _interleave(cols: Sequence[U64Array], bits: int) -> U64Array:
 
 def morton_keys(ranks: Sequence[npt.ArrayLike], bits: int) -> U64Array:
     """Z-order key: interleave bits from the top level down, column 0 most significant."""
-    return _interleave(_check_ranks(ranks, bits), bits)
+    return _curve(_check_ranks(ranks, bits), bits, _interleave)
 
 
 def hilbert_keys(ranks: Sequence[npt.ArrayLike], bits: int) -> U64Array:
@@ -398,7 +449,50 @@ def hilbert_keys(ranks: Sequence[npt.ArrayLike], bits: int) -> U64Array:
     Vectorized over rows; loops only over bits and dimensions. Consecutive
     indices are grid neighbours (Manhattan distance 1). One dimension: identity.
     """
-    x = [c.copy() for c in _check_ranks(ranks, bits)]
+    cols = _check_ranks(ranks, bits)
+    if len(cols) == 1:
+        return cols[0]
+    return _curve(cols, bits, _hilbert)
+
+
+_Curve = Callable[[Sequence[U64Array], int], U64Array]
+TABLE_BITS = 20
+"""Grids of at most ``2**TABLE_BITS`` cells are mapped through a cached table of the
+whole curve (4 MiB at most): one gather per row instead of a pass per bit."""
+_CHUNK_ROWS = 1 << 15
+"""Rows per block when the curve is computed bit by bit, so the block stays in cache."""
+
+
+@functools.lru_cache(maxsize=16)
+def _curve_table(fn: _Curve, ndim: int, bits: int) -> U64Array:
+    """The key of every cell, indexed by the ranks concatenated (column 0 highest)."""
+    cells = np.arange(1 << (ndim * bits), dtype=np.uint64)
+    mask = np.uint64((1 << bits) - 1)
+    axes = [(cells >> np.uint64((ndim - 1 - i) * bits)) & mask for i in range(ndim)]
+    table = fn(axes, bits)
+    table.setflags(write=False)
+    return table
+
+
+def _curve(cols: Sequence[U64Array], bits: int, fn: _Curve) -> U64Array:
+    n, ndim = len(cols[0]), len(cols)
+    if ndim * bits <= TABLE_BITS and n >= 1 << max(0, ndim * bits - 4):
+        index = cols[0].copy()
+        for c in cols[1:]:
+            index <<= np.uint64(bits)
+            index |= c
+        return _curve_table(fn, ndim, bits)[index]
+    if n <= _CHUNK_ROWS:
+        return fn(cols, bits)
+    out = np.empty(n, dtype=np.uint64)
+    for start in range(0, n, _CHUNK_ROWS):
+        stop = start + _CHUNK_ROWS
+        out[start:stop] = fn([c[start:stop] for c in cols], bits)
+    return out
+
+
+def _hilbert(cols: Sequence[U64Array], bits: int) -> U64Array:
+    x = [c.copy() for c in cols]
     ndim = len(x)
     if ndim == 1:
         return x[0]

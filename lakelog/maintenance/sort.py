@@ -50,6 +50,8 @@ __all__ = [
     "SortStats",
     "WrittenFile",
     "file_cuts",
+    "sorted_keys",
+    "stable_argsort",
     "write_segments",
 ]
 
@@ -59,6 +61,41 @@ KeyFn = Callable[[pa.RecordBatch], npt.NDArray[np.uint64]]
 _KEY = "__lakelog_sort_key"
 _SLICE_ROWS = 131_072
 _KEY_CHUNK = 262_144
+
+
+def stable_argsort(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+    """``np.argsort(keys, kind="stable")``, by 16-bit radix passes when the keys span less
+    than ``2**32`` (curve keys over a few hundred ranks per column always do): numpy
+    sorts 16-bit integers by radix, several times faster than a merge sort of 64-bit ones.
+    """
+    if len(keys) < 4096:
+        return np.argsort(keys, kind="stable")
+    lo = keys.min()
+    span = int(keys.max()) - int(lo)
+    if span >= 1 << 32:
+        return np.argsort(keys, kind="stable")
+    rel = keys - lo
+    if span < 1 << 16:
+        return np.argsort(rel.astype(np.uint16), kind="stable")
+    order = np.argsort((rel & np.uint64(0xFFFF)).astype(np.uint16), kind="stable")
+    high = (rel[order] >> np.uint64(16)).astype(np.uint16)
+    result: npt.NDArray[np.intp] = order[np.argsort(high, kind="stable")]
+    return result
+
+
+def sorted_keys(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """``np.sort(keys)``; a counting sort when the keys span less than ``2**24``."""
+    if len(keys) < 1 << 16:
+        return np.sort(keys)
+    lo = keys.min()
+    span = int(keys.max()) - int(lo)
+    if span >= 1 << 24 or span > 4 * len(keys):
+        return np.sort(keys)
+    counts = np.bincount((keys - lo).astype(np.intp), minlength=span + 1)
+    values = np.arange(span + 1, dtype=np.uint64)
+    values += lo
+    result: npt.NDArray[np.uint64] = np.repeat(values, counts)
+    return result
 
 
 @dataclass
@@ -187,14 +224,14 @@ class ExternalSorter:
         if not self._runs:
             if self._sorted_keys is None:
                 allkeys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
-                self._sorted_keys = np.sort(allkeys)
+                self._sorted_keys = sorted_keys(allkeys)
             return self._sorted_keys, 1.0
         step = max(1, -(-self.stats.rows // self.max_sample))
         parts = []
         for path in self._runs:
             col = pq.read_table(path, columns=[_KEY]).column(0)
             parts.append(col.to_numpy().astype(np.uint64)[::step])
-        return np.sort(np.concatenate(parts)), float(step)
+        return sorted_keys(np.concatenate(parts)), float(step)
 
     def row_sample(self, n: int) -> pa.Table | None:
         """About ``n`` rows spread over everything added (for size estimates)."""
@@ -205,7 +242,19 @@ class ExternalSorter:
                 parts.append(f.read_row_group(0).drop_columns([_KEY]))
             table = pa.concat_tables(parts)
         elif self._batches:
-            table = pa.Table.from_batches(self._batches, schema=self.schema)
+            # per batch: a take over many chunks would first concatenate all of them
+            total = sum(b.num_rows for b in self._batches)
+            if total <= n:
+                return pa.Table.from_batches(self._batches, schema=self.schema)
+            idx = np.linspace(0, total - 1, n).astype(np.int64)
+            starts = np.cumsum([0] + [b.num_rows for b in self._batches])
+            cut = np.searchsorted(idx, starts)
+            picked = [
+                b.take(pa.array(idx[cut[i] : cut[i + 1]] - starts[i]))
+                for i, b in enumerate(self._batches)
+                if cut[i + 1] > cut[i]
+            ]
+            return pa.Table.from_batches(picked, schema=self.schema)
         else:
             return None
         if table.num_rows > n:
@@ -232,7 +281,7 @@ class ExternalSorter:
             table = pa.Table.from_batches(self._batches, schema=self.schema)
             allkeys = np.concatenate(self._keys)
             self._batches, self._keys = [], []
-            order = np.argsort(allkeys, kind="stable")
+            order = stable_argsort(allkeys)
             yield from self._take_slices(table, order, allkeys[order])
             return
         yield from self._bucketed(np.array(cuts[1:], dtype=np.uint64))
@@ -246,7 +295,7 @@ class ExternalSorter:
 
         def scatter(batch: pa.RecordBatch, k: npt.NDArray[np.uint64]) -> list[Any]:
             b = np.searchsorted(bounds, k, side="right")
-            order = np.argsort(b, kind="stable")
+            order = stable_argsort(b.astype(np.uint64))
             counts = np.bincount(b, minlength=nb)
             offs = np.concatenate([[0], np.cumsum(counts)])
             taken, ks = batch.take(pa.array(order)), k[order]
@@ -270,7 +319,7 @@ class ExternalSorter:
                 table = pa.Table.from_batches(parts[j], schema=self.schema).combine_chunks()
                 k = np.concatenate(part_keys[j])
                 parts[j], part_keys[j] = [], []
-                order = np.argsort(k, kind="stable")
+                order = stable_argsort(k)
                 return table.take(pa.array(order)), k[order]
 
             todo = [j for j in range(nb) if parts[j]]
@@ -307,11 +356,11 @@ class ExternalSorter:
         schema = self.schema.append(pa.field(_KEY, pa.uint64()))
         table = pa.Table.from_batches(buf, schema=self.schema)
         allkeys = np.concatenate(keys) if len(keys) > 1 else keys[0]
-        order = np.argsort(allkeys, kind="stable")
-        sorted_keys = allkeys[order]
+        order = stable_argsort(allkeys)
+        ordered_keys = allkeys[order]
         del buf, keys
         with pq.ParquetWriter(path, schema, compression="lz4") as w:
-            for chunk, k in self._take_slices(table, order, sorted_keys):
+            for chunk, k in self._take_slices(table, order, ordered_keys):
                 w.write_table(chunk.append_column(_KEY, pa.array(k)), row_group_size=len(k))
         self._runs.append(path)
         pa.default_memory_pool().release_unused()  # give the run's memory back to the OS
@@ -346,7 +395,7 @@ class ExternalSorter:
                 heads[i] = (t.slice(n), k[n:]) if n < len(k) else self._next(readers[i])
             merged = pa.concat_tables(parts)
             mk = np.concatenate(part_keys)
-            order = np.argsort(mk, kind="stable")
+            order = stable_argsort(mk)
             yield merged.take(pa.array(order)), mk[order]
 
     def _next(

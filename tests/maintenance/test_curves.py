@@ -21,6 +21,9 @@ from hypothesis import strategies as st
 from lakelog.errors import InvalidArgumentError
 from lakelog.maintenance.curves import (
     ColumnBoundaries,
+    _hilbert,
+    _interleave,
+    _numeric_rank,
     compute_boundaries,
     curve_keys,
     default_bits,
@@ -500,3 +503,63 @@ def test_quality_skewed_ints_and_prefixed_strings() -> None:
     assert r["col0/q1"] > 0.9
     assert r["hilbert/q1"] < 0.5 * r["col0/q1"]
     assert r["hilbert/q0"] < 0.3 and r["hilbert/q1"] < 0.3
+
+
+# --------------------------------------------------------------------------- fast paths
+
+_NUMERIC = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.integers(-5, 5).map(float),  # many ties
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bounds=st.lists(_NUMERIC, min_size=2, max_size=40),
+    values=st.lists(_NUMERIC, max_size=80),
+    grid=st.sampled_from([1, 2, 7, 64, 1 << 16]),
+)
+def test_grid_rank_equals_binary_search(bounds: list[Any], values: list[Any], grid: int) -> None:
+    """The grid shortcut of the rank gives exactly ``searchsorted(side="right")``."""
+    as_float = any(isinstance(x, float) for x in bounds + values)
+    dtype = np.float64 if as_float else np.int64
+    b = np.unique(np.array(bounds, dtype=dtype))
+    b = b[~np.isnan(b)] if as_float else b
+    v = np.array(values, dtype=dtype)
+    got = _numeric_rank(b, v, grid=grid, min_rows=0)
+    want = np.searchsorted(b, v, side="right")
+    if as_float:  # NaN ranks are masked as nulls by the caller; compare the rest
+        keep = ~np.isnan(v)
+        got, want = got[keep], want[keep]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_grid_rank_on_large_skewed_input_matches_binary_search() -> None:
+    rng = np.random.default_rng(11)
+    v = np.concatenate([rng.lognormal(0, 3, 300_000), [np.inf, -np.inf, np.nan, -0.0]])
+    b = np.unique(np.quantile(v[:1000][np.isfinite(v[:1000])], np.linspace(0, 1, 510)))
+    keep = ~np.isnan(v)
+    np.testing.assert_array_equal(
+        _numeric_rank(b, v)[keep], np.searchsorted(b, v, side="right")[keep]
+    )
+    ints = rng.integers(-(2**62), 2**62, 300_000)
+    bi = np.unique(ints[:2000])
+    np.testing.assert_array_equal(_numeric_rank(bi, ints), np.searchsorted(bi, ints, "right"))
+
+
+@pytest.mark.parametrize(("ndim", "bits"), [(2, 9), (3, 6), (3, 9), (4, 9)])
+@pytest.mark.parametrize("curve", [hilbert_keys, morton_keys])
+def test_table_and_blocked_curves_match_the_direct_computation(
+    curve: Callable[..., np.ndarray], ndim: int, bits: int
+) -> None:
+    """Large inputs go through a cached table of the curve or blocks of rows; both give
+    the keys the bit-by-bit computation gives."""
+    rng = np.random.default_rng(ndim * bits)
+    n = 100_000  # above the table threshold and several blocks
+    pts = [rng.integers(0, 1 << bits, n, dtype=np.uint64) for _ in range(ndim)]
+    direct = _hilbert if curve is hilbert_keys else _interleave
+    np.testing.assert_array_equal(curve(pts, bits), direct(pts, bits))
+    np.testing.assert_array_equal(
+        curve([p[:10] for p in pts], bits), direct([p[:10] for p in pts], bits)
+    )

@@ -21,6 +21,8 @@ from lakelog.maintenance.sort import (
     FileCut,
     Segment,
     file_cuts,
+    sorted_keys,
+    stable_argsort,
     write_segments,
 )
 from lakelog.storage import Storage
@@ -193,3 +195,47 @@ def test_write_segments_rejects_bad_cuts_and_cleans_up_on_error(tmp_path: Path) 
             delete=storage.delete,
         )
     assert not list(tmp_path.glob("*.parquet"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 9000),
+    span_bits=st.sampled_from([0, 1, 8, 16, 17, 24, 31, 32, 33, 64]),
+    base=st.integers(0, 2**64 - 1),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_radix_argsort_and_counting_sort_match_numpy(
+    n: int, span_bits: int, base: int, seed: int
+) -> None:
+    """The fast paths (16-bit radix passes, counting sort) give numpy's stable results for
+    every key span, including spans at the thresholds and keys near 2**64."""
+    rng = np.random.default_rng(seed)
+    span = (1 << span_bits) - 1
+    lo = min(base, 2**64 - 1 - span)
+    keys = (rng.integers(0, span, n, dtype=np.uint64, endpoint=True) + np.uint64(lo)).astype(
+        np.uint64
+    )
+    order = stable_argsort(keys)
+    np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
+    got = sorted_keys(keys)
+    assert got.dtype == np.uint64
+    np.testing.assert_array_equal(got, np.sort(keys))
+
+
+def test_row_sample_takes_evenly_spaced_rows_across_batches() -> None:
+    arr = np.arange(10_000, dtype=np.uint64)
+    with ExternalSorter(SCHEMA, _key, max_bytes=10**9) as s:
+        s.add(_batches(arr, 333))
+        sample = s.row_sample(100)
+    assert sample is not None and sample.num_rows == 100
+    want = np.linspace(0, 9_999, 100).astype(np.int64)
+    assert sample.column("id").to_pylist() == want.tolist()
+
+
+@pytest.mark.parametrize("lo", [0, 2**64 - 2**21])
+@pytest.mark.parametrize("span", [1, 2**16, 2**20, 2**23 + 5])
+def test_counting_sort_on_large_inputs(lo: int, span: int) -> None:
+    rng = np.random.default_rng(span)
+    keys = rng.integers(0, span, 300_000, dtype=np.uint64) + np.uint64(lo)
+    np.testing.assert_array_equal(sorted_keys(keys), np.sort(keys))
+    np.testing.assert_array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
