@@ -397,10 +397,13 @@ def rank_keys(values: pa.Array | pa.ChunkedArray, bounds: ColumnBoundaries) -> U
     its full bit range. Nulls and float NaNs get ``2**bits - 1``; ``-0.0 == 0.0``.
     Values are dictionary-decoded and cast to the boundaries' type first.
     """
-    parts = [_rank_chunk(c, bounds) for c in _chunks(values)]
-    if not parts:
+    chunks = _chunks(values)
+    if not chunks:
         return np.zeros(0, dtype=np.uint64)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if len(chunks) > 1:  # one pass over all rows: the grid in _numeric_rank pays off on many
+        t = bounds.boundaries.type
+        chunks = [pa.concat_arrays([_coerce(c, t) for c in chunks])]
+    return _rank_chunk(chunks[0], bounds)
 
 
 def _check_ranks(ranks: Sequence[npt.ArrayLike], bits: int) -> list[U64Array]:

@@ -331,8 +331,8 @@ def cluster_group(
                 else s
                 for s in segments
             ]
-        sample, _ = sorter.key_sample()
-        cuts = file_cuts(segments, sample)
+        distinct, counts = sorter.key_counts()
+        cuts = file_cuts(segments, distinct, counts=counts)
         ordered = sorter.ordered([c.key_start for c in cuts])
         written = write_segments(ordered, cuts, make_writer, delete=storage.delete)
         runs = sorter.stats.runs

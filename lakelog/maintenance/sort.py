@@ -112,8 +112,9 @@ class ExternalSorter:
     """Orders batches by key within ``max_bytes`` of buffered Arrow data.
 
     Use as a context manager: temporary run files are removed on exit. Call
-    :meth:`add` with the input, then :meth:`key_sample` (sorted keys, for
-    choosing file cuts) and :meth:`ordered` (the rows in key order).
+    :meth:`add` with the input, then :meth:`key_counts` (distinct keys and
+    their counts, for choosing file cuts) and :meth:`ordered` (the rows in key
+    order).
     """
 
     def __init__(
@@ -233,6 +234,24 @@ class ExternalSorter:
             parts.append(col.to_numpy().astype(np.uint64)[::step])
         return sorted_keys(np.concatenate(parts)), float(step)
 
+    def key_counts(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """Distinct keys in order and their row counts (of all rows in memory, or of the
+        sample of :meth:`key_sample` when runs were spilled); for :func:`file_cuts`."""
+        if self._runs or self._sorted_keys is not None:
+            return _runs(self.key_sample()[0])
+        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
+        if len(keys) < 1 << 16:
+            return _runs(np.sort(keys))
+        lo = keys.min()
+        span = int(keys.max()) - int(lo)
+        if span >= 1 << 24 or span > 4 * len(keys):
+            return _runs(np.sort(keys))
+        counts = np.bincount((keys - lo).astype(np.intp), minlength=span + 1)
+        present = np.flatnonzero(counts)
+        distinct = present.astype(np.uint64)
+        distinct += lo
+        return distinct, counts[present].astype(np.int64)
+
     def row_sample(self, n: int) -> pa.Table | None:
         """About ``n`` rows spread over everything added (for size estimates)."""
         if self._runs:
@@ -316,7 +335,7 @@ class ExternalSorter:
             futures.clear()
 
             def sort_bucket(j: int) -> tuple[pa.Table, npt.NDArray[np.uint64]]:
-                table = pa.Table.from_batches(parts[j], schema=self.schema).combine_chunks()
+                table = pa.Table.from_batches(parts[j], schema=self.schema)  # take handles chunks
                 k = np.concatenate(part_keys[j])
                 parts[j], part_keys[j] = [], []
                 order = stable_argsort(k)
@@ -465,25 +484,39 @@ def file_cuts(
     segments: Sequence[Segment],
     keys: npt.NDArray[np.uint64],
     *,
+    counts: npt.NDArray[np.int64] | None = None,
     slack: float = 0.2,
 ) -> list[FileCut]:
     """Where each output file starts, given the sorted keys (or a sorted sample).
+
+    With ``counts``, ``keys`` are the distinct keys in order and ``counts`` how many
+    rows hold each (see :meth:`ExternalSorter.key_counts`): the same cuts, at a
+    cost that follows the distinct keys rather than the rows.
 
     A segment of ``files`` files is cut near equal row counts, each cut moved
     within ``slack`` of a file's rows to the key boundary with the highest
     differing bit: there the key space splits at its coarsest, so the file's
     rows form whole aligned blocks of the curve and its min/max box is tight.
     """
+    if counts is None:
+        keys, counts = _runs(keys)
+    if len(keys) != len(counts):
+        raise InvalidArgumentError(
+            f"expected one count per distinct key, found {len(counts)} counts for {len(keys)} keys"
+        )
+    # first[i]: rows with a key below keys[i]; a cut before keys[i] splits there
+    first = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     cuts: list[FileCut] = []
     for seg in segments:
         cuts.append(FileCut(seg.key_start, seg.tier))
         if seg.files <= 1:
             continue
-        a = int(np.searchsorted(keys, np.uint64(seg.key_start), side="left"))
+        ia = int(np.searchsorted(keys, np.uint64(seg.key_start), side="left"))
         if seg.key_end == KEY_MAX:
-            b = len(keys)
+            ib = len(keys)
         else:
-            b = int(np.searchsorted(keys, np.uint64(seg.key_end), side="left"))
+            ib = int(np.searchsorted(keys, np.uint64(seg.key_end), side="left"))
+        a, b = int(first[ia]), int(first[ib])
         n = b - a
         if n < 2 * seg.files:
             continue
@@ -493,20 +526,28 @@ def file_cuts(
         for j in range(1, seg.files):
             target = a + round(j * per)
             lo, hi = max(a + 1, target - half), min(b - 1, target + half)
-            if lo > hi:
-                continue
-            diff = keys[lo - 1 : hi] ^ keys[lo : hi + 1]
-            level = _top_bit(diff)
-            best = int(level.max())
-            if best < 0:
+            # candidate cuts: before distinct keys ia < i < ib starting within [lo, hi]
+            i_lo = max(ia + 1, int(np.searchsorted(first, lo, side="left")))
+            i_hi = min(ib - 1, int(np.searchsorted(first, hi, side="right")) - 1)
+            if i_lo > i_hi:
                 continue  # one key across the whole window: no cut possible here
-            cand = np.flatnonzero(level == best) + lo
-            q = int(cand[np.argmin(np.abs(cand - target))])
+            level = _top_bit(keys[i_lo - 1 : i_hi] ^ keys[i_lo : i_hi + 1])
+            cand = np.flatnonzero(level == level.max()) + i_lo
+            q = int(cand[np.argmin(np.abs(first[cand] - target))])
             key = int(keys[q])
             if key > last:
                 cuts.append(FileCut(key, seg.tier))
                 last = key
     return cuts
+
+
+def _runs(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """The distinct values of sorted ``keys`` and how often each occurs."""
+    if not len(keys):
+        return keys, np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], np.flatnonzero(keys[1:] != keys[:-1]) + 1])
+    counts = np.diff(np.append(starts, len(keys))).astype(np.int64)
+    return keys[starts], counts
 
 
 class _FileJob:

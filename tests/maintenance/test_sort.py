@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lakelog.errors import InvalidArgumentError
@@ -87,6 +87,8 @@ def test_sorted_output_is_a_permutation_in_key_order(
             assert s.stats.runs == 0
         sample, step = s.key_sample()
         assert step >= 1 and np.all(np.diff(sample.astype(np.float64)) >= 0)
+        distinct, counts = s.key_counts()
+        assert np.array_equal(np.repeat(distinct, counts), sample)
     assert not list(spill.iterdir())  # runs removed on exit
     assert np.all(out_keys[1:] >= out_keys[:-1])
     assert np.array_equal(np.sort(out_keys), np.sort(arr))
@@ -125,6 +127,57 @@ def test_file_cuts_equal_rows_and_snap_to_coarse_boundaries() -> None:
         assert prev >> 18 != k >> 18
     counts = np.diff(np.searchsorted(keys, [*starts, 2**63]))
     assert counts.min() >= 2000 and counts.max() <= 3000
+
+
+def _reference_cuts(segments: list[Segment], keys: np.ndarray, slack: float) -> list[FileCut]:
+    """The cut rule row by row: near equal rows, snapped to the coarsest key boundary."""
+    out: list[FileCut] = []
+    for seg in segments:
+        out.append(FileCut(seg.key_start, seg.tier))
+        a = int(np.searchsorted(keys, np.uint64(seg.key_start)))
+        b = len(keys) if seg.key_end == KEY_MAX else int(np.searchsorted(keys, seg.key_end))
+        n = b - a
+        if seg.files <= 1 or n < 2 * seg.files:
+            continue
+        per, last = n / seg.files, seg.key_start
+        half = max(1, int(per * slack))
+        for j in range(1, seg.files):
+            target = a + round(j * per)
+            best: tuple[int, int, int] | None = None  # (level, -distance, -row)
+            for q in range(max(a + 1, target - half), min(b - 1, target + half) + 1):
+                if keys[q - 1] == keys[q]:
+                    continue
+                level = (int(keys[q - 1]) ^ int(keys[q])).bit_length() - 1
+                cand = (level, -abs(q - target), -q)
+                best = cand if best is None or cand > best else best
+            if best is not None and int(keys[-best[2]]) > last:
+                last = int(keys[-best[2]])
+                out.append(FileCut(last, seg.tier))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 2**12) | st.integers(0, 2**64 - 1), min_size=1, max_size=400),
+    splits=st.lists(st.integers(1, 2**64 - 2), max_size=3),
+    files=st.lists(st.integers(1, 9), min_size=4, max_size=4),
+    slack=st.sampled_from([0.0, 0.2, 0.5]),
+)
+@example(keys=[3, 4, 5, 6], splits=[], files=[2, 1, 1, 1], slack=0.0)  # best cut at window start
+@example(keys=[1, 2, 3, 4], splits=[], files=[2, 1, 1, 1], slack=0.0)  # ... and at its end
+def test_file_cuts_from_distinct_keys_and_counts_match_the_row_rule(
+    keys: list[int], splits: list[int], files: list[int], slack: float
+) -> None:
+    arr = np.sort(np.array(keys, dtype=np.uint64))
+    bounds = [0, *sorted(set(splits)), KEY_MAX]
+    segs = [
+        Segment(key_start=lo, key_end=hi, rows=0, files=f)
+        for lo, hi, f in zip(bounds, bounds[1:], files, strict=False)
+    ]
+    want = _reference_cuts(segs, arr, slack)
+    assert file_cuts(segs, arr, slack=slack) == want
+    distinct, counts = np.unique(arr, return_counts=True)
+    assert file_cuts(segs, distinct, counts=counts, slack=slack) == want
 
 
 def test_file_cuts_respect_segments_and_skip_impossible_cuts() -> None:
@@ -239,3 +292,14 @@ def test_counting_sort_on_large_inputs(lo: int, span: int) -> None:
     keys = rng.integers(0, span, 300_000, dtype=np.uint64) + np.uint64(lo)
     np.testing.assert_array_equal(sorted_keys(keys), np.sort(keys))
     np.testing.assert_array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
+    schema = pa.schema([("k", pa.uint64())])
+    batches = [
+        pa.record_batch([pa.array(keys[i : i + 70_000])], schema=schema) for i in (0, 70_000)
+    ]
+    batches.append(pa.record_batch([pa.array(keys[140_000:])], schema=schema))
+    with ExternalSorter(schema, _key, max_bytes=10**9) as s:
+        s.add(batches)
+        distinct, counts = s.key_counts()
+    want, want_counts = np.unique(keys, return_counts=True)
+    np.testing.assert_array_equal(distinct, want)
+    np.testing.assert_array_equal(counts, want_counts)
