@@ -193,6 +193,8 @@ class Storage:
         full = self.full(rel)
         if self._is_local:
             os.makedirs(os.path.dirname(full), exist_ok=True)
+            # Arrow's own stream: Parquet writers then write without taking the GIL
+            return pafs.LocalFileSystem().open_output_stream(full)  # type: ignore[no-any-return]
         return self.fs.open(full, "wb")  # type: ignore[no-any-return]
 
     def write_bytes(self, rel: str, data: bytes) -> None:
