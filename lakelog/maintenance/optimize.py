@@ -319,7 +319,9 @@ def cluster_group(
     first = next(source, None)
     batches = itertools.chain([] if first is None else [first], source)
     write_options = dataclasses.replace(write_options, use_dictionary=dictionary_columns(first))
-    with ExternalSorter(file_schema, spec.keys, max_bytes=options.max_group_bytes) as sorter:
+    with ExternalSorter(
+        file_schema, spec.keys, max_bytes=options.max_group_bytes, key_bits=spec.key_bits
+    ) as sorter:
         sorter.add(batches)
         row_bytes = _encoded_row_bytes(sorter.row_sample(65_536), spec, write_options)
         if row_bytes > 0:  # files of at most the target size, by the encoded size of a sample

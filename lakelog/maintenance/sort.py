@@ -61,6 +61,10 @@ KeyFn = Callable[[pa.RecordBatch], npt.NDArray[np.uint64]]
 _KEY = "__lakelog_sort_key"
 _SLICE_ROWS = 131_072
 _KEY_CHUNK = 262_144
+_SCATTER_ROWS = 131_072
+_HIST_BITS = 24
+"""Keys below ``2**_HIST_BITS`` are counted per value as they are computed."""
+_Hist = npt.NDArray[np.int64] | None
 
 
 def stable_argsort(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
@@ -114,7 +118,9 @@ class ExternalSorter:
     Use as a context manager: temporary run files are removed on exit. Call
     :meth:`add` with the input, then :meth:`key_counts` (distinct keys and
     their counts, for choosing file cuts) and :meth:`ordered` (the rows in key
-    order).
+    order). With ``key_bits`` (keys are below ``2**key_bits``, at most 24), keys
+    are counted per value as they are computed, so :meth:`key_counts` is exact
+    and free even after spilling.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class ExternalSorter:
         spill_dir: str | None = None,
         slice_rows: int = _SLICE_ROWS,
         max_sample: int = 4_000_000,
+        key_bits: int | None = None,
     ) -> None:
         if max_bytes <= 0:
             raise InvalidArgumentError(f"expected max_bytes > 0, found {max_bytes}")
@@ -141,6 +148,10 @@ class ExternalSorter:
         self._batches: list[pa.RecordBatch] = []
         self._keys: list[npt.NDArray[np.uint64]] = []
         self._sorted_keys: npt.NDArray[np.uint64] | None = None
+        # keys known to be small: count them per value while they are computed
+        self._hist: npt.NDArray[np.int64] | None = None
+        if key_bits is not None and 0 < key_bits <= _HIST_BITS:
+            self._hist = np.zeros(1 << key_bits, dtype=np.int64)
 
     def __enter__(self) -> ExternalSorter:
         return self
@@ -160,21 +171,29 @@ class ExternalSorter:
         self._runs = []
         self._batches, self._keys, self._sorted_keys = [], [], None
 
+    def _key_chunk(self, table: pa.Table) -> tuple[npt.NDArray[np.uint64], _Hist]:
+        keys = np.ascontiguousarray(self.key_fn(table), dtype=np.uint64)  # type: ignore[arg-type]
+        if self._hist is None or not len(keys):
+            return keys, None
+        if int(keys.max()) >= len(self._hist):
+            return keys, None  # not as small as promised: key_counts falls back to sorting
+        return keys, np.bincount(keys.view(np.int64), minlength=len(self._hist))
+
     def _keyed(
         self, batches: Iterable[pa.RecordBatch]
-    ) -> Iterator[tuple[list[pa.RecordBatch], npt.NDArray[np.uint64]]]:
+    ) -> Iterator[tuple[list[pa.RecordBatch], npt.NDArray[np.uint64], _Hist]]:
         """Batches grouped into chunks of about ``_KEY_CHUNK`` rows (at most a quarter of
-        ``max_bytes``) with their keys, computed on two helper threads (numpy releases
-        the GIL on large arrays); at most three chunks are in flight."""
+        ``max_bytes``) with their keys (and key counts), computed on two helper threads
+        (numpy releases the GIL on large arrays); at most three chunks are in flight."""
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakelog-keys") as pool:
-            ahead: deque[tuple[list[pa.RecordBatch], Future[npt.NDArray[np.uint64]]]] = deque()
+            ahead: deque[tuple[list[pa.RecordBatch], Future[tuple[Any, _Hist]]]] = deque()
             group: list[pa.RecordBatch] = []
             rows = nbytes = 0
             chunk_bytes = max(1, self.max_bytes // 4)
 
             def submit() -> None:
                 table = pa.Table.from_batches(group, schema=self.schema)
-                ahead.append((list(group), pool.submit(self.key_fn, table)))  # type: ignore[arg-type]
+                ahead.append((list(group), pool.submit(self._key_chunk, table)))
 
             for batch in batches:
                 if not batch.num_rows:
@@ -187,19 +206,24 @@ class ExternalSorter:
                     group, rows, nbytes = [], 0, 0
                 while len(ahead) > 2:
                     g, fut = ahead.popleft()
-                    yield g, np.ascontiguousarray(fut.result(), dtype=np.uint64)
+                    yield g, *fut.result()
             if group:
                 submit()
             while ahead:
                 g, fut = ahead.popleft()
-                yield g, np.ascontiguousarray(fut.result(), dtype=np.uint64)
+                yield g, *fut.result()
 
     def add(self, batches: Iterable[pa.RecordBatch]) -> None:
         """Consume the input: buffer it, sorting and spilling a run whenever it is full."""
         buf: list[pa.RecordBatch] = []
         keys: list[npt.NDArray[np.uint64]] = []
         size = 0
-        for group, k in self._keyed(batches):
+        for group, k, hist in self._keyed(batches):
+            if self._hist is not None:
+                if hist is None:
+                    self._hist = None
+                else:
+                    self._hist += hist
             pos = 0
             for batch in group:
                 buf.append(batch)
@@ -236,7 +260,11 @@ class ExternalSorter:
 
     def key_counts(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """Distinct keys in order and their row counts (of all rows in memory, or of the
-        sample of :meth:`key_sample` when runs were spilled); for :func:`file_cuts`."""
+        sample of :meth:`key_sample` when runs were spilled and keys were not counted
+        as they came); for :func:`file_cuts`."""
+        if self._hist is not None:
+            present = np.flatnonzero(self._hist)
+            return present.astype(np.uint64), self._hist[present]
         if self._runs or self._sorted_keys is not None:
             return _runs(self.key_sample()[0])
         keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
@@ -309,25 +337,39 @@ class ExternalSorter:
         self, bounds: npt.NDArray[np.uint64]
     ) -> Iterator[tuple[pa.Table, npt.NDArray[np.uint64]]]:
         nb = len(bounds) + 1
-        parts: list[list[pa.RecordBatch]] = [[] for _ in range(nb)]
+        parts: list[list[pa.Table]] = [[] for _ in range(nb)]
         part_keys: list[list[npt.NDArray[np.uint64]]] = [[] for _ in range(nb)]
 
-        def scatter(batch: pa.RecordBatch, k: npt.NDArray[np.uint64]) -> list[Any]:
+        def scatter(group: list[pa.RecordBatch], k: npt.NDArray[np.uint64]) -> list[Any]:
             b = np.searchsorted(bounds, k, side="right")
             order = stable_argsort(b.astype(np.uint64))
             counts = np.bincount(b, minlength=nb)
             offs = np.concatenate([[0], np.cumsum(counts)])
-            taken, ks = batch.take(pa.array(order)), k[order]
+            taken = pa.Table.from_batches(group, schema=self.schema).take(pa.array(order))
+            ks = k[order]
             return [
                 (j, taken.slice(int(offs[j]), int(counts[j])), ks[offs[j] : offs[j + 1]])
                 for j in np.flatnonzero(counts)
             ]
 
-        batches, keys = self._batches, self._keys
-        self._batches, self._keys = [], []
+        def groups() -> Iterator[tuple[list[pa.RecordBatch], npt.NDArray[np.uint64]]]:
+            # scatter a few batches at once: fewer, larger pieces per bucket
+            group: list[pa.RecordBatch] = []
+            gkeys: list[npt.NDArray[np.uint64]] = []
+            rows = 0
+            for batch, k in zip(self._batches, self._keys, strict=True):
+                group.append(batch)
+                gkeys.append(k)
+                rows += batch.num_rows
+                if rows >= _SCATTER_ROWS:
+                    yield group, np.concatenate(gkeys)
+                    group, gkeys, rows = [], [], 0
+            if group:
+                yield group, np.concatenate(gkeys)
+
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakelog-scatter") as pool:
-            futures = [pool.submit(scatter, b, k) for b, k in zip(batches, keys, strict=True)]
-            del batches, keys
+            futures = [pool.submit(scatter, g, k) for g, k in groups()]
+            self._batches, self._keys = [], []
             for fut in futures:
                 for j, piece, ks in fut.result():
                     parts[j].append(piece)
@@ -335,7 +377,7 @@ class ExternalSorter:
             futures.clear()
 
             def sort_bucket(j: int) -> tuple[pa.Table, npt.NDArray[np.uint64]]:
-                table = pa.Table.from_batches(parts[j], schema=self.schema)  # take handles chunks
+                table = pa.concat_tables(parts[j])  # no copy: take handles the chunks
                 k = np.concatenate(part_keys[j])
                 parts[j], part_keys[j] = [], []
                 order = stable_argsort(k)
