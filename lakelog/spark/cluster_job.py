@@ -49,7 +49,7 @@ from ..errors import CorruptLogError, LakelogError
 from ..io.writer import WriteOptions
 from ..log.actions import AddFile, encode_schema
 from ..maintenance.cluster import ClusterSpec
-from ..maintenance.optimize import ClusterOptions
+from ..maintenance.cluster_plan import ClusterOptions
 from ..maintenance.plan import FileGroup
 from ..maintenance.rewrite import (
     GroupResult,

@@ -32,34 +32,20 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
-import pyarrow as pa
 
 from ..errors import InvalidArgumentError
 from ..log.actions import encode_schema
 from ..log.snapshot import load_snapshot
-from ..maintenance.cluster import (
-    ClusterSpec,
-    boundaries_from_sample,
-    find_spec,
-    validate_clustering,
-)
+from ..maintenance.cluster_plan import optimize_report, prepare_optimize
 from ..maintenance.compact import (
     _execution_options,
     _parameters,
     compaction_report,
     dry_run_report,
 )
-from ..maintenance.optimize import (
-    _check_flag,
-    _options,
-    _report,
-    load_spec,
-    plan_clustering,
-    sample_rows,
-)
-from ..maintenance.plan import partition_matcher, plan_compaction, positive_int
+from ..maintenance.plan import plan_compaction, positive_int
 from ..maintenance.report import MaintenanceReport
-from ..maintenance.rewrite import RewriteOptions, file_schema_of
+from ..maintenance.rewrite import RewriteOptions
 from ..storage import Storage
 from ..table import Table
 from .cluster_job import cluster_large_group, is_large, large_path_problem
@@ -202,31 +188,6 @@ def compact(
     return report
 
 
-def _spec(
-    table: Table,
-    files: Sequence[Any],
-    schema: pa.Schema,
-    partition_by: Sequence[str],
-    columns: tuple[str, ...],
-    curve: str,
-    *,
-    incremental: bool,
-) -> ClusterSpec:
-    """The spec of the clustered files (incremental) or boundaries from a seeded sample of
-    the clustering columns, exactly as the embedded executor resolves it."""
-    if incremental:
-        holder = find_spec(files, columns, curve)
-        if holder is not None:
-            found = load_spec(table.storage, holder, schema)
-            if found is not None:
-                return found
-    if files:
-        sample = sample_rows(table.storage, files, file_schema_of(schema, partition_by), columns)
-    else:
-        sample = pa.table({c: pa.array([], schema.field(c).type) for c in columns})
-    return boundaries_from_sample(sample, columns, curve)
-
-
 def optimize(
     spark: SparkSession,
     uri: str,
@@ -254,44 +215,28 @@ def optimize(
     task that sorts in spilled runs within ``max_group_bytes``.
     ``max_concurrent_groups`` defaults to ``defaultParallelism``.
     """
-    started = time.monotonic()
-    _check_flag("dry_run", dry_run)
-    _check_flag("incremental", incremental)
+    if max_concurrent_groups is not None:  # every argument is checked before any work
+        positive_int("max_concurrent_groups", max_concurrent_groups, unit="groups")
     table = _open(uri, storage_options)
-    snap = table.snapshot()
-    schema, parts = snap.schema, snap.partition_by
-    columns, curve_name = validate_clustering(
-        schema, parts, zorder_by=zorder_by, sort_by=sort_by, curve=curve
-    )
-    options = _options(
-        snap,
+    prep = prepare_optimize(
+        table,
+        zorder_by=zorder_by,
+        sort_by=sort_by,
+        curve=curve,
         target_file_size=target_file_size,
-        row_group_size=row_group_size,
-        compression=compression,
+        partition_filter=partition_filter,
+        incremental=incremental,
         max_group_bytes=max_group_bytes,
+        compression=compression,
+        row_group_size=row_group_size,
+        dry_run=dry_run,
     )
+    snap, plan, spec, options = prep.snapshot, prep.plan, prep.spec, prep.options
+    schema, parts = snap.schema, snap.partition_by
     workers = _workers(spark, max_concurrent_groups)
-    files = snap.files()
-    if partition_filter is not None:
-        match = partition_matcher(schema, parts, partition_filter)
-        mask = match([f.partition for f in files])
-        files = [f for f, keep in zip(files, mask, strict=True) if keep]
-    spec = _spec(table, files, schema, parts, columns, curve_name, incremental=incremental)
-    plan = plan_clustering(snap, spec, options, incremental=incremental, files=files)
-    extra: dict[str, Any] = {
-        "zorder_columns": list(columns) if curve_name != "linear" else [],
-        "sort_columns": list(columns) if curve_name == "linear" else [],
-        "curve": curve_name,
-        "incremental": incremental,
-        "spec_id": spec.spec_id,
-        "new_bytes": plan.fresh_bytes,
-        "full_groups": len(plan.full_groups),
-        "spilled_runs": 0,
-        "engine": "spark",
-        "large_groups": 0,
-    }
+    extra: dict[str, Any] = {**prep.extra(), "engine": "spark", "large_groups": 0}
     if dry_run or not plan.groups:
-        report = _report(plan, [], None, [], started, extra, dry_run=dry_run)
+        report = optimize_report(plan, [], None, [], prep.started, extra, dry_run=dry_run)
         report.emit()
         return report
     sc = spark.sparkContext
@@ -350,24 +295,17 @@ def optimize(
         read_snapshot=snap,
         max_concurrent_groups=workers,
         operation="OPTIMIZE",
-        parameters={
-            "columns": list(columns),
-            "curve": curve_name,
-            "incremental": incremental,
-            "spec_id": spec.spec_id,
-            "target_file_size": options.target_file_size,
-            "engine": "spark",
-        },
+        parameters={**prep.commit_parameters(), "engine": "spark"},
     )
     extra.update(_spark_extra(outcome, len(jobs)))
     extra["spilled_runs"] = sum(o.spilled_runs for o in outcome.outcomes)
     commit = outcome.commits[-1] if outcome.commits else None
-    report = _report(
+    report = optimize_report(
         plan,
         outcome.committed,
         commit,
         outcome.abandoned + list(outcome.failed),
-        started,
+        prep.started,
         extra,
         dry_run=False,
     )

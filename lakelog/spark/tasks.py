@@ -40,7 +40,8 @@ from ..errors import CorruptLogError
 from ..io.writer import RollingWriter, WriteOptions
 from ..log.actions import AddFile, DataFile, decode_schema
 from ..maintenance.cluster import FOOTER_KEY, ClusterSpec, spec_tags
-from ..maintenance.optimize import ClusterOptions, cluster_group
+from ..maintenance.cluster_plan import ClusterOptions
+from ..maintenance.optimize import cluster_group
 from ..maintenance.pacing import TokenBucket
 from ..maintenance.plan import FileGroup
 from ..maintenance.rewrite import (

@@ -15,8 +15,8 @@ import pytest
 import lakelog
 from lakelog.errors import InvalidArgumentError
 from lakelog.maintenance.cluster import TAG_KEY_MAX, TAG_KEY_MIN, TAG_SPEC, TAG_TIER
+from lakelog.maintenance.cluster_plan import load_spec
 from lakelog.maintenance.layout import FileBoxes
-from lakelog.maintenance.optimize import load_spec
 
 SCHEMA = pa.schema(
     [
@@ -323,12 +323,12 @@ def test_full_run_recomputes_boundaries_and_rewrites_everything(tmp_path: Path) 
 
 def test_saved_plan_round_trips(tmp_path: Path) -> None:
     from lakelog.maintenance.cluster import boundaries_from_sample
-    from lakelog.maintenance.optimize import ClusterPlan, _options, plan_clustering
+    from lakelog.maintenance.cluster_plan import ClusterPlan, cluster_options, plan_clustering
 
     t = _table(str(tmp_path / "t"))
     snap = t.snapshot()
     spec = boundaries_from_sample(snap.to_arrow(columns=["a", "b"]), ["a", "b"], "hilbert")
-    opts = _options(
+    opts = cluster_options(
         snap, target_file_size=None, row_group_size=None, compression=None, max_group_bytes=None
     )
     plan = plan_clustering(snap, spec, opts, incremental=True)

@@ -34,7 +34,7 @@ import lakelog.spark as lspark
 from lakelog.errors import InvalidArgumentError
 from lakelog.log.commits import read_commit
 from lakelog.maintenance.cluster import TAG_KEY_MAX, TAG_KEY_MIN, TAG_SPEC, TAG_TIER
-from lakelog.maintenance.optimize import load_spec
+from lakelog.maintenance.cluster_plan import load_spec
 from lakelog.maintenance.plan import plan_compaction
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
