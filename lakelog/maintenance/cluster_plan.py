@@ -60,9 +60,14 @@ __all__ = [
     "prepare_optimize",
     "resolve_spec",
     "sample_rows",
+    "spread_files",
 ]
 
 SAMPLE_ROWS = 200_000
+SPREAD_SAMPLE_ROWS = 5 * SAMPLE_ROWS
+"""Rows read for the sample when any file is a fair sample of the others."""
+MIN_SPREAD = 0.5
+"""A file "spreads" when its min/max cover at least this share of a column's range."""
 MIN_DELTA_BYTES = 64 * 1024
 """Delta files smaller than this cost more in footers and files than they save."""
 PROP_RATIO = "lakelog.clustering.max_rewrite_ratio"
@@ -181,12 +186,16 @@ def sample_rows(
 ) -> pa.Table:
     """About :data:`SAMPLE_ROWS` rows of ``columns``, drawn uniformly (seeded).
 
-    Reads the columns of every file: a subset of files would be a biased sample of
-    a clustered table, whose files each hold one region of the key space.
+    Reads the columns of every file, unless every file spans most of every
+    column's range (:func:`spread_files`): a subset of the files of a table
+    clustered or sorted on the columns would be a biased sample, since each of
+    its files holds one region of the key space.
     """
+    rng = np.random.default_rng(0)
+    if all(_ordered_as_numbers(schema.field(c).type) for c in columns):
+        files = spread_files(files, columns, rng) or files
     total = sum(f.num_rows for f in files)
     p = min(1.0, SAMPLE_ROWS / max(1, total))
-    rng = np.random.default_rng(0)
     parts = []
     for batch in dataset_of(storage, files, schema).to_batches(columns=list(columns)):
         if p >= 1.0:
@@ -195,6 +204,41 @@ def sample_rows(
             parts.append(batch.filter(pa.array(rng.random(batch.num_rows) < p)))
     sub = pa.schema([schema.field(c) for c in columns])
     return pa.Table.from_batches(parts, schema=sub)
+
+
+def _ordered_as_numbers(t: pa.DataType) -> bool:
+    """Whether file stats of this type compare as numbers (see :class:`FileStats`)."""
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def spread_files(
+    files: Sequence[DataFile], columns: Sequence[str], rng: np.random.Generator
+) -> list[DataFile] | None:
+    """A seeded random subset of ``files`` holding about :data:`SPREAD_SAMPLE_ROWS` rows,
+    if each file's min/max covers at least :data:`MIN_SPREAD` of every column's
+    range over all files (as ingest files do); otherwise None. The columns' stats
+    must compare as numbers."""
+    total = sum(f.num_rows for f in files)
+    if total <= 2 * SPREAD_SAMPLE_ROWS:
+        return None
+    for c in columns:
+        try:
+            lo = np.array([float(f.stats.min[c]) for f in files])  # type: ignore[union-attr]
+            hi = np.array([float(f.stats.max[c]) for f in files])  # type: ignore[union-attr]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None  # no stats, or not numbers: nothing to judge the spread by
+        width = float(hi.max() - lo.min())
+        if not np.isfinite(width) or width <= 0 or ((hi - lo) < MIN_SPREAD * width).any():
+            return None
+    order = rng.permutation(len(files))
+    rows = np.cumsum([files[i].num_rows for i in order])
+    take = int(np.searchsorted(rows, SPREAD_SAMPLE_ROWS)) + 1
+    return [files[i] for i in sorted(order[:take])]
 
 
 def fresh_keys_reader(storage: Storage, schema: pa.Schema, spec: ClusterSpec) -> Any:

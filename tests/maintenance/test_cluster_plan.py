@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakelog.log.actions import DataFile
+from lakelog.log.actions import DataFile, FileStats
 from lakelog.maintenance.cluster import (
     TAG_KEY_MAX,
     TAG_KEY_MIN,
@@ -17,6 +17,7 @@ from lakelog.maintenance.cluster import (
     TAG_TIER,
     plan_partition,
 )
+from lakelog.maintenance.cluster_plan import SPREAD_SAMPLE_ROWS, spread_files
 from lakelog.maintenance.sort import KEY_MAX
 
 SPEC = "spec0"
@@ -153,3 +154,29 @@ def test_spread_rows_pile_up_as_delta_then_merge() -> None:
     assert 1 <= len(merged) <= 3
     # the delta files of the merged ranges go with them (others may be combined)
     assert {f"{c}{p[1:]}" for p in merged for c in "de"} <= {p for p in inputs if p[0] in "de"}
+
+
+def _stat_file(i: int, lo: float, hi: float, rows: int) -> DataFile:
+    return DataFile(
+        path=f"f{i}.parquet",
+        size_bytes=rows * 10,
+        num_rows=rows,
+        stats=FileStats(min={"a": lo, "b": 0}, max={"a": hi, "b": 100}),
+    )
+
+
+def test_sample_reads_a_subset_only_when_every_file_spreads_over_the_range() -> None:
+    rng = np.random.default_rng(0)
+    ingest = [_stat_file(i, 0.0 + i % 3, 100.0 - i % 5, 100_000) for i in range(40)]
+    subset = spread_files(ingest, ["a", "b"], rng)
+    assert subset is not None
+    assert SPREAD_SAMPLE_ROWS <= sum(f.num_rows for f in subset) < SPREAD_SAMPLE_ROWS + 100_000
+    assert len({f.path for f in subset}) == len(subset)
+    assert subset == spread_files(ingest, ["a", "b"], np.random.default_rng(0))  # seeded
+    # one narrow file (a region of the key space, as clustered files are): read them all
+    regional = [*ingest[:-1], _stat_file(99, 10.0, 20.0, 100_000)]
+    assert spread_files(regional, ["a", "b"], rng) is None
+    # too few rows to bother, or no stats to judge by
+    assert spread_files(ingest[:20], ["a"], rng) is None
+    no_stats = [*ingest[:-1], DataFile(path="x", size_bytes=1, num_rows=100_000)]
+    assert spread_files(no_stats, ["a"], rng) is None
