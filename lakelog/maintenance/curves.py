@@ -461,12 +461,12 @@ def hilbert_keys(ranks: Sequence[npt.ArrayLike], bits: int) -> U64Array:
 _Curve = Callable[[Sequence[U64Array], int], U64Array]
 TABLE_BITS = 20
 """Grids of at most ``2**TABLE_BITS`` cells are mapped through a cached table of the
-whole curve (4 MiB at most): one gather per row instead of a pass per bit."""
+whole curve (8 MiB at most): one gather per row instead of a pass per bit."""
 _CHUNK_ROWS = 1 << 15
 """Rows per block when the curve is computed bit by bit, so the block stays in cache."""
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def _curve_table(fn: _Curve, ndim: int, bits: int) -> U64Array:
     """The key of every cell, indexed by the ranks concatenated (column 0 highest)."""
     cells = np.arange(1 << (ndim * bits), dtype=np.uint64)

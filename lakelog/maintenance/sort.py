@@ -62,8 +62,9 @@ _KEY = "__lakelog_sort_key"
 _SLICE_ROWS = 131_072
 _KEY_CHUNK = 262_144
 _SCATTER_ROWS = 131_072
-_HIST_BITS = 24
-"""Keys below ``2**_HIST_BITS`` are counted per value as they are computed."""
+_HIST_BITS = 20
+"""Keys below ``2**_HIST_BITS`` are counted per value as they are computed (a chunk's
+counts then take at most 8 MiB; curve keys over two columns use 18 bits)."""
 _Hist = npt.NDArray[np.int64] | None
 
 
@@ -118,7 +119,7 @@ class ExternalSorter:
     Use as a context manager: temporary run files are removed on exit. Call
     :meth:`add` with the input, then :meth:`key_counts` (distinct keys and
     their counts, for choosing file cuts) and :meth:`ordered` (the rows in key
-    order). With ``key_bits`` (keys are below ``2**key_bits``, at most 24), keys
+    order). With ``key_bits`` (keys are below ``2**key_bits``, at most 20), keys
     are counted per value as they are computed, so :meth:`key_counts` is exact
     and free even after spilling.
     """
@@ -173,8 +174,10 @@ class ExternalSorter:
 
     def _key_chunk(self, table: pa.Table) -> tuple[npt.NDArray[np.uint64], _Hist]:
         keys = np.ascontiguousarray(self.key_fn(table), dtype=np.uint64)  # type: ignore[arg-type]
-        if self._hist is None or not len(keys):
+        if self._hist is None:
             return keys, None
+        if not len(keys):
+            return keys, np.zeros_like(self._hist)
         if int(keys.max()) >= len(self._hist):
             return keys, None  # not as small as promised: key_counts falls back to sorting
         return keys, np.bincount(keys.view(np.int64), minlength=len(self._hist))
