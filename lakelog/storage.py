@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -141,6 +141,30 @@ class Storage:
         data = self.fs.cat_file(self.full(rel))
         assert isinstance(data, bytes)
         return data
+
+    def read_many(self, rels: Sequence[str]) -> list[bytes | None]:
+        """Whole contents of several files, in order (None for a missing one); remote
+        filesystems fetch them concurrently (s3fs in one batch of requests)."""
+        if self._is_local or len(rels) <= 1:
+            out: list[bytes | None] = []
+            for rel in rels:
+                try:
+                    out.append(self.read_bytes(rel))
+                except FileNotFoundError:
+                    out.append(None)
+            return out
+        paths = [self.full(rel) for rel in rels]
+        got = self.fs.cat(paths, on_error="return")
+        result: list[bytes | None] = []
+        for p in paths:
+            value = got.get(p, got.get(self.fs._strip_protocol(p)))
+            if isinstance(value, bytes):
+                result.append(value)
+            elif value is None or isinstance(value, FileNotFoundError):
+                result.append(None)
+            else:
+                raise value if isinstance(value, BaseException) else OSError(str(value))
+        return result
 
     def exists(self, rel: str) -> bool:
         """Whether a file exists now (never answered from a listing cache)."""

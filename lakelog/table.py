@@ -22,7 +22,7 @@ from .errors import (
 from .io.schema import check_schema, conform, to_reader
 from .io.writer import WriteOptions, check_codec, write_files
 from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, encode_schema
-from .log.commits import list_log, read_commit, read_header
+from .log.commits import commit_path, decode_header, list_log, read_commit
 from .log.manifests import read_hint
 from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
 from .partitioning import check_partition_columns, partition_string
@@ -131,13 +131,9 @@ class Table:
         versions = list_log(self.storage).commits[::-1]
         if limit is not None:
             versions = versions[:limit]
-        out = []
-        for v in versions:
-            try:
-                out.append(read_header(self.storage, v))
-            except FileNotFoundError:
-                continue  # expired concurrently
-        return out
+        datas = self.storage.read_many([commit_path(v) for v in versions])
+        # a missing commit was expired concurrently
+        return [decode_header(d, v) for v, d in zip(versions, datas, strict=True) if d is not None]
 
     # -- low-level commit ----------------------------------------------------------
     def commit(

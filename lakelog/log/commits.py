@@ -23,6 +23,7 @@ __all__ = [
     "LogListing",
     "commit_path",
     "decode_commit",
+    "decode_header",
     "encode_commit",
     "list_log",
     "read_commit",
@@ -111,7 +112,11 @@ def read_commit(storage: Storage, version: int) -> Commit:
 
 
 def read_header(storage: Storage, version: int) -> CommitHeader:
-    data = storage.read_bytes(commit_path(version))
+    return decode_header(storage.read_bytes(commit_path(version)), version)
+
+
+def decode_header(data: bytes, version: int) -> CommitHeader:
+    """The header of a commit file's bytes (without decoding its actions)."""
     try:
         header = _HEADER_DECODER.decode(data).header
     except (msgspec.DecodeError, msgspec.ValidationError):

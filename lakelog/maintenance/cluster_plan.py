@@ -490,6 +490,8 @@ def optimize_report(
     *,
     dry_run: bool,
 ) -> MaintenanceReport:
+    """The report of an optimize plan: the groups that ran and were committed (minus the
+    abandoned ones) count as rewritten; a dry run reports what the plan would do."""
     groups = {g.group_id: g for g in plan.groups}
     kept = [r for r in results if r.group_id not in abandoned] if commit is not None else []
     removed_files = sum(len(groups[r.group_id].files) for r in kept)

@@ -65,10 +65,12 @@ class MaintenanceReport:
             f"{self.before_file_count}->{self.after_file_count}; bytes "
             f"{self.before_total_bytes}->{self.after_total_bytes}"
         )
-        if self.abandoned_groups:
-            text += (
-                f"; abandoned {len(self.abandoned_groups)} groups (sources removed concurrently)"
-            )
+        failed = set(self.extra.get("failed_groups") or ())
+        conflicted = [g for g in self.abandoned_groups if g not in failed]
+        if conflicted:
+            text += f"; abandoned {len(conflicted)} groups (sources removed concurrently)"
+        if failed:
+            text += f"; {len(failed)} groups failed (see failed_groups)"
         return text
 
     def emit(self) -> None:

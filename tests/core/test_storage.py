@@ -66,6 +66,24 @@ def test_read_list_walk_delete(backend: Any) -> None:
     assert not st.exists("d/x.bin")
     assert st.relative(st.full("d/sub/y.bin")) == "d/sub/y.bin"
     assert st.url("d/sub/y.bin").endswith("/d/sub/y.bin")
+    # several at once, in order, None for a missing one (one batch of requests on S3)
+    st.write_bytes("d/z.bin", b"4444")
+    assert st.read_many(["d/z.bin", "d/x.bin", "d/sub/y.bin"]) == [b"4444", None, b"333"]
+    assert st.read_many(["d/x.bin"]) == [None] and st.read_many([]) == []
+
+
+def test_history_reads_every_commit_header_newest_first(backend: Any) -> None:
+    t = lakelog.create_table(
+        backend.uri, pa.schema([("a", pa.int64())]), storage_options=backend.storage_options
+    )
+    for i in range(5):
+        t.append(pa.table({"a": [i]}))
+    history = t.history()
+    assert [h.version for h in history] == [5, 4, 3, 2, 1, 0]
+    assert [h.operation for h in history[:2]] == ["APPEND", "APPEND"]
+    assert [h.version for h in t.history(limit=2)] == [5, 4]
+    t.storage.delete(["_lakelog/00000000000000000004.json"])  # as if expired meanwhile
+    assert [h.version for h in t.history(limit=3)] == [5, 3, 2]
 
 
 def test_many_clients_race_for_one_name(backend: Any) -> None:

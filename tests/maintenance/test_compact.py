@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections import Counter
@@ -264,6 +265,12 @@ def test_report_fields_and_log_line(
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("compacted"))
     assert re.fullmatch(r"compacted 12 files; file count 12->3; bytes \d+->\d+", line)
     assert line == report.summary()
+    mixed = dataclasses.replace(
+        report, abandoned_groups=["g1", "g2"], extra={"failed_groups": {"g2": "boom"}}
+    )
+    assert mixed.summary().endswith(
+        "; abandoned 1 groups (sources removed concurrently); 1 groups failed (see failed_groups)"
+    )
 
 
 def test_pacing_slows_reads_to_the_rate(local_backend: Backend) -> None:

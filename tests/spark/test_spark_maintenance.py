@@ -236,6 +236,7 @@ def test_task_that_always_fails_leaves_the_table_unchanged(spark: Any, tmp_path:
     with crash_at(spark, f"spark-task:start:{bad}"):
         report = lspark.compact(spark, uri)
     assert report.abandoned_groups == [bad] and list(report.extra["failed_groups"]) == [bad]
+    assert "1 groups failed" in report.summary() and "removed concurrently" not in report.summary()
     assert report.version is not None and report.compacted_file_count == 4
     live = {f.path for f in lakelog.open_table(uri).snapshot().files()}
     bad_sources = next(g for g in plan_compaction(before.snapshot()).groups if g.group_id == bad)
