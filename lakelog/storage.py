@@ -218,7 +218,10 @@ class Storage:
         if self._is_local:
             os.makedirs(os.path.dirname(full), exist_ok=True)
             # Arrow's own stream: Parquet writers then write without taking the GIL
-            return pafs.LocalFileSystem().open_output_stream(full)  # type: ignore[no-any-return]
+            stream = pafs.LocalFileSystem().open_output_stream(
+                full, compression=None, buffer_size=1 << 20
+            )
+            return stream  # type: ignore[no-any-return]
         return self.fs.open(full, "wb")  # type: ignore[no-any-return]
 
     def write_bytes(self, rel: str, data: bytes) -> None:

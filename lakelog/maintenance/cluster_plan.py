@@ -43,7 +43,7 @@ from .cluster import (
     validate_clustering,
 )
 from .plan import FileGroup, partition_matcher, positive_int
-from .report import MaintenanceReport
+from .report import MaintenanceReport, rewrite_report
 from .rewrite import GroupResult, file_schema_of
 from .sort import Segment
 
@@ -492,31 +492,14 @@ def optimize_report(
 ) -> MaintenanceReport:
     """The report of an optimize plan: the groups that ran and were committed (minus the
     abandoned ones) count as rewritten; a dry run reports what the plan would do."""
-    groups = {g.group_id: g for g in plan.groups}
     kept = [r for r in results if r.group_id not in abandoned] if commit is not None else []
-    removed_files = sum(len(groups[r.group_id].files) for r in kept)
-    removed_bytes = sum(groups[r.group_id].total_bytes for r in kept)
-    added_files = sum(len(r.added) for r in kept)
-    added_bytes = sum(r.bytes_written for r in kept)
-    return MaintenanceReport(
-        operation="optimize",
-        dry_run=dry_run,
-        read_version=plan.read_version,
-        before_file_count=plan.snapshot_file_count,
-        before_total_bytes=plan.snapshot_total_bytes,
-        after_file_count=plan.snapshot_file_count - removed_files + added_files,
-        after_total_bytes=plan.snapshot_total_bytes - removed_bytes + added_bytes,
-        estimated_after_file_count=plan.estimated_after_file_count,
-        compacted_file_count=plan.source_file_count if dry_run else removed_files,
-        rewritten_bytes=plan.source_bytes if dry_run else removed_bytes,
-        written_bytes=added_bytes,
-        output_file_count=added_files,
-        compression_codec=plan.options.compression,
-        planned_groups=[g.paths for g in plan.groups],
-        version=None if commit is None else commit.version,
-        commits=[] if commit is None else [commit.version],
-        retries=0 if commit is None else commit.attempts - 1,
-        abandoned_groups=list(abandoned),
+    return rewrite_report(
+        "optimize",
+        plan,
+        committed=kept,
+        commits=[] if commit is None else [commit],
+        abandoned=abandoned,
         duration_s=time.monotonic() - started,
+        dry_run=dry_run,
         extra=dict(extra),
     )

@@ -31,7 +31,7 @@ from ..transaction import CommitResult
 from .commit import RewritePlan, commit_rewrite, delete_outputs
 from .pacing import Pacer, TokenBucket
 from .plan import CompactionPlan, FileGroup, plan_compaction, positive_int
-from .report import MaintenanceReport
+from .report import MaintenanceReport, rewrite_report
 from .rewrite import BatchOrder, GroupResult, RewriteOptions, rewrite_group
 
 __all__ = [
@@ -278,22 +278,8 @@ def _parameters(plan: CompactionPlan) -> dict[str, Any]:
 
 def dry_run_report(plan: CompactionPlan, *, duration_s: float = 0.0) -> MaintenanceReport:
     """The report of a plan that is not executed (nothing written)."""
-    return MaintenanceReport(
-        operation="compact",
-        dry_run=True,
-        read_version=plan.read_version,
-        before_file_count=plan.snapshot_file_count,
-        before_total_bytes=plan.snapshot_total_bytes,
-        after_file_count=plan.snapshot_file_count,
-        after_total_bytes=plan.snapshot_total_bytes,
-        estimated_after_file_count=plan.estimated_after_file_count,
-        compacted_file_count=plan.source_file_count,
-        rewritten_bytes=plan.source_bytes,
-        written_bytes=0,
-        output_file_count=0,
-        compression_codec=plan.options.compression,
-        planned_groups=[g.paths for g in plan.groups],
-        duration_s=duration_s,
+    return rewrite_report(
+        "compact", plan, committed=[], commits=[], abandoned=[], duration_s=duration_s, dry_run=True
     )
 
 
@@ -372,33 +358,15 @@ def compaction_report(
     extra: dict[str, Any] | None = None,
 ) -> MaintenanceReport:
     """The report of an executed compaction plan, whatever engine ran its groups."""
-    committed_groups = [plan.group(r.group_id) for r in committed]
-    removed_files = sum(len(g.files) for g in committed_groups)
-    removed_bytes = sum(g.total_bytes for g in committed_groups)
-    added_files = sum(len(r.added) for r in committed)
-    added_bytes = sum(r.bytes_written for r in committed)
-    return MaintenanceReport(
-        operation="compact",
-        dry_run=False,
-        read_version=plan.read_version,
-        before_file_count=plan.snapshot_file_count,
-        before_total_bytes=plan.snapshot_total_bytes,
-        after_file_count=plan.snapshot_file_count - removed_files + added_files,
-        after_total_bytes=plan.snapshot_total_bytes - removed_bytes + added_bytes,
-        estimated_after_file_count=plan.estimated_after_file_count,
-        compacted_file_count=removed_files,
-        rewritten_bytes=removed_bytes,
-        written_bytes=added_bytes,
-        output_file_count=added_files,
-        compression_codec=plan.options.compression,
-        planned_groups=[g.paths for g in plan.groups],
-        version=commits[-1].version if commits else None,
-        commits=[c.version for c in commits],
-        retries=sum(c.attempts - 1 for c in commits),
-        abandoned_groups=list(abandoned),
+    return rewrite_report(
+        "compact",
+        plan,
+        committed=committed,
+        commits=commits,
+        abandoned=abandoned,
         duration_s=time.monotonic() - started,
         paced_seconds=paced_seconds,
-        extra=dict(extra or {}),
+        extra=extra,
     )
 
 

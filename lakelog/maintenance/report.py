@@ -10,10 +10,11 @@ and ``rewritten_bytes`` are what *would* be rewritten and nothing is written.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["MaintenanceReport"]
+__all__ = ["MaintenanceReport", "RewritePlan", "rewrite_report"]
 
 log = logging.getLogger("lakelog")
 
@@ -86,3 +87,70 @@ class MaintenanceReport:
             f"({self.written_bytes} bytes, {self.compression_codec}); {self.duration_s:.2f} s"
         )
         return "\n".join(lines)
+
+
+class RewritePlan(Protocol):
+    """What a report needs of a plan (compaction and clustering plans both have it)."""
+
+    @property
+    def read_version(self) -> int: ...
+    @property
+    def snapshot_file_count(self) -> int: ...
+    @property
+    def snapshot_total_bytes(self) -> int: ...
+    @property
+    def groups(self) -> Sequence[Any]: ...
+    @property
+    def options(self) -> Any: ...
+    @property
+    def estimated_after_file_count(self) -> int: ...
+    @property
+    def source_file_count(self) -> int: ...
+    @property
+    def source_bytes(self) -> int: ...
+
+
+def rewrite_report(
+    operation: str,
+    plan: RewritePlan,
+    *,
+    committed: Sequence[Any],
+    commits: Sequence[Any],
+    abandoned: Sequence[str],
+    duration_s: float,
+    dry_run: bool = False,
+    paced_seconds: float = 0.0,
+    extra: dict[str, Any] | None = None,
+) -> MaintenanceReport:
+    """The report of a rewrite plan: ``committed`` are the group results that landed in
+    ``commits`` (those of abandoned groups excluded); a dry run reports what the plan
+    would rewrite."""
+    groups = {g.group_id: g for g in plan.groups}
+    done = [groups[r.group_id] for r in committed]
+    removed_files = sum(len(g.files) for g in done)
+    removed_bytes = sum(g.total_bytes for g in done)
+    added_files = sum(len(r.added) for r in committed)
+    added_bytes = sum(r.bytes_written for r in committed)
+    return MaintenanceReport(
+        operation=operation,
+        dry_run=dry_run,
+        read_version=plan.read_version,
+        before_file_count=plan.snapshot_file_count,
+        before_total_bytes=plan.snapshot_total_bytes,
+        after_file_count=plan.snapshot_file_count - removed_files + added_files,
+        after_total_bytes=plan.snapshot_total_bytes - removed_bytes + added_bytes,
+        estimated_after_file_count=plan.estimated_after_file_count,
+        compacted_file_count=plan.source_file_count if dry_run else removed_files,
+        rewritten_bytes=plan.source_bytes if dry_run else removed_bytes,
+        written_bytes=added_bytes,
+        output_file_count=added_files,
+        compression_codec=plan.options.compression,
+        planned_groups=[g.paths for g in plan.groups],
+        version=commits[-1].version if commits else None,
+        commits=[c.version for c in commits],
+        retries=sum(c.attempts - 1 for c in commits),
+        abandoned_groups=list(abandoned),
+        duration_s=duration_s,
+        paced_seconds=paced_seconds,
+        extra=dict(extra or {}),
+    )
