@@ -495,10 +495,10 @@ def _curve(cols: Sequence[U64Array], bits: int, fn: _Curve) -> U64Array:
 
 
 def _hilbert(cols: Sequence[U64Array], bits: int) -> U64Array:
+    """Skilling's transform over two or more dimensions (one is the identity, handled by
+    :func:`hilbert_keys`)."""
     x = [c.copy() for c in cols]
     ndim = len(x)
-    if ndim == 1:
-        return x[0]
     one, zero = np.uint64(1), np.uint64(0)
     m = np.empty_like(x[0])
     t = np.empty_like(x[0])

@@ -90,17 +90,29 @@ def stable_argsort(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
 
 def sorted_keys(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """``np.sort(keys)``; a counting sort when the keys span less than ``2**24``."""
-    if len(keys) < 1 << 16:
+    counted = _counted(keys)
+    if counted is None:
         return np.sort(keys)
+    result: npt.NDArray[np.uint64] = np.repeat(*counted)
+    return result
+
+
+def _counted(
+    keys: npt.NDArray[np.uint64],
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]] | None:
+    """Distinct keys in order and their counts by one ``bincount``, when the keys span
+    less than ``2**24`` (and not far more than their number); else None."""
+    if len(keys) < 1 << 16:
+        return None
     lo = keys.min()
     span = int(keys.max()) - int(lo)
     if span >= 1 << 24 or span > 4 * len(keys):
-        return np.sort(keys)
+        return None
     counts = np.bincount((keys - lo).astype(np.intp), minlength=span + 1)
-    values = np.arange(span + 1, dtype=np.uint64)
-    values += lo
-    result: npt.NDArray[np.uint64] = np.repeat(values, counts)
-    return result
+    present = np.flatnonzero(counts)
+    distinct = present.astype(np.uint64)
+    distinct += lo
+    return distinct, counts[present].astype(np.int64)
 
 
 @dataclass
@@ -271,17 +283,8 @@ class ExternalSorter:
         if self._runs or self._sorted_keys is not None:
             return _runs(self.key_sample()[0])
         keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
-        if len(keys) < 1 << 16:
-            return _runs(np.sort(keys))
-        lo = keys.min()
-        span = int(keys.max()) - int(lo)
-        if span >= 1 << 24 or span > 4 * len(keys):
-            return _runs(np.sort(keys))
-        counts = np.bincount((keys - lo).astype(np.intp), minlength=span + 1)
-        present = np.flatnonzero(counts)
-        distinct = present.astype(np.uint64)
-        distinct += lo
-        return distinct, counts[present].astype(np.int64)
+        counted = _counted(keys)
+        return _runs(np.sort(keys)) if counted is None else counted
 
     def row_sample(self, n: int) -> pa.Table | None:
         """About ``n`` rows spread over everything added (for size estimates)."""
