@@ -14,7 +14,9 @@ from .errors import InvalidArgumentError, SchemaMismatchError
 
 __all__ = [
     "NULL_PARTITION",
+    "STAGING_DIR",
     "check_partition_columns",
+    "hidden_name",
     "partition_dir",
     "partition_expression",
     "partition_string",
@@ -23,6 +25,20 @@ __all__ = [
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _SAFE = "-_.~ "
+STAGING_DIR = "_spark_staging"
+"""Folder under the table root where lakelog's Spark jobs write before their commit."""
+
+
+def hidden_name(name: str) -> bool:
+    """Whether a file or folder name is hidden by the Hadoop/Spark convention: it starts
+    with ``_`` (but is no ``_col=value`` partition folder) or ``.``, or is a copy in
+    progress. Spark's file index skips such names; other tools keep markers and checksums
+    (``_SUCCESS``, ``.crc``) under them."""
+    return (
+        (name.startswith("_") and "=" not in name)
+        or name.startswith(".")
+        or name.endswith("._COPYING_")
+    )
 
 
 def _partition_type_ok(t: pa.DataType) -> bool:

@@ -109,6 +109,8 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     print(
         f"{'too young (kept)':<18} {report.files_too_young} (younger than {report.older_than_s:g}s)"
     )
+    if report.files_hidden:
+        print(f"{'hidden (kept)':<18} {report.files_hidden} (names starting with '_' or '.')")
     print(f"{'versions retained':<18} {report.oldest_version}..{report.latest_version}")
     if report.nested_tables:
         print(f"{'nested tables':<18} {', '.join(report.nested_tables)} (not entered)")

@@ -95,7 +95,8 @@ class VacuumReport:
     files: tuple[str, ...]
     bytes: int
     files_scanned: int
-    """Files found under the root (log folder and nested tables excluded)."""
+    """Files found under the root that vacuum considered (log folder, nested tables and
+    hidden files excluded)."""
     files_referenced: int
     """Scanned files that a retained version references (kept)."""
     files_too_young: int
@@ -103,6 +104,9 @@ class VacuumReport:
     nested_tables: tuple[str, ...]
     """Folders holding another table, never entered."""
     duration_s: float
+    files_hidden: int = 0
+    """Files kept because their name or a folder above them is hidden (``_``/``.`` first:
+    other engines' markers and checksums); not counted in ``files_scanned``."""
 
     @property
     def num_files(self) -> int:
@@ -120,6 +124,7 @@ class VacuumReport:
             "files_scanned": self.files_scanned,
             "files_referenced": self.files_referenced,
             "files_too_young": self.files_too_young,
+            "files_hidden": self.files_hidden,
             "nested_tables": list(self.nested_tables),
             "duration_s": round(self.duration_s, 6),
         }
@@ -133,6 +138,7 @@ class VacuumReport:
             f"{verb} {self.num_files} unreferenced files ({_bytes(self.bytes)}) of "
             f"{self.files_scanned} scanned; kept {self.files_referenced} referenced by "
             f"versions {self.oldest_version}..{self.latest_version} and "
-            f"{self.files_too_young} younger than {self.older_than_s:g}s, in "
-            f"{self.duration_s:.2f}s"
+            f"{self.files_too_young} younger than {self.older_than_s:g}s"
+            + (f" and {self.files_hidden} hidden" if self.files_hidden else "")
+            + f", in {self.duration_s:.2f}s"
         )

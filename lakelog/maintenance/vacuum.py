@@ -11,7 +11,13 @@ short, from expired versions. What is kept, always:
   Values below ``lakelog.vacuum.min_age_seconds`` need ``force=True``;
 * everything in a folder that holds another table (its own ``_lakelog/`` or
   ``_delta_log/``), and the log folder, except temporary files a killed
-  writer left there.
+  writer left there;
+* every file with a hidden name or under a hidden folder (``_`` or ``.``
+  first, as Hadoop and Spark have it; ``_col=value`` partition folders are
+  not hidden): other engines' markers and checksums (``_SUCCESS``,
+  ``.part-0.parquet.crc``, ``_temporary/``). lakelog's own Spark staging
+  folder (``_spark_staging/``) is the exception: what a killed Spark job left
+  there is vacuumed like any other orphan.
 
 The root is listed first and the log read after, so a file committed before
 the log is read is known to be referenced; the log is read once more just
@@ -30,6 +36,7 @@ from .._failpoints import failpoint
 from ..errors import InvalidArgumentError, VersionExpiredError
 from ..log.commits import LOG_DIR, list_log
 from ..log.snapshot import load_snapshot
+from ..partitioning import STAGING_DIR, hidden_name
 from ..properties import get_float
 from ..storage import FileInfo, Storage, normalize_uri
 from .cleanup_report import VacuumReport
@@ -112,8 +119,17 @@ def _newly_added(storage: Storage, after: int) -> set[str]:
     return {normalize_path(p, storage) for c in read_changes(storage, newer) for p in c.added}
 
 
-def _scan(storage: Storage) -> tuple[list[FileInfo], list[str]]:
-    """Files under the root that vacuum may consider, and nested table roots."""
+def _foreign_hidden(rel: str) -> bool:
+    """A hidden file or a file under a hidden folder that lakelog does not own."""
+    parts = rel.split("/")
+    if parts[0] == STAGING_DIR:
+        parts = parts[1:]
+    return any(hidden_name(p) for p in parts)
+
+
+def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
+    """Files under the root that vacuum may consider, nested table roots, and the
+    number of hidden files kept."""
     found = list(storage.walk(""))
     nested: set[str] = set()
     for f in found:
@@ -123,6 +139,7 @@ def _scan(storage: Storage) -> tuple[list[FileInfo], list[str]]:
                 nested.add("/".join(parts[:i]))
                 break
     candidates = []
+    hidden = 0
     for f in found:
         rel = normalize_path(f.path, storage)
         first, _, rest = rel.partition("/")
@@ -132,8 +149,11 @@ def _scan(storage: Storage) -> tuple[list[FileInfo], list[str]]:
             continue
         if any(rel.startswith(n + "/") for n in nested):
             continue
+        if _foreign_hidden(rel):
+            hidden += 1
+            continue
         candidates.append(FileInfo(rel, f.size, f.mtime_ms))
-    return candidates, sorted(nested)
+    return candidates, sorted(nested), hidden
 
 
 def vacuum(
@@ -158,7 +178,7 @@ def vacuum(
             f"yet. Pass force=True if no writer is running, or lower the property."
         )
     cutoff_ms = time.time() * 1000 - older_s * 1000
-    candidates, nested = _scan(storage)  # list first, then read the log
+    candidates, nested, hidden = _scan(storage)  # list first, then read the log
     referenced, oldest, latest = referenced_paths(storage)
     orphans: list[FileInfo] = []
     young = kept = 0
@@ -189,6 +209,7 @@ def vacuum(
         files_scanned=len(candidates),
         files_referenced=kept,
         files_too_young=young,
+        files_hidden=hidden,
         nested_tables=tuple(nested),
         duration_s=time.perf_counter() - started,
     )

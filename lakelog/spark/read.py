@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgumentError, LakelogError
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
-from ..partitioning import NULL_PARTITION
+from ..partitioning import NULL_PARTITION, hidden_name
 from ..storage import Storage
 from .filters import check_filter, translate_filter
 from .schema import check_spark_readable, to_spark_schema, to_spark_type
@@ -126,15 +126,6 @@ def columns_of(names: Sequence[str]) -> list[Column]:
     from pyspark.sql import functions as F
 
     return [F.col("`" + n.replace("`", "``") + "`") for n in names]
-
-
-def _hidden(name: str) -> bool:
-    """Names Spark's file index silently skips, even when given explicitly."""
-    return (
-        (name.startswith("_") and "=" not in name)
-        or name.startswith(".")
-        or name.endswith("._COPYING_")
-    )
 
 
 def _spark_parses(f: DataFile, partition_by: Sequence[str], string_cols: set[str]) -> bool:
@@ -292,7 +283,7 @@ def plan_read(
     groups: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
     for f in files:
         name = f.path.rsplit("/", 1)[-1]
-        if _hidden(name):
+        if hidden_name(name):  # Spark's file index skips these, even when listed
             raise LakelogError(
                 f"expected data file names Spark reads, found {f.path!r}: Spark silently "
                 f"skips files whose names start with '_' or '.'. Rewrite (compact) the "

@@ -39,13 +39,13 @@ from ..errors import (
 )
 from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
-from ..partitioning import check_partition_columns, parse_partition_dir
+from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
 from ..properties import get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..table import Table, _create
 from ..transaction import CommitResult
-from .read import _hidden, columns_of, session_conf, spark_url
+from .read import columns_of, session_conf, spark_url
 from .schema import (
     check_dataframe_schema,
     check_file_schema,
@@ -61,8 +61,6 @@ __all__ = ["STAGING_DIR", "write"]
 
 log = logging.getLogger("lakelog.spark")
 
-STAGING_DIR = "_spark_staging"
-"""Folder under the table root where Spark jobs write before their commit."""
 
 _SPARK_CODECS = {
     "none": "uncompressed",
@@ -180,7 +178,7 @@ def _collect(
     for info in storage.walk(staging):
         rel = info.path[len(staging) + 1 :]
         segments = rel.split("/")
-        if any(_hidden(s) for s in segments) or not segments[-1].endswith(".parquet"):
+        if any(hidden_name(s) for s in segments) or not segments[-1].endswith(".parquet"):
             continue  # _SUCCESS, .crc checksums, _temporary leftovers
         found.append((info.path, rel, info.size))
 

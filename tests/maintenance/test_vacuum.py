@@ -146,6 +146,39 @@ def test_nested_tables_and_the_log_are_never_touched(local_backend: Any) -> None
     check_table(t, model)
 
 
+def test_hidden_files_of_other_tools_stay_lakelog_staging_leftovers_go(
+    local_backend: Any,
+) -> None:
+    t, model = _table(local_backend.uri)
+    kept = [
+        "_SUCCESS",
+        "p=a/.part-0.parquet.crc",
+        "p=a/_committed_123",
+        "_temporary/0/task/part-0.parquet",
+        ".trash/part-9.parquet",
+        "_spark_staging/w1/_SUCCESS",
+    ]
+    gone = [
+        "_spark_staging/w1/p=a/part-0.parquet",  # a killed lakelog Spark job's output
+        "_q=1/part-0.parquet",  # a partition folder, not hidden
+        "p=a/part_1.parquet",
+    ]
+    for rel in kept + gone:
+        path = Path(t.storage.full(rel))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+        age(path, 2 * DAY)
+
+    dry = t.vacuum(older_than=dt.timedelta(days=1))
+    assert set(dry.files) == set(gone)
+    assert dry.files_hidden == len(kept) and "6 hidden" in dry.summary()
+    report = t.vacuum(older_than=dt.timedelta(days=1), dry_run=False)
+    assert set(report.files) == set(gone)
+    assert all(Path(t.storage.full(rel)).exists() for rel in kept)
+    assert not any(Path(t.storage.full(rel)).exists() for rel in gone)
+    check_table(t, model)
+
+
 def test_normalize_path_spellings() -> None:
     s3 = Storage("s3a://bucket/t/", {"anon": True})
     assert s3.uri == "s3://bucket/t"
