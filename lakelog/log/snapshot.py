@@ -38,7 +38,7 @@ from ..stats import (
 )
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
-from .commits import LogListing, commit_path, decode_commit, list_log, read_commit, read_header
+from .commits import LogListing, commit_path, decode_commit, list_log, read_header
 from .files import FILES_SCHEMA, ReplayState, data_files
 from .manifests import read_hint, read_hint_oldest, read_manifest, read_manifest_header
 
@@ -249,21 +249,33 @@ def _finish(storage: Storage, state: ReplayState) -> Snapshot:
     )
 
 
+_REPLAY_FIRST = 8
+_REPLAY_MAX = 64
+
+
 def _replay_forward(storage: Storage, state: ReplayState, upto: int | None) -> ReplayState:
-    """Apply commits after ``state.version`` (up to ``upto``, or until the end)."""
+    """Apply commits after ``state.version`` (up to ``upto``, or until the end).
+
+    Commits are fetched in batches (:meth:`Storage.read_many`: concurrent requests on
+    object stores, one round trip per batch rather than per commit). Reading to the end,
+    the batches probe ahead (8, then doubling to 64 names); a missing name ends the log,
+    since a commit is only ever written after the one before it.
+    """
     v = state.version + 1
+    size = _REPLAY_FIRST
     while upto is None or v <= upto:
-        try:
-            commit = read_commit(storage, v)
-        except FileNotFoundError:
-            if upto is None:
-                break
-            raise VersionNotFoundError(
-                f"expected commit {v} in the log of {storage.uri} to resolve version {upto}, "
-                f"found it missing; the log is incomplete."
-            ) from None
-        state.apply(commit)
-        v += 1
+        n = size if upto is None else min(_REPLAY_MAX, upto - v + 1)
+        for data in storage.read_many([commit_path(x) for x in range(v, v + n)]):
+            if data is None:
+                if upto is None:
+                    return state
+                raise VersionNotFoundError(
+                    f"expected commit {v} in the log of {storage.uri} to resolve version "
+                    f"{upto}, found it missing; the log is incomplete."
+                )
+            state.apply(decode_commit(data, v))
+            v += 1
+        size = min(2 * size, _REPLAY_MAX)
     return state
 
 
