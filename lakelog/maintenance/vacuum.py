@@ -16,8 +16,8 @@ short, from expired versions. What is kept, always:
   first, as Hadoop and Spark have it; ``_col=value`` partition folders are
   not hidden): other engines' markers and checksums (``_SUCCESS``,
   ``.part-0.parquet.crc``, ``_temporary/``). lakelog's own Spark staging
-  folder (``_spark_staging/``) is the exception: what a killed Spark job left
-  there is vacuumed like any other orphan.
+  folder (``_spark_staging/``) is the exception: everything a killed Spark job
+  left there is vacuumed like any other orphan.
 
 The root is listed first and the log read after, so a file committed before
 the log is read is known to be referenced; the log is read once more just
@@ -120,11 +120,10 @@ def _newly_added(storage: Storage, after: int) -> set[str]:
 
 
 def _foreign_hidden(rel: str) -> bool:
-    """A hidden file or a file under a hidden folder that lakelog does not own."""
+    """A hidden file or a file under a hidden folder, outside lakelog's staging folder
+    (everything there, markers included, is what a killed lakelog Spark job left)."""
     parts = rel.split("/")
-    if parts[0] == STAGING_DIR:
-        parts = parts[1:]
-    return any(hidden_name(p) for p in parts)
+    return parts[0] != STAGING_DIR and any(hidden_name(p) for p in parts)
 
 
 def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
