@@ -10,7 +10,6 @@ stores, files are fetched by a small thread pool to overlap latencies.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import msgspec
@@ -21,9 +20,7 @@ from ..storage import Storage
 
 __all__ = ["FileChanges", "read_changes"]
 
-_THREADS = 8
 _CHUNK = 256
-_IN_PROCESS = frozenset({"file", "local", "memory"})
 
 
 class _Add(msgspec.Struct, tag="add"):
@@ -99,29 +96,14 @@ def _decode(data: bytes, version: int) -> FileChanges:
     return out
 
 
-def _read(storage: Storage, version: int) -> FileChanges | None:
-    try:
-        data = storage.read_bytes(commit_path(version))
-    except FileNotFoundError:
-        return None  # deleted meanwhile by a concurrent expiry
-    return _decode(data, version)
-
-
 def read_changes(storage: Storage, versions: Sequence[int]) -> Iterator[FileChanges]:
     """The changes of each commit, in the order given; commits gone are skipped.
 
-    Local disk and memory are read in this thread (faster there: decoding holds
-    the GIL); other filesystems by a pool, to overlap request latencies.
+    Commits are fetched :data:`_CHUNK` at a time with :meth:`Storage.read_many`
+    (concurrent requests on object stores, plain reads on local disk).
     """
-    if len(versions) <= 2 or storage.protocol in _IN_PROCESS:
-        for v in versions:
-            got = _read(storage, v)
-            if got is not None:
-                yield got
-        return
-    with ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="lakelog-scan") as pool:
-        for start in range(0, len(versions), _CHUNK):
-            chunk = versions[start : start + _CHUNK]
-            for got in pool.map(lambda v: _read(storage, v), chunk):
-                if got is not None:
-                    yield got
+    for start in range(0, len(versions), _CHUNK):
+        chunk = versions[start : start + _CHUNK]
+        for v, data in zip(chunk, storage.read_many([commit_path(v) for v in chunk]), strict=True):
+            if data is not None:  # None: deleted meanwhile by a concurrent expiry
+                yield _decode(data, v)
