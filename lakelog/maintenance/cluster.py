@@ -28,8 +28,10 @@ partition, and skewed appends are folded in where they land.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
+import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,13 +42,16 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
+from ..io.writer import WriteOptions
 from ..log.actions import DataFile
 from . import curves
 from .curves import ColumnBoundaries
 from .plan import FileGroup
 from .sort import KEY_MAX, Segment
+from .tiling import Curve, Tiling
 
 __all__ = [
     "CURVES",
@@ -71,6 +76,9 @@ FOOTER_KEY = "lakelog.clustering"
 CURVES = ("hilbert", "zorder")
 MAX_COLUMNS = 8
 SPEC_VERSION = 1
+TILED_SPEC_VERSION = 2
+"""Specs with a tiling are version 2, so an older lakelog refuses them instead of
+computing other keys; specs without one stay version 1 (and keep their ``spec_id``)."""
 CURVE_BOUNDARIES = 510
 """Boundaries per column for curves: 512 ranks per axis (262,144 cells for two
 columns) is far finer than the files of a partition, and keeps the spec small
@@ -92,26 +100,36 @@ class ClusterSpec:
     columns: tuple[str, ...]
     curve: str
     boundaries: tuple[ColumnBoundaries, ...] = field(repr=False)
+    tiling: Tiling | None = field(default=None, repr=False)
+    """Tiles of the rank grid (see :mod:`lakelog.maintenance.tiling`): rows are ordered
+    tile by tile, by the curve within a tile. None: by the curve alone."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": SPEC_VERSION,
+        d: dict[str, Any] = {
+            "version": SPEC_VERSION if self.tiling is None else TILED_SPEC_VERSION,
             "columns": list(self.columns),
             "curve": self.curve,
             "boundaries": [b.to_json() for b in self.boundaries],
         }
+        if self.tiling is not None:
+            d["tiling"] = self.tiling.to_json()
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], schema: pa.Schema) -> ClusterSpec:
-        if int(d.get("version", 0)) > SPEC_VERSION:
+        if int(d.get("version", 0)) > TILED_SPEC_VERSION:
             raise InvalidArgumentError(
-                f"expected a clustering spec version <= {SPEC_VERSION}, found {d.get('version')}"
+                f"expected a clustering spec version <= {TILED_SPEC_VERSION}, found "
+                f"{d.get('version')}; it was written by a newer lakelog: upgrade lakelog."
             )
         cols = tuple(str(c) for c in d["columns"])
         bounds = tuple(
             ColumnBoundaries.from_json(b, schema.field(b["column"]).type) for b in d["boundaries"]
         )
-        return cls(columns=cols, curve=str(d["curve"]), boundaries=bounds)
+        tiling = None
+        if d.get("tiling") is not None:
+            tiling = Tiling.from_json(d["tiling"], ndim=len(bounds), bits=bounds[0].bits)
+        return cls(columns=cols, curve=str(d["curve"]), boundaries=bounds, tiling=tiling)
 
     def to_footer(self) -> bytes:
         """Compact form for Parquet footers: zlib-compressed JSON, base64."""
@@ -137,7 +155,33 @@ class ClusterSpec:
     @property
     def key_bits(self) -> int:
         """Bits the key uses: keys are below ``2**key_bits``."""
+        if self.tiling is not None:
+            return self.tiling.key_bits
         return sum(b.bits for b in self.boundaries)
+
+    def with_tiling(self, tiling: Tiling | None) -> ClusterSpec:
+        return dataclasses.replace(self, tiling=tiling)
+
+    def ranks(self, batch: pa.RecordBatch | pa.Table) -> list[npt.NDArray[np.uint64]]:
+        """Each clustering column's rank of every row."""
+        return [curves.rank_keys(batch.column(b.column), b) for b in self.boundaries]
+
+    @property
+    def curve_fn(self) -> Curve:
+        """The curve over ranks (for tiled specs)."""
+        return curves.hilbert_keys if self.curve == "hilbert" else curves.morton_keys
+
+    @cached_property
+    def _cell_keys(self) -> npt.NDArray[np.uint64]:
+        """The key of every cell of the rank grid (column 0's rank highest)."""
+        assert self.tiling is not None
+        nd, bits = len(self.boundaries), self.bits
+        cells = np.arange(1 << (nd * bits), dtype=np.uint64)
+        mask = np.uint64((1 << bits) - 1)
+        ranks = [(cells >> np.uint64((nd - 1 - i) * bits)) & mask for i in range(nd)]
+        table = self.tiling.keys(ranks, self.curve_fn)
+        table.setflags(write=False)
+        return table
 
     def keys(self, batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.uint64]:
         """The ``uint64`` key of every row (vectorized)."""
@@ -147,12 +191,23 @@ class ClusterSpec:
                 out <<= np.uint64(b.bits)
                 out |= curves.rank_keys(batch.column(b.column), b)
             return out
-        keys: npt.NDArray[np.uint64] = curves.curve_keys(
-            batch,
-            self.boundaries,
-            self.curve,  # type: ignore[arg-type]
-        ).to_numpy()
-        return keys
+        if self.tiling is None:
+            keys: npt.NDArray[np.uint64] = curves.curve_keys(
+                batch,
+                self.boundaries,
+                self.curve,  # type: ignore[arg-type]
+            ).to_numpy()
+            return keys
+        ranks = self.ranks(batch)
+        grid = len(ranks) * self.bits
+        if grid <= curves.TABLE_BITS and batch.num_rows >= 1 << max(0, grid - 4):
+            index = ranks[0].copy()
+            for r in ranks[1:]:
+                index <<= np.uint64(self.bits)
+                index |= r
+            tiled: npt.NDArray[np.uint64] = self._cell_keys[index]
+            return tiled
+        return self.tiling.keys(ranks, self.curve_fn)
 
 
 def validate_clustering(
@@ -264,6 +319,63 @@ def find_spec(files: Sequence[DataFile], columns: Sequence[str], curve: str) -> 
 def group_id(files: Sequence[DataFile]) -> str:
     digest = hashlib.sha256("\n".join(sorted(f.path for f in files)).encode())
     return digest.hexdigest()[:16]
+
+
+# -- file sizes ----------------------------------------------------------------------------
+
+
+ROW_SAMPLE = 65_536
+"""Rows encoded to estimate the size of a clustered row."""
+TILE_FILL = (0.7, 1.1)
+"""A full partition is cut into one file per tile when its tiles would hold this share
+of the target size (the tiling was made for the file count of the largest partition)."""
+
+
+def encoded_row_bytes(sample: pa.Table | None, spec: ClusterSpec, options: WriteOptions) -> float:
+    """Bytes per row of ``sample`` ordered by key and encoded as the output will be
+    (0 when the sample is too small to tell)."""
+    if sample is None or sample.num_rows < 1000:
+        return 0.0
+    ordered = sample.take(pa.array(np.argsort(spec.keys(sample), kind="stable")))
+    sink = pa.BufferOutputStream()
+    codec = options.compression
+    use_dict = options.use_dictionary
+    pq.write_table(
+        ordered,
+        sink,
+        compression=None if codec == "none" else codec,
+        use_dictionary=list(use_dict) if isinstance(use_dict, tuple) else use_dict,
+        row_group_size=options.row_group_size,
+    )
+    size: int = sink.getvalue().size
+    return size / int(sample.num_rows)
+
+
+def sized_segments(
+    segments: Sequence[Segment], row_bytes: float, target: int, spec: ClusterSpec
+) -> list[Segment]:
+    """Base segments re-counted in files of at most the target size, by the encoded size
+    of a row. With a tiling, tiles about the target size become one file each, and
+    larger ones (grown by appends) the same number of equal files each, so the cuts
+    fall on the tiles' edges and halves (:func:`lakelog.maintenance.sort.file_cuts`)."""
+    if row_bytes <= 0:
+        return list(segments)
+    out = []
+    for s in segments:
+        if s.tier != "base":
+            out.append(s)
+            continue
+        nbytes = s.rows * row_bytes
+        files = max(1, math.ceil(nbytes / target))
+        if spec.tiling is not None:
+            tiles = spec.tiling.tiles_between(s.key_start, s.key_end)
+            per_tile = nbytes / tiles
+            if per_tile > TILE_FILL[1] * target:
+                files = tiles * math.ceil(per_tile / target)
+            elif per_tile >= TILE_FILL[0] * target:
+                files = tiles
+        out.append(msgspec.structs.replace(s, files=files))
+    return out
 
 
 # -- planning one partition ------------------------------------------------------------

@@ -13,9 +13,11 @@ into the compaction :class:`MaintenanceReport` with clustering fields.
 from __future__ import annotations
 
 import json
+import math
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,25 +29,29 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
-from ..io.writer import check_codec
+from ..io.writer import WriteOptions, check_codec
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot
 from ..properties import DEFAULTS, get_int, get_str
 from ..storage import Storage
 from ..table import Table
 from .cluster import (
+    CURVES,
     FOOTER_KEY,
+    ROW_SAMPLE,
     ClusterSpec,
     PartitionPlan,
     boundaries_from_sample,
+    encoded_row_bytes,
     find_spec,
     plan_partition,
     validate_clustering,
 )
 from .plan import FileGroup, partition_matcher, positive_int
 from .report import MaintenanceReport, rewrite_report
-from .rewrite import GroupResult, file_schema_of
+from .rewrite import GroupResult, dictionary_columns, file_schema_of, read_group
 from .sort import Segment
+from .tiling import build_tiling
 
 __all__ = [
     "ClusterOptions",
@@ -64,6 +70,8 @@ __all__ = [
 ]
 
 SAMPLE_ROWS = 200_000
+HEAD_FILES = 32
+"""Files whose first rows estimate the encoded size of a clustered row."""
 SPREAD_SAMPLE_ROWS = 5 * SAMPLE_ROWS
 """Rows read for the sample when any file is a fair sample of the others."""
 MIN_SPREAD = 0.5
@@ -135,7 +143,9 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
         spec = json.loads(self.spec)
         lines = [
             f"optimize plan at version {self.read_version}: {spec['curve']} over "
-            f"{', '.join(spec['columns'])} (spec {self.spec_id}, "
+            f"{', '.join(spec['columns'])}"
+            + (f" in {spec['tiling']['tiles']} tiles" if spec.get("tiling") else "")
+            + f" (spec {self.spec_id}, "
             f"{'incremental' if self.incremental else 'full'}); {len(self.groups)} groups, "
             f"{self.source_file_count} of {self.snapshot_file_count} files "
             f"({self.source_bytes} bytes, {self.fresh_bytes} new) -> file count "
@@ -264,20 +274,68 @@ def resolve_spec(
     curve: str,
     *,
     incremental: bool,
+    options: ClusterOptions,
 ) -> ClusterSpec:
     """The spec of the clustered files (``incremental`` runs with the same columns and
-    curve), else boundaries from a seeded sample of the clustering columns."""
+    curve), else boundaries from a seeded sample of the clustering columns and, for
+    curves over several columns, a tiling for the file count of the largest partition
+    (:mod:`lakelog.maintenance.tiling`)."""
     if incremental:
         holder = find_spec(files, columns, curve)
         if holder is not None:
             found = load_spec(storage, holder, schema)
             if found is not None:
                 return found
+    file_schema = file_schema_of(schema, partition_by)
     if files:
-        sample = sample_rows(storage, files, file_schema_of(schema, partition_by), columns)
+        sample = sample_rows(storage, files, file_schema, columns)
     else:
         sample = pa.table({c: pa.array([], schema.field(c).type) for c in columns})
-    return boundaries_from_sample(sample, columns, curve)
+    spec = boundaries_from_sample(sample, columns, curve)
+    if curve not in CURVES or len(columns) < 2 or not sample.num_rows:
+        return spec
+    n = reference_file_count(storage, files, file_schema, spec, options)
+    return spec.with_tiling(build_tiling(spec.ranks(sample), spec.bits, n, curve))
+
+
+def reference_file_count(
+    storage: Storage,
+    files: Sequence[DataFile],
+    file_schema: pa.Schema,
+    spec: ClusterSpec,
+    options: ClusterOptions,
+) -> int:
+    """Files the largest partition of ``files`` is cut into, by the encoded size of rows
+    from up to :data:`HEAD_FILES` files (seeded), ordered by key as a run writes them:
+    the tiling is made for this count."""
+    rows: dict[tuple[tuple[str, str | None], ...], int] = {}
+    for f in files:
+        key = tuple(sorted(f.partition.items()))
+        rows[key] = rows.get(key, 0) + f.num_rows
+    largest = max(rows.values(), default=0)
+    rng = np.random.default_rng(0)
+    picked = [files[i] for i in sorted(rng.permutation(len(files))[:HEAD_FILES])]
+    per_file = max(1, -(-ROW_SAMPLE // max(1, len(picked))))
+
+    def head(f: DataFile) -> pa.RecordBatch | None:
+        return next(read_group(storage, file_schema, [f], batch_size=per_file), None)
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakelog-head") as pool:
+        batches = [b for b in pool.map(head, picked) if b is not None and b.num_rows]
+    if batches:
+        sample = pa.Table.from_batches(batches, schema=file_schema)
+        write_options = WriteOptions(
+            target_file_size=options.target_file_size,
+            row_group_size=options.row_group_size,
+            compression=options.compression,
+            use_dictionary=dictionary_columns(batches[0]),
+        )
+        row_bytes = encoded_row_bytes(sample, spec, write_options)
+    else:
+        row_bytes = 0.0
+    if row_bytes <= 0:  # too few rows to tell: the files' own size
+        row_bytes = sum(f.size_bytes for f in files) / max(1, sum(f.num_rows for f in files))
+    return max(1, math.ceil(largest * row_bytes / options.target_file_size))
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -463,6 +521,7 @@ def prepare_optimize(
         columns,
         curve_name,
         incremental=incremental,
+        options=options,
     )
     plan = plan_clustering(snap, spec, options, incremental=incremental, files=files)
     return PreparedOptimize(

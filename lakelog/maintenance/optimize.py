@@ -13,23 +13,27 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import CorruptLogError
 from ..io.writer import RollingWriter, WriteOptions
 from ..properties import get_int
 from ..storage import Storage
 from ..table import Table
-from .cluster import FOOTER_KEY, ClusterSpec, spec_tags
+from .cluster import (
+    FOOTER_KEY,
+    ROW_SAMPLE,
+    ClusterSpec,
+    encoded_row_bytes,
+    sized_segments,
+    spec_tags,
+)
 from .cluster_plan import ClusterOptions, dataset_of, optimize_report, prepare_optimize
 from .commit import commit_rewrite, delete_outputs
 from .plan import FileGroup, positive_int
@@ -41,25 +45,6 @@ __all__ = ["cluster_group", "optimize_table"]
 
 
 # -- executing one group -------------------------------------------------------------------
-
-
-def _encoded_row_bytes(sample: pa.Table | None, spec: ClusterSpec, options: WriteOptions) -> float:
-    """Bytes per row of ``sample`` ordered by key and encoded as the output will be."""
-    if sample is None or sample.num_rows < 1000:
-        return 0.0
-    ordered = sample.take(pa.array(np.argsort(spec.keys(sample), kind="stable")))
-    sink = pa.BufferOutputStream()
-    codec = options.compression
-    use_dict = options.use_dictionary
-    pq.write_table(
-        ordered,
-        sink,
-        compression=None if codec == "none" else codec,
-        use_dictionary=list(use_dict) if isinstance(use_dict, tuple) else use_dict,
-        row_group_size=options.row_group_size,
-    )
-    size: int = sink.getvalue().size
-    return size / int(sample.num_rows)
 
 
 def cluster_group(
@@ -110,16 +95,8 @@ def cluster_group(
         file_schema, spec.keys, max_bytes=options.max_group_bytes, key_bits=spec.key_bits
     ) as sorter:
         sorter.add(batches)
-        row_bytes = _encoded_row_bytes(sorter.row_sample(65_536), spec, write_options)
-        if row_bytes > 0:  # files of at most the target size, by the encoded size of a sample
-            segments = [
-                msgspec.structs.replace(
-                    s, files=max(1, math.ceil(s.rows * row_bytes / options.target_file_size))
-                )
-                if s.tier == "base"
-                else s
-                for s in segments
-            ]
+        row_bytes = encoded_row_bytes(sorter.row_sample(ROW_SAMPLE), spec, write_options)
+        segments = sized_segments(segments, row_bytes, options.target_file_size, spec)
         distinct, counts = sorter.key_counts()
         cuts = file_cuts(segments, distinct, counts=counts)
         ordered = sorter.ordered([c.key_start for c in cuts])

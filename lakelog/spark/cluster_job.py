@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -43,12 +42,11 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import CorruptLogError, LakelogError
 from ..io.writer import WriteOptions
 from ..log.actions import AddFile, encode_schema
-from ..maintenance.cluster import ClusterSpec
+from ..maintenance.cluster import ROW_SAMPLE, ClusterSpec, encoded_row_bytes, sized_segments
 from ..maintenance.cluster_plan import ClusterOptions
 from ..maintenance.plan import FileGroup
 from ..maintenance.rewrite import (
@@ -73,8 +71,6 @@ log = logging.getLogger("lakelog.spark")
 
 KEY_SAMPLE_ROWS = 200_000
 """Keys sampled on the driver to choose where output files start."""
-_SIZE_SAMPLE_ROWS = 65_536
-"""Rows encoded on the driver to estimate the size of a clustered row."""
 _UDF_BATCH_ROWS = 65_536
 """Rows per Arrow batch sent to the key UDF (Spark's default, 10,000, costs more calls)."""
 _STAGED_ROW_GROUP_BYTES = 32 * 1024 * 1024
@@ -132,25 +128,6 @@ def _sample_keys(df: DataFrame, spec: ClusterSpec, schema: pa.Schema, rows: int)
     return np.sort(spec.keys(pa.table(arrays, names=cols)))
 
 
-def _clustered_row_bytes(sample: pa.Table, spec: ClusterSpec, options: WriteOptions) -> float:
-    """Bytes per row of ``sample`` ordered by key and encoded as the output will be
-    (0 when the sample is too small to tell)."""
-    if sample.num_rows < 1000:
-        return 0.0
-    ordered = sample.take(pa.array(np.argsort(spec.keys(sample), kind="stable")))
-    sink = pa.BufferOutputStream()
-    use_dict = options.use_dictionary
-    pq.write_table(
-        ordered,
-        sink,
-        compression=None if options.compression == "none" else options.compression,
-        use_dictionary=list(use_dict) if isinstance(use_dict, tuple) else use_dict,
-        row_group_size=options.row_group_size,
-    )
-    size: int = sink.getvalue().size
-    return size / int(sample.num_rows)
-
-
 def _segments_for_size(
     storage: Storage,
     group: FileGroup,
@@ -163,10 +140,10 @@ def _segments_for_size(
     sample of the rows ordered by key, as the embedded executor does."""
     batches, rows = [], 0
     by_size = sorted(group.files, key=lambda f: -f.size_bytes)
-    for batch in read_group(storage, file_schema, by_size, batch_size=_SIZE_SAMPLE_ROWS):
+    for batch in read_group(storage, file_schema, by_size, batch_size=ROW_SAMPLE):
         batches.append(batch)
         rows += batch.num_rows
-        if rows >= _SIZE_SAMPLE_ROWS:
+        if rows >= ROW_SAMPLE:
             break
     if not batches:
         return list(segments)
@@ -177,17 +154,8 @@ def _segments_for_size(
         compression=options.compression,
         use_dictionary=dictionary_columns(sample.to_batches()[0]),
     )
-    row_bytes = _clustered_row_bytes(sample, spec, write_options)
-    if row_bytes <= 0:
-        return list(segments)
-    return [
-        msgspec.structs.replace(
-            s, files=max(1, math.ceil(s.rows * row_bytes / options.target_file_size))
-        )
-        if s.tier == "base"
-        else s
-        for s in segments
-    ]
+    row_bytes = encoded_row_bytes(sample, spec, write_options)
+    return sized_segments(segments, row_bytes, options.target_file_size, spec)
 
 
 def spark_hash_int(values: npt.NDArray[np.int32], seed: int = 42) -> npt.NDArray[np.int32]:
