@@ -379,15 +379,6 @@ def _number(node: Slabs | int, ids: Mapping[int, int]) -> Slabs | int:
     return Slabs(dim=node.dim, cuts=node.cuts, parts=tuple(_number(p, ids) for p in node.parts))
 
 
-def _candidates(ndim: int) -> list[tuple[int | None, ...]]:
-    """Forced first cuts: slabs first along each column; and, for few columns, a
-    first cut in two whose halves are cut first along different columns."""
-    out: list[tuple[int | None, ...]] = [(d,) for d in range(ndim)]
-    if ndim <= BISECT_MAX_DIMS:
-        out += [(-1 - d,) for d in range(ndim)]  # halves: decided in build_tiling
-    return out
-
-
 def build_tiling(ranks: Sequence[U64Array], bits: int, n: int, curve: str) -> Tiling | None:
     """The best tiling of the sample's rank grid into ``n`` tiles of equal rows, or None
     when none beats cutting the plain curve into ``n`` files (by :data:`MIN_GAIN`)."""
@@ -398,24 +389,22 @@ def build_tiling(ranks: Sequence[U64Array], bits: int, n: int, curve: str) -> Ti
     sample = [np.asarray(r, dtype=np.uint64) for r in ranks]
     plain = _score(layout_widths(sample, bits, _curve_files(fn(sample, bits), n)))
     builder = _Builder(sample, bits)
+    # slabs first along each column; and, for few columns, two halves along each column
+    # whose slabs run along two different columns
+    trials = [_slabs_first(builder, d, n, ndim, bits, fn) for d in range(ndim)]
+    if ndim <= BISECT_MAX_DIMS:
+        trials += [
+            _halves(builder, d, a, b, n, ndim, bits, fn)
+            for d in range(ndim)
+            for a, b in itertools.permutations(range(ndim), 2)
+        ]
     best: tuple[tuple[float, float], Tiling] | None = None
-    for first in _candidates(ndim):
-        d = first[0]
-        assert d is not None
-        if d >= 0:
-            trials = [_slabs_first(builder, d, n, ndim, bits, fn)]
-        else:
-            trials = [
-                _halves(builder, -1 - d, a, b, n, ndim, bits, fn)
-                for a, b in itertools.product(range(ndim), repeat=2)
-                if a != b
-            ]
-        for tiling in trials:
-            if tiling is None:
-                continue
-            score = _score(layout_widths(sample, bits, tiling.tile_of(sample)))
-            if best is None or score < best[0]:
-                best = (score, tiling)
+    for tiling in trials:
+        if tiling is None:
+            continue
+        score = _score(layout_widths(sample, bits, tiling.tile_of(sample)))
+        if best is None or score < best[0]:
+            best = (score, tiling)
     if best is None or best[0][0] > plain[0] * (1 - MIN_GAIN):
         return None
     return best[1]

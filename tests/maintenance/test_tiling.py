@@ -19,6 +19,7 @@ import lakelog
 from lakelog.errors import InvalidArgumentError
 from lakelog.maintenance import curves
 from lakelog.maintenance.cluster import (
+    TAG_SPEC,
     TILE_FILL,
     ClusterSpec,
     boundaries_from_sample,
@@ -216,6 +217,23 @@ def test_optimize_writes_one_disjoint_box_per_tile(tmp_path: Path) -> None:
     boxes = _boxes(t)
     for (a0, a1, b0, b1), (c0, c1, d0, d1) in itertools.combinations(boxes, 2):
         assert a1 < c0 or c1 < a0 or b1 < d0 or d1 < b0, ((a0, a1, b0, b1), (c0, c1, d0, d1))
+
+    # a late append in one corner: the next run keeps the tiling and rewrites little
+    n = 600
+    late = pa.table(
+        {
+            "a": rng.integers(0, 30_000, n),
+            "b": rng.random(n) * 0.03,
+            "pad": [rng.bytes(40) for _ in range(n)],
+        },
+        schema=schema,
+    )
+    t.append(late)
+    again = probe.optimize(zorder_by=["a", "b"], target_file_size=120_000)
+    assert again.extra["spec_id"] == spec.spec_id
+    assert 1 < again.compacted_file_count <= 4, again.summary()
+    assert {f.tags[TAG_SPEC] for f in t.snapshot().files()} == {spec.spec_id}
+    assert t.snapshot().to_arrow().num_rows == before.num_rows + n
 
 
 def test_tiling_json_is_checked_for_tile_ids() -> None:
