@@ -318,6 +318,7 @@ def reference_file_count(
     per_file = max(1, -(-ROW_SAMPLE // max(1, len(picked))))
 
     def head(f: DataFile) -> pa.RecordBatch | None:
+        # the generator (and its file) is released when this returns
         return next(read_group(storage, file_schema, [f], batch_size=per_file), None)
 
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakelog-head") as pool:

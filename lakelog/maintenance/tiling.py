@@ -351,8 +351,8 @@ class _Builder:
             counts = per + (np.arange(k) * extra // k != (np.arange(k) + 1) * extra // k)
             pos = np.round(np.cumsum(counts)[:-1] * len(values) / n)
             cuts = np.unique(np.searchsorted(below, pos, side="right") - 1)
-            first = int(np.searchsorted(below, 0, side="right")) - 1  # lowest rank held
-            cuts = cuts[(cuts > first) & (cuts > lo[dim]) & (cuts < hi[dim])]
+            lowest = int(np.searchsorted(below, 0, side="right")) - 1  # lowest rank held
+            cuts = cuts[(cuts > lowest) & (cuts > lo[dim]) & (cuts < hi[dim])]
             if not len(cuts):
                 continue  # one value along this side: try the next
             # the slabs' row counts decide their tile counts
