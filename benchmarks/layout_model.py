@@ -26,8 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lakelog.maintenance.curves import hilbert_keys
-from lakelog.maintenance.sort import KEY_MAX, Segment, file_cuts
-from lakelog.maintenance.tiling import build_tiling, layout_widths
+from lakelog.maintenance.tiling import build_tiling, curve_files, layout_widths
 
 ROWS = 2_000_000
 SAMPLE = 200_000
@@ -35,13 +34,7 @@ BITS = 9
 
 
 def hilbert_widths(n: int, ranks: list[np.ndarray]) -> np.ndarray:
-    keys = hilbert_keys(ranks, BITS)
-    cuts = file_cuts(
-        [Segment(key_start=0, key_end=KEY_MAX, rows=len(keys), files=n)], np.sort(keys)
-    )
-    starts = np.array([c.key_start for c in cuts], dtype=np.uint64)
-    files = (np.searchsorted(starts, keys, side="right") - 1).astype(np.int64)
-    return layout_widths(ranks, BITS, files)
+    return layout_widths(ranks, BITS, curve_files(hilbert_keys(ranks, BITS), n))
 
 
 def main() -> None:

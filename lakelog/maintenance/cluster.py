@@ -51,7 +51,7 @@ from . import curves
 from .curves import ColumnBoundaries
 from .plan import FileGroup
 from .sort import KEY_MAX, Segment
-from .tiling import Curve, Tiling
+from .tiling import Curve, TiledCurve, Tiling
 
 __all__ = [
     "CURVES",
@@ -171,18 +171,6 @@ class ClusterSpec:
         """The curve over ranks (for tiled specs)."""
         return curves.hilbert_keys if self.curve == "hilbert" else curves.morton_keys
 
-    @cached_property
-    def _cell_keys(self) -> npt.NDArray[np.uint64]:
-        """The key of every cell of the rank grid (column 0's rank highest)."""
-        assert self.tiling is not None
-        nd, bits = len(self.boundaries), self.bits
-        cells = np.arange(1 << (nd * bits), dtype=np.uint64)
-        mask = np.uint64((1 << bits) - 1)
-        ranks = [(cells >> np.uint64((nd - 1 - i) * bits)) & mask for i in range(nd)]
-        table = self.tiling.keys(ranks, self.curve_fn)
-        table.setflags(write=False)
-        return table
-
     def keys(self, batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.uint64]:
         """The ``uint64`` key of every row (vectorized)."""
         if self.curve == "linear":
@@ -198,16 +186,8 @@ class ClusterSpec:
                 self.curve,  # type: ignore[arg-type]
             ).to_numpy()
             return keys
-        ranks = self.ranks(batch)
-        grid = len(ranks) * self.bits
-        if grid <= curves.TABLE_BITS and batch.num_rows >= 1 << max(0, grid - 4):
-            index = ranks[0].copy()
-            for r in ranks[1:]:
-                index <<= np.uint64(self.bits)
-                index |= r
-            tiled: npt.NDArray[np.uint64] = self._cell_keys[index]
-            return tiled
-        return self.tiling.keys(ranks, self.curve_fn)
+        tiled = TiledCurve(tiling=self.tiling, curve=self.curve_fn)
+        return curves.grid_keys(self.ranks(batch), self.bits, tiled)
 
 
 def validate_clustering(

@@ -42,6 +42,7 @@ __all__ = [
     "compute_boundaries",
     "curve_keys",
     "default_bits",
+    "grid_keys",
     "hilbert_keys",
     "morton_keys",
     "rank_keys",
@@ -475,6 +476,13 @@ def _curve_table(fn: _Curve, ndim: int, bits: int) -> U64Array:
     table = fn(axes, bits)
     table.setflags(write=False)
     return table
+
+
+def grid_keys(cols: Sequence[U64Array], bits: int, fn: _Curve) -> U64Array:
+    """``fn(cols, bits)`` for many rows: through a cached table of every cell when the grid
+    is small, else in cache-sized blocks. ``fn`` must be hashable and pure (curves, and
+    :class:`lakelog.maintenance.tiling.TiledCurve`)."""
+    return _curve(cols, bits, fn)
 
 
 def _curve(cols: Sequence[U64Array], bits: int, fn: _Curve) -> U64Array:

@@ -42,7 +42,7 @@ from ..errors import InvalidArgumentError
 from . import curves
 from .sort import KEY_MAX, Segment, file_cuts
 
-__all__ = ["Slabs", "Tiling", "build_tiling", "layout_widths"]
+__all__ = ["Slabs", "TiledCurve", "Tiling", "build_tiling", "curve_files", "layout_widths"]
 
 U64Array = npt.NDArray[np.uint64]
 IntArray = npt.NDArray[np.int64]
@@ -257,6 +257,19 @@ def _slab_table(cuts: tuple[int, ...], bits: int) -> npt.NDArray[np.uint16]:
     return out
 
 
+@dataclass(frozen=True)
+class TiledCurve:
+    """A tiling's keys as a curve over ranks. Hashable and pure, so
+    :func:`lakelog.maintenance.curves.grid_keys` keeps a table of every cell's key for
+    small grids, shared by every spec with this tiling."""
+
+    tiling: Tiling
+    curve: Curve
+
+    def __call__(self, ranks: Sequence[U64Array], bits: int) -> U64Array:
+        return self.tiling.keys(ranks, self.curve)
+
+
 # -- measuring a layout -------------------------------------------------------------------
 
 
@@ -283,7 +296,7 @@ def _score(widths: npt.NDArray[np.float64]) -> tuple[float, float]:
     return float(widths.max()), float(widths.sum())
 
 
-def _curve_files(curve_keys: U64Array, n: int) -> IntArray:
+def curve_files(curve_keys: U64Array, n: int) -> IntArray:
     """The file of each row when the plain curve is cut into ``n`` files."""
     keys = np.sort(curve_keys)
     cuts = file_cuts([Segment(key_start=0, key_end=KEY_MAX, rows=len(keys), files=n)], keys)
@@ -387,7 +400,7 @@ def build_tiling(ranks: Sequence[U64Array], bits: int, n: int, curve: str) -> Ti
         return None
     fn = curves.hilbert_keys if curve == "hilbert" else curves.morton_keys
     sample = [np.asarray(r, dtype=np.uint64) for r in ranks]
-    plain = _score(layout_widths(sample, bits, _curve_files(fn(sample, bits), n)))
+    plain = _score(layout_widths(sample, bits, curve_files(fn(sample, bits), n)))
     builder = _Builder(sample, bits)
     # slabs first along each column; and, for few columns, two halves along each column
     # whose slabs run along two different columns
