@@ -347,9 +347,10 @@ def _numeric_rank(
 
     def cell(x: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         c = x.astype(np.float64)  # a copy; rounding is monotone
-        c -= lo
-        c *= scale
-        c += 1.0
+        with np.errstate(over="ignore", invalid="ignore"):  # huge values become +-inf
+            c -= lo
+            c *= scale
+            c += 1.0
         np.fmax(c, 0.0, out=c)  # below the range, -inf and NaN (NaN ranks are masked later)
         np.fmin(c, float(grid + 1), out=c)  # above the range, +inf
         return c.astype(np.int64)
