@@ -1,20 +1,48 @@
-"""Crash points for tests: kill this process for real at a named step.
+"""Crash and pause points for tests: force a real process to die or wait at a named step.
 
 Set ``LAKELOG_CRASH_AT=<name>`` (comma-separated names allowed) in a child
 process's environment and it SIGKILLs itself when it reaches
 ``failpoint("<name>")``: no cleanup, no ``finally`` blocks, as a crash or an
-OOM kill would. Unset, a failpoint costs one dictionary lookup.
+OOM kill would.
+
+Set ``LAKELOG_PAUSE_AT=<name>:<path>`` (comma-separated pairs allowed; the
+path follows the last ``:``, so names may hold ``:``) and the process, on
+reaching ``pausepoint("<name>")``, creates ``<path>.paused`` and then waits
+until ``<path>`` exists (at most 60 s), so a test can run another process in
+exactly that window and then let it go on. Each named pause fires once per
+process.
+
+Unset, either costs one dictionary lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
-__all__ = ["failpoint"]
+__all__ = ["failpoint", "pausepoint"]
+
+_PAUSED: set[str] = set()
 
 
 def failpoint(name: str) -> None:
     wanted = os.environ.get("LAKELOG_CRASH_AT")
     if wanted and name in wanted.split(","):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pausepoint(name: str) -> None:
+    wanted = os.environ.get("LAKELOG_PAUSE_AT")
+    if not wanted or name in _PAUSED:
+        return
+    for pair in wanted.split(","):
+        point, _, path = pair.rpartition(":")  # names may hold ":", the path not
+        if point == name and path:
+            _PAUSED.add(name)
+            with open(f"{path}.paused", "w"):
+                pass
+            deadline = time.monotonic() + 60
+            while not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return

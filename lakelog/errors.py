@@ -8,9 +8,14 @@ from __future__ import annotations
 __all__ = [
     "CommitConflictError",
     "CorruptLogError",
+    "DataFileMissingError",
     "InvalidArgumentError",
+    "LogGapError",
     "LakelogError",
+    "LeaseExpiredError",
+    "MaintenanceFailedError",
     "SchemaMismatchError",
+    "SparkEnvironmentError",
     "StorageNotSupportedError",
     "TableExistsError",
     "TableNotFoundError",
@@ -79,8 +84,68 @@ class UnsupportedFormatError(LakelogError):
 
 
 class CorruptLogError(LakelogError):
-    """A commit file cannot be decoded."""
+    """A commit file cannot be decoded, or the log is not a gapless run of versions."""
+
+
+class LogGapError(CorruptLogError):
+    """Commit ``missing`` is gone while the later commit ``found`` exists.
+
+    Inside the readable range this is damage (a commit deleted outside lakelog):
+    readers refuse the table and writers never commit into the hole. Below the
+    oldest readable version it is an expiry at work, which callers resolve.
+    """
+
+    def __init__(self, message: str, *, missing: int, found: int) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.found = found
 
 
 class StorageNotSupportedError(LakelogError):
-    """The filesystem cannot create a file only if absent, so commits are not safe."""
+    """The filesystem cannot be used: its driver is missing, or it cannot create a
+    file only if absent (so commits would not be safe)."""
+
+
+class DataFileMissingError(LakelogError, FileNotFoundError):
+    """A data file the read version references is gone (deleted outside lakelog).
+
+    ``path`` is the file (relative to the table root), ``version`` the version read.
+    """
+
+    def __init__(self, message: str, *, path: str, version: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.version = version
+
+
+class MaintenanceFailedError(LakelogError):
+    """A maintenance run (compaction, clustering) failed in every group it ran: nothing
+    was committed.
+
+    ``report`` is the run's :class:`~lakelog.maintenance.report.MaintenanceReport`;
+    ``failed_groups`` maps each failed group's id to its error.
+    """
+
+    def __init__(self, message: str, *, report: object, failed_groups: dict[str, str]) -> None:
+        super().__init__(message)
+        self.report = report
+        self.failed_groups = failed_groups
+
+
+class SparkEnvironmentError(LakelogError):
+    """Spark's executors cannot run lakelog's tasks: their Python cannot import lakelog,
+    or imports another version of it than the driver's."""
+
+
+class LeaseExpiredError(LakelogError):
+    """A writer's lease expired before its commit and vacuum deleted some of its data
+    files; nothing was committed.
+
+    ``missing_files`` are the deleted files (root-relative), ``expired_s`` how long the
+    lease was expired.
+    """
+
+    def __init__(self, message: str, *, missing_files: tuple[str, ...], expired_s: float) -> None:
+        super().__init__(message)
+        self.missing_files = missing_files
+        self.expired_s = expired_s

@@ -13,9 +13,11 @@ import pyarrow.compute as pc
 from .errors import InvalidArgumentError, SchemaMismatchError
 
 __all__ = [
+    "NAME_MAX",
     "NULL_PARTITION",
     "STAGING_DIR",
     "check_partition_columns",
+    "check_partition_dir",
     "hidden_name",
     "partition_dir",
     "partition_expression",
@@ -24,6 +26,8 @@ __all__ = [
 ]
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+NAME_MAX = 255
+"""Longest folder name, in bytes, most filesystems accept (Linux, macOS, Windows)."""
 _SAFE = "-_.~ "
 STAGING_DIR = "_spark_staging"
 """Folder under the table root where lakelog's Spark jobs write before their commit."""
@@ -98,6 +102,27 @@ def partition_dir(partition_by: Sequence[str], values: Mapping[str, str | None])
         text = NULL_PARTITION if v is None else (quote(v, safe=_SAFE) or "%00")
         parts.append(f"{quote(col, safe=_SAFE)}={text}")
     return "/".join(parts)
+
+
+def check_partition_dir(partition_by: Sequence[str], values: Mapping[str, str | None]) -> str:
+    """:func:`partition_dir` of a partition new data goes to, refusing folder names
+    longer than :data:`NAME_MAX` bytes, so that such a write fails before it creates
+    anything (instead of an ``OSError`` midway)."""
+    if not partition_by:
+        return ""
+    folder = partition_dir(partition_by, values)
+    for col, name in zip(partition_by, folder.split("/"), strict=True):
+        size = len(name.encode())
+        if size > NAME_MAX:
+            v = values.get(col)
+            shown = v if v is None or len(v) <= 40 else v[:40] + "..."
+            raise InvalidArgumentError(
+                f"expected partition folder names of at most {NAME_MAX} bytes (the usual "
+                f"filesystem name limit), found {size} bytes for column {col!r} with value "
+                f"{shown!r} (encoded as '{col}=...'); partition on a shorter derived value "
+                f"(a prefix or a hash) instead. Nothing was written."
+            )
+    return folder
 
 
 def typed_partition_value(text: str | None, type_: pa.DataType) -> Any:

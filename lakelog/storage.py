@@ -33,7 +33,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from .errors import InvalidArgumentError, StorageNotSupportedError
 
-__all__ = ["FileInfo", "Storage", "normalize_uri"]
+__all__ = ["FileInfo", "Storage", "check_local_root", "normalize_uri"]
 
 _MEMORY_LOCK = threading.Lock()
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
@@ -82,17 +82,16 @@ class Storage:
                 f"expected a table URI such as '/data/t' or 's3://bucket/t', found {uri!r}"
             )
         self.uri = normalize_uri(uri)
-        self.storage_options: dict[str, Any] = dict(storage_options or {})
-        fs_uri = self.uri
-        if fs_uri.startswith("file://"):
-            fs_uri = fs_uri[len("file://") :]
-        fs, path = fsspec.core.url_to_fs(fs_uri, **self.storage_options)
+        self.storage_options: dict[str, Any] = _check_options(storage_options)
+        fs, path = _filesystem(self.uri, self.storage_options)
         self.fs: fsspec.AbstractFileSystem = fs
         self.root: str = path.rstrip("/") or "/"
         self.single_writer = single_writer
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
         self.protocol: str = protocols[0]
         self._is_local = isinstance(fs, LocalFileSystem)
+        if self._is_local:
+            check_local_root(self.root)
         self._is_memory = isinstance(fs, MemoryFileSystem)
         self._is_s3 = bool(_S3_PROTOCOLS.intersection(protocols))
         self.supports_put_if_absent = self._is_local or self._is_memory or self._is_s3
@@ -294,6 +293,69 @@ class Storage:
                     self.fs.rm_file(full)
                 except FileNotFoundError:
                     pass
+
+
+def _check_options(storage_options: Any) -> dict[str, Any]:
+    """``storage_options`` as a dict: a mapping with string keys, or None."""
+    if storage_options is None:
+        return {}
+    if not isinstance(storage_options, Mapping) or not all(
+        isinstance(k, str) for k in storage_options
+    ):
+        raise InvalidArgumentError(
+            f"expected storage_options to be a mapping of option names to values (e.g. "
+            f"{{'endpoint_url': 'http://localhost:9000'}}) or None, found "
+            f"{type(storage_options).__name__} {storage_options!r}; pass a dict."
+        )
+    return dict(storage_options)
+
+
+def _filesystem(uri: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem and path of a normalized URI, with typed errors for an
+    unknown scheme, a missing driver and options the filesystem refuses."""
+    scheme = uri.split("://", 1)[0]
+    fs_uri = uri[len("file://") :] if scheme == "file" else uri
+    try:
+        fs, path = fsspec.core.url_to_fs(fs_uri, **storage_options)
+    except ImportError as e:
+        raise StorageNotSupportedError(
+            f"expected the fsspec driver for {scheme}:// URIs to be installed, found it "
+            f"missing: {e}. Install that package in this environment."
+        ) from e
+    except OSError as e:  # e.g. a driver whose native library is missing
+        raise StorageNotSupportedError(
+            f"expected to set up the {scheme}:// filesystem, found it failing: {e}; check "
+            f"that its driver and native libraries are installed and its storage_options."
+        ) from e
+    except (ValueError, TypeError) as e:
+        if scheme not in fsspec.available_protocols():
+            raise InvalidArgumentError(
+                f"expected a table URI with a known scheme (a local path, file://, s3://, "
+                f"memory://, or another fsspec protocol), found {scheme!r} in {uri!r}; check "
+                f"the spelling of the scheme."
+            ) from e
+        raise InvalidArgumentError(
+            f"expected storage_options the {scheme}:// filesystem accepts, found "
+            f"{sorted(storage_options)} refused: {e}; fix storage_options."
+        ) from e
+    return fs, str(path)
+
+
+def check_local_root(root: str) -> None:
+    """Refuse a local table root that is a file or lies below one (every read and
+    write there would fail with :class:`NotADirectoryError`)."""
+    path = root
+    while not os.path.exists(path):  # up to the nearest existing ancestor
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+    if not os.path.isdir(path):
+        found = "it is a file" if path == root else f"it lies below the file {path!r}"
+        raise InvalidArgumentError(
+            f"expected a folder (or a path that does not exist yet) for the table at "
+            f"{root!r}, found that {found}; choose another location."
+        )
 
 
 def _write_synced(path: str, data: bytes) -> None:

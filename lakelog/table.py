@@ -15,14 +15,16 @@ from .errors import (
     CommitConflictError,
     InvalidArgumentError,
     LakelogError,
+    LogGapError,
     SchemaMismatchError,
     TableExistsError,
     TableNotFoundError,
 )
-from .io.schema import check_schema, conform, to_reader
+from .io.schema import check_data_columns, check_schema, conform, duplicate_columns, to_reader
 from .io.writer import WriteOptions, check_codec, write_files
+from .leases import Lease
 from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, encode_schema
-from .log.commits import commit_path, decode_header, list_log, read_commit
+from .log.commits import commit_path, decode_commit, decode_header, list_log, read_tail
 from .log.manifests import read_hint
 from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
 from .partitioning import check_partition_columns, partition_string
@@ -89,16 +91,17 @@ class Table:
         snap = self._snapshot
         limit = 2 * get_int(snap.properties, "lakelog.manifest_interval")
         new: list[Commit] = []
-        v = snap.version + 1
-        while True:
-            try:
-                new.append(read_commit(self.storage, v))
-            except FileNotFoundError:
-                break
-            v += 1
-            if len(new) > limit:
-                self._snapshot = load_snapshot(self.storage)
-                return self
+        try:
+            for v, data in read_tail(self.storage, snap.version + 1):
+                new.append(decode_commit(data, v))
+                if len(new) > limit:
+                    self._snapshot = load_snapshot(self.storage)
+                    return self
+        except LogGapError:
+            # commits after the cached version were expired meanwhile, or the log is
+            # damaged: resolve from scratch, which tells the two apart
+            self._snapshot = load_snapshot(self.storage)
+            return self
         if new:
             self._snapshot = advance(snap, new)
         elif (read_hint(self.storage) or -1) > snap.version:
@@ -126,8 +129,13 @@ class Table:
 
     def history(self, limit: int | None = None) -> list[CommitHeader]:
         """Commit headers, newest first (operation, parameters, metrics, time)."""
-        if limit is not None and limit <= 0:
-            raise InvalidArgumentError(f"expected limit > 0, found {limit}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+        ):
+            raise InvalidArgumentError(
+                f"expected limit to be an integer > 0 (commits) or None, found {limit!r}; "
+                f"pass a whole number such as limit=10."
+            )
         versions = list_log(self.storage).commits[::-1]
         if limit is not None:
             versions = versions[:limit]
@@ -147,10 +155,13 @@ class Table:
         metrics: Mapping[str, Any] | None = None,
         replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
         rebase: Rebase | None = None,
+        lease: Lease | None = None,
     ) -> CommitResult:
         """Commit actions on top of ``read_snapshot`` (default: the cached one).
 
         This is the one place maintenance and engines write the log through.
+        ``lease`` is the writer lease the added files were written under: before
+        every put it checks they are still there (see :meth:`Lease.check`).
         """
         txn = Transaction(
             self.storage,
@@ -162,6 +173,7 @@ class Table:
             metrics=metrics,
             replaced_partitions=replaced_partitions,
             rebase=rebase,
+            before_put=None if lease is None else lease.before_put(lambda: txn.actions),
         )
         result = txn.commit()
         if txn.landed_snapshot is not None and txn.landed_snapshot.version > self.version:
@@ -185,7 +197,7 @@ class Table:
             tags=dict(tags or {}),
         )
 
-    def _write(self, data: Any) -> tuple[list[AddFile], int]:
+    def _write(self, data: Any, lease: Lease) -> tuple[list[AddFile], int]:
         reader = to_reader(data)
         schema = self.schema
         check_schema(reader.schema, schema)
@@ -196,30 +208,33 @@ class Table:
             schema=schema,
             partition_by=self.partition_by,
             options=self.write_options(),
+            lease_id=lease.lease_id,
         )
         return adds, sum(a.num_rows for a in adds)
 
     def append(self, data: Any) -> CommitResult:
         """Add rows (a Table, RecordBatch, RecordBatchReader or batches) in one commit."""
         snap = self._snapshot
-        adds, rows = self._write(data)
-        failpoint("append:before-commit")
-        try:
-            return self.commit(
-                adds,
-                operation="APPEND",
-                kind="append",
-                read_snapshot=snap,
-                metrics={
-                    "num_files": len(adds),
-                    "num_rows": rows,
-                    "num_bytes": sum(a.size_bytes for a in adds),
-                },
-            )
-        except BaseException as e:
-            if _not_landed(e):
-                self.storage.delete([a.path for a in adds])
-            raise
+        with Lease.acquire(self.storage, operation="APPEND", properties=snap.properties) as lease:
+            adds, rows = self._write(data, lease)
+            failpoint("append:before-commit")
+            try:
+                return self.commit(
+                    adds,
+                    operation="APPEND",
+                    kind="append",
+                    read_snapshot=snap,
+                    metrics={
+                        "num_files": len(adds),
+                        "num_rows": rows,
+                        "num_bytes": sum(a.size_bytes for a in adds),
+                    },
+                    lease=lease,
+                )
+            except BaseException as e:
+                if _not_landed(e):
+                    self.storage.delete([a.path for a in adds])
+                raise
 
     def overwrite(
         self, data: Any, *, partitions: Sequence[Mapping[str, Any]] | None = None
@@ -233,42 +248,48 @@ class Table:
         scope: list[dict[str, str | None]] | None = None
         if partitions is not None:
             scope = self._partition_scope(partitions)
-        adds, rows = self._write(data)
-        try:
-            if scope is not None:
-                keys = {tuple(sorted(p.items())) for p in scope}
-                outside = [a.path for a in adds if tuple(sorted(a.partition.items())) not in keys]
-                if outside:
-                    raise InvalidArgumentError(
-                        f"expected every row in the partitions being replaced {scope}, found "
-                        f"rows for other partitions; include them in partitions= or filter "
-                        f"the data."
-                    )
-            now = int(time.time() * 1000)
-            replaced = [
-                f
-                for f in snap.files()
-                if scope is None or {k: f.partition.get(k) for k in self.partition_by} in scope
-            ]
-            actions: list[Action] = [f.to_remove(deletion_ms=now) for f in replaced]
-            actions.extend(adds)
-            return self.commit(
-                actions,
-                operation="OVERWRITE",
-                kind="overwrite",
-                read_snapshot=snap,
-                parameters={"partitions": scope} if scope is not None else {},
-                metrics={
-                    "num_files": len(adds),
-                    "num_rows": rows,
-                    "num_removed_files": len(replaced),
-                },
-                replaced_partitions=scope,
-            )
-        except BaseException as e:
-            if _not_landed(e):
-                self.storage.delete([a.path for a in adds])
-            raise
+        with Lease.acquire(
+            self.storage, operation="OVERWRITE", properties=snap.properties
+        ) as lease:
+            adds, rows = self._write(data, lease)
+            try:
+                if scope is not None:
+                    keys = {tuple(sorted(p.items())) for p in scope}
+                    outside = [
+                        a.path for a in adds if tuple(sorted(a.partition.items())) not in keys
+                    ]
+                    if outside:
+                        raise InvalidArgumentError(
+                            f"expected every row in the partitions being replaced {scope}, found "
+                            f"rows for other partitions; include them in partitions= or filter "
+                            f"the data."
+                        )
+                now = int(time.time() * 1000)
+                replaced = [
+                    f
+                    for f in snap.files()
+                    if scope is None or {k: f.partition.get(k) for k in self.partition_by} in scope
+                ]
+                actions: list[Action] = [f.to_remove(deletion_ms=now) for f in replaced]
+                actions.extend(adds)
+                return self.commit(
+                    actions,
+                    operation="OVERWRITE",
+                    kind="overwrite",
+                    read_snapshot=snap,
+                    parameters={"partitions": scope} if scope is not None else {},
+                    metrics={
+                        "num_files": len(adds),
+                        "num_rows": rows,
+                        "num_removed_files": len(replaced),
+                    },
+                    replaced_partitions=scope,
+                    lease=lease,
+                )
+            except BaseException as e:
+                if _not_landed(e):
+                    self.storage.delete([a.path for a in adds])
+                raise
 
     def commit_files(
         self,
@@ -279,9 +300,11 @@ class Table:
         read_snapshot: Snapshot | None = None,
         parameters: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | None = None,
+        lease: Lease | None = None,
     ) -> CommitResult:
         """Commit data files already written: add them, or (``overwrite``) replace
-        every file live in ``read_snapshot`` with them."""
+        every file live in ``read_snapshot`` with them. ``lease``: the writer lease
+        they were written under."""
         snap = read_snapshot or self._snapshot
         actions: list[Action] = list(adds)
         metrics = dict(metrics or {})
@@ -297,6 +320,7 @@ class Table:
             read_snapshot=snap,
             parameters=parameters,
             metrics=metrics,
+            lease=lease,
         )
 
     def _partition_scope(
@@ -320,10 +344,15 @@ class Table:
         return scope
 
     def set_properties(self, properties: Mapping[str, Any]) -> CommitResult:
-        """Change table properties (a metadata commit that conflicts with everything)."""
+        """Change table properties (a metadata commit that conflicts with everything).
+
+        ``lakelog.*`` values are checked (see :mod:`lakelog.properties`); a bad value
+        already stored does not block this, so setting a valid one fixes it.
+        """
+        changed = validate_properties(properties)
         snap = self.refresh()._snapshot
         props = dict(snap.metadata.properties)
-        props.update(validate_properties(properties))
+        props.update(changed)
         md = Metadata(
             table_id=snap.metadata.table_id,
             schema=snap.metadata.schema,
@@ -337,7 +366,7 @@ class Table:
             operation="SET PROPERTIES",
             kind="metadata",
             read_snapshot=snap,
-            parameters={"properties": dict(properties)},
+            parameters={"properties": changed},
         )
 
     # -- maintenance (see lakelog.maintenance) -------------------------------------
@@ -519,11 +548,17 @@ def _create(
     properties: Mapping[str, Any] | None,
     adds: list[AddFile] | None,
     operation: str = "CREATE TABLE",
+    lease: Lease | None = None,
 ) -> Table:
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
     if not len(schema):
         raise InvalidArgumentError("expected a schema with at least one column, found none")
+    if duplicate_columns(schema):
+        raise InvalidArgumentError(
+            f"expected distinct column names in the schema, found "
+            f"{duplicate_columns(schema)} more than once; rename the duplicates."
+        )
     parts = check_partition_columns(schema, partition_by)
     listing = list_log(storage)
     if listing.commits or listing.manifests:
@@ -548,6 +583,7 @@ def _create(
         kind="metadata",
         actions=actions,
         parameters={"partition_by": list(parts)},
+        before_put=None if lease is None else lease.before_put(lambda: txn.actions),
     )
     try:
         txn.commit()
@@ -588,6 +624,7 @@ def write_table(
         raise InvalidArgumentError(
             f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
         )
+    props = validate_properties(properties or {})  # refused even if the table exists
     storage = _storage(uri, storage_options, single_writer)
     try:
         table: Table | None = Table(storage, load_snapshot(storage))
@@ -595,52 +632,67 @@ def write_table(
         table = None
     if table is None:
         reader = to_reader(data)
+        check_data_columns(reader.schema)
         schema = reader.schema.remove_metadata()
         parts = check_partition_columns(schema, partition_by)
-        props = validate_properties(properties or {})
         opts_table = _options_from(props)
-        batches = (b for b in reader if b.num_rows)
-        adds = write_files(storage, batches, schema=schema, partition_by=parts, options=opts_table)
-        try:
-            created = _create(
+        batches = (conform(b, schema) for b in reader if b.num_rows)
+        lease = Lease.acquire(storage, operation="CREATE TABLE AS WRITE", properties=props)
+        with lease:
+            adds = write_files(
                 storage,
-                schema,
+                batches,
+                schema=schema,
                 partition_by=parts,
-                properties=props,
-                adds=adds,
-                operation="CREATE TABLE AS WRITE",
+                options=opts_table,
+                lease_id=lease.lease_id,
             )
-            return CommitResult(
-                version=created.version, attempts=1, operation="CREATE TABLE AS WRITE"
-            )
-        except TableExistsError:
-            if mode == "error":
-                storage.delete([a.path for a in adds])
-                raise
-        # created concurrently: commit the files already written on top of it (the
-        # data may be a stream that cannot be read again)
-        try:
-            table = Table(storage, load_snapshot(storage))
-            check_schema(schema, table.schema)
-            if tuple(table.partition_by) != parts:
-                raise SchemaMismatchError(
-                    f"expected partition_by {list(table.partition_by)} of the existing table, "
-                    f"found {list(parts)}"
+            try:
+                created = _create(
+                    storage,
+                    schema,
+                    partition_by=parts,
+                    properties=props,
+                    adds=adds,
+                    operation="CREATE TABLE AS WRITE",
+                    lease=lease,
                 )
-            return table.commit_files(
-                adds,
-                mode=mode,
-                operation="APPEND" if mode == "append" else "OVERWRITE",
-                metrics={
-                    "num_files": len(adds),
-                    "num_rows": sum(a.num_rows for a in adds),
-                    "num_bytes": sum(a.size_bytes for a in adds),
-                },
-            )
-        except BaseException as e:
-            if _not_landed(e):
-                storage.delete([a.path for a in adds])
-            raise
+                return CommitResult(
+                    version=created.version, attempts=1, operation="CREATE TABLE AS WRITE"
+                )
+            except TableExistsError:
+                if mode == "error":
+                    storage.delete([a.path for a in adds])
+                    raise
+            except BaseException as e:
+                if _not_landed(e):  # e.g. a schema _create refuses: no orphans left
+                    storage.delete([a.path for a in adds])
+                raise
+            # created concurrently: commit the files already written on top of it (the
+            # data may be a stream that cannot be read again)
+            try:
+                table = Table(storage, load_snapshot(storage))
+                check_schema(schema, table.schema)
+                if tuple(table.partition_by) != parts:
+                    raise SchemaMismatchError(
+                        f"expected partition_by {list(table.partition_by)} of the existing table, "
+                        f"found {list(parts)}"
+                    )
+                return table.commit_files(
+                    adds,
+                    mode=mode,
+                    operation="APPEND" if mode == "append" else "OVERWRITE",
+                    metrics={
+                        "num_files": len(adds),
+                        "num_rows": sum(a.num_rows for a in adds),
+                        "num_bytes": sum(a.size_bytes for a in adds),
+                    },
+                    lease=lease,
+                )
+            except BaseException as e:
+                if _not_landed(e):
+                    storage.delete([a.path for a in adds])
+                raise
     if mode == "error":
         raise TableExistsError(
             f"expected no table at {storage.uri} (mode='error'), found one at version "

@@ -22,9 +22,15 @@ Conflict rules (``kind``):
   every winner. And every transaction conflicts with a winning metadata change.
 * An expiry (an ``expire`` action, committed with kind ``append``) adds and
   removes no files: it conflicts with nothing but a metadata change, and no
-  transaction conflicts with it. A transaction whose base version was expired
-  and deleted meanwhile fails instead of landing below the oldest readable
-  version (see ``Transaction._check_base``).
+  transaction conflicts with it.
+
+No acknowledged commit is lost to an expiry: a put that lands in a range an
+expiry deleted meanwhile is found by the expiry marks, withdrawn and made again
+at the latest version (``Transaction._readable``, :mod:`lakelog.log.expiry_marks`);
+a transaction whose base was expired goes on from the latest version where the
+outcome is the same (appends, rewrites of still-live files) and fails otherwise
+(``Transaction._restart``). A hole in the log is never filled: a writer does not
+put ``v`` while ``v + 1`` exists.
 """
 
 from __future__ import annotations
@@ -38,13 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import __about__
-from ._failpoints import failpoint
-from .errors import CommitConflictError, LakelogError
+from ._failpoints import failpoint, pausepoint
+from .errors import CommitConflictError, LakelogError, LogGapError
 from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, RemoveFile
-from .log.commits import commit_path, encode_commit, read_commit
+from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
+from .log.expiry_marks import marks_above, read_mark
 from .log.files import FILES_SCHEMA, replay
 from .log.manifests import ManifestHeader, write_manifest
-from .log.snapshot import Snapshot, advance
+from .log.snapshot import Snapshot, advance, load_snapshot, oldest_readable_version
 from .properties import get_float, get_int
 from .storage import Storage
 
@@ -155,6 +162,7 @@ class Transaction:
         rebase: Rebase | None = None,
         engine: str | None = None,
         txn_id: str | None = None,
+        before_put: Callable[[], None] | None = None,
     ) -> None:
         self.storage = storage
         self.read_snapshot = read_snapshot
@@ -167,6 +175,8 @@ class Transaction:
         self.rebase = rebase
         self.engine = engine or f"lakelog/{__about__.__version__}"
         self.txn_id = txn_id or uuid.uuid4().hex
+        self.before_put = before_put
+        """Called right before every put attempt (a writer's lease check); may raise."""
         self.landed_snapshot: Snapshot | None = None
 
     def _header(self, version: int, parent_ts: int) -> CommitHeader:
@@ -190,24 +200,44 @@ class Transaction:
         deadline = time.monotonic() + get_float(props, "lakelog.commit.timeout_seconds")
         version = snap.version + 1 if snap is not None else 0
         parent_ts = snap.timestamp_ms if snap is not None else 0
+        base = snap  # the snapshot the winners apply to (the landed snapshot is built from it)
         winners: list[Commit] = []
         attempt = 0
         unknown_outcome: int | None = None
         while True:
             attempt += 1
+            self._check_budget(attempt, max_attempts, deadline, version)
             if unknown_outcome is not None:
                 mine = self._find_own(unknown_outcome)
-                if mine is not None:
-                    return self._landed(mine, winners, attempt)
                 unknown_outcome = None
-            self._check_base(version)
+                if mine is not None:
+                    if self._readable(mine):
+                        return self._landed(mine, base, winners, attempt)
+                    self._withdraw(mine.header.version)
+                    base, winners = self._restart(), []
+                    version, parent_ts = base.version + 1, base.timestamp_ms
+                    continue
+            if not self._base_exists(version):
+                # the base was expired (and its commit deleted) while this transaction
+                # ran: continue from the latest version where the outcome is the same
+                base, winners = self._restart(), []
+                version, parent_ts = base.version + 1, base.timestamp_ms
+                continue
+            # a newer commit exists: this version exists too (a lost race: read the
+            # winners) or it is a hole, which reading the winners reports as damage
+            # rather than this put filling it
+            stale = self.storage.exists(commit_path(version + 1))
+            if self.before_put is not None and not stale:
+                self.before_put()
             header = self._header(version, parent_ts)
             data = encode_commit(header, self.actions)
             try:
+                if stale:
+                    raise FileExistsError(commit_path(version))
                 failpoint("commit:before-put")
+                pausepoint("commit:before-put")
                 self.storage.put_if_absent(commit_path(version), data)
                 failpoint("commit:after-put")
-                return self._landed(Commit(header, list(self.actions)), winners, attempt)
             except FileExistsError:
                 pass
             except LakelogError:
@@ -216,8 +246,8 @@ class Transaction:
                 if attempt >= max_attempts or time.monotonic() > deadline:
                     # out of attempts: if the put landed after all, that is success
                     mine = self._find_own_quietly(version)
-                    if mine is not None:
-                        return self._landed(mine, winners, attempt)
+                    if mine is not None and self._readable(mine):
+                        return self._landed(mine, base, winners, attempt)
                     raise
                 log.warning(
                     "commit of version %d failed with %r; checking and retrying", version, e
@@ -225,14 +255,31 @@ class Transaction:
                 unknown_outcome = version
                 self._sleep(attempt, deadline)
                 continue
+            else:
+                landed = Commit(header, list(self.actions))
+                if self._readable(landed):
+                    return self._landed(landed, base, winners, attempt)
+                # the put filled a hole an expiry had just made below the oldest
+                # readable version: no reader would ever see it. Withdraw, go again.
+                self._withdraw(version)
+                base, winners = self._restart(), []
+                version, parent_ts = base.version + 1, base.timestamp_ms
+                continue
             # lost the race: back off first, then read every winner so far and rebase,
             # so the next put targets the version after the newest winner (backing off
             # after reading would let a busy writer take that version during the pause)
             self._sleep(attempt, deadline)
-            new = self._read_winners(version)
+            try:
+                new = self._read_winners(version)
+            except LogGapError as e:
+                if e.missing >= oldest_readable_version(self.storage):
+                    raise
+                base, winners = self._restart(), []  # winners were expired meanwhile
+                version, parent_ts = base.version + 1, base.timestamp_ms
+                continue
             for c in new:
                 if c.header.txn_id == self.txn_id:
-                    return self._landed(c, winners, attempt)
+                    return self._landed(c, base, winners, attempt)
             winners.extend(new)
             # the rebase callback first (it may drop actions, e.g. abandoned groups),
             # then the conflict rules on what is left
@@ -247,40 +294,102 @@ class Transaction:
             if new:
                 version = new[-1].header.version + 1
                 parent_ts = new[-1].header.timestamp_ms
-            if attempt >= max_attempts or time.monotonic() > deadline:
-                raise CommitConflictError(
-                    f"expected to commit {self.operation} within {max_attempts} attempts and "
-                    f"the commit timeout, found the table changing faster (last tried version "
-                    f"{version - 1}). Retry later or raise lakelog.commit.max_attempts.",
-                    winning_version=version - 1,
-                )
 
-    def _check_base(self, version: int) -> None:
-        """Refuse to put ``version`` when its base ``version - 1`` left the log.
+    def _check_budget(self, attempt: int, max_attempts: int, deadline: float, version: int) -> None:
+        if attempt > 1 and (attempt > max_attempts or time.monotonic() > deadline):
+            raise CommitConflictError(
+                f"expected to commit {self.operation} within {max_attempts} attempts and "
+                f"the commit timeout, found the table changing faster (last tried version "
+                f"{version - 1}). Retry later or raise lakelog.commit.max_attempts.",
+                winning_version=version - 1,
+            )
+
+    def _base_exists(self, version: int) -> bool:
+        """Whether the base ``version - 1`` of a put at ``version`` is still in the log.
 
         ``expire_snapshots`` deletes the commit files of expired versions, oldest
-        first; a put into such a gap would succeed and be invisible below the
-        oldest readable version. A deleted ``version`` implies a deleted base,
-        so checking the base before every put closes the gap.
+        first; a put above a deleted base would land below the oldest readable
+        version. This check makes that rare; :meth:`_readable` makes it harmless.
         """
-        if version == 0 or self.storage.exists(commit_path(version - 1)):
-            return
-        raise CommitConflictError(
-            f"expected version {version - 1}, the base of this {self.operation}, to still "
-            f"be in the log of {self.storage.uri}, found it deleted by expire_snapshots: "
-            f"the transaction read a version older than the table keeps. Read the table "
-            f"again (table.refresh()) and retry."
+        return version == 0 or self.storage.exists(commit_path(version - 1))
+
+    def _readable(self, commit: Commit) -> bool:
+        """Whether this transaction's landed ``commit`` is part of the table's history.
+
+        False only when the put filled a hole that an expiry made (see
+        :mod:`lakelog.log.expiry_marks`): the mark covering the version names
+        another transaction there.
+        """
+        v = commit.header.version
+        above = marks_above(self.storage, v)
+        if not above:
+            return True
+        for m in above:
+            mark = read_mark(self.storage, m)
+            if mark is not None and mark.previous_oldest_version <= v:
+                return mark.txn_ids.get(v) == self.txn_id
+        # no mark says what the expiry saw at v (pruned after a very long stall)
+        if v >= oldest_readable_version(self.storage):
+            return True
+        added = [a.path for a in commit.actions if isinstance(a, AddFile)]
+        if not added:
+            return True
+        live = set(load_snapshot(self.storage).file_table.column("path").to_pylist())
+        return any(p in live for p in added)
+
+    def _withdraw(self, version: int) -> None:
+        """Delete this transaction's commit at ``version`` (below the oldest readable
+        version, so no reader resolves it)."""
+        mine = self._find_own_quietly(version)
+        if mine is not None:
+            self.storage.delete([commit_path(version)])
+        log.warning(
+            "%s landed at version %d below the oldest readable version (an expiry ran "
+            "meanwhile); withdrawn, committing again at the latest version",
+            self.operation,
+            version,
         )
 
+    def _restart(self) -> Snapshot:
+        """The latest snapshot to commit on after this transaction's base was expired.
+
+        The winners since the base can no longer be read, so only transactions whose
+        rules can be checked against the latest state go on: appends (unless the
+        metadata changed) and rewrites whose removed files are all still live.
+        """
+        read = self.read_snapshot
+        hint = "Read the table again (table.refresh()) and retry."
+        if read is None or self.kind not in ("append", "rewrite"):
+            raise CommitConflictError(
+                f"expected version {read.version if read else 0}, the base of this "
+                f"{self.operation}, to stay in the log of {self.storage.uri}, found it "
+                f"expired by expire_snapshots while the {self.kind} ran, so the changes "
+                f"since cannot be checked. {hint}"
+            )
+        fresh = load_snapshot(self.storage)
+        if fresh.metadata != read.metadata:
+            raise CommitConflictError(
+                f"expected no concurrent table change, found the metadata (schema, "
+                f"partitioning or properties) changed between version {read.version} and "
+                f"{fresh.version}, and the versions between expired. {hint}",
+                winning_version=fresh.version,
+            )
+        if self.kind == "rewrite":
+            live = set(fresh.file_table.column("path").to_pylist())
+            lost = sorted(
+                a.path for a in self.actions if isinstance(a, RemoveFile) and a.path not in live
+            )
+            if lost:
+                raise CommitConflictError(
+                    f"expected files {lost[:5]}{' ...' if len(lost) > 5 else ''} to still be "
+                    f"live, found them removed by version {fresh.version} or earlier. {hint}",
+                    winning_version=fresh.version,
+                    conflicting_files=tuple(lost),
+                )
+        return fresh
+
     def _read_winners(self, first: int) -> list[Commit]:
-        out: list[Commit] = []
-        v = first
-        while True:
-            try:
-                out.append(read_commit(self.storage, v))
-            except FileNotFoundError:
-                return out
-            v += 1
+        return [decode_commit(data, v) for v, data in read_tail(self.storage, first)]
 
     def _find_own_quietly(self, version: int) -> Commit | None:
         """:meth:`_find_own`, or None when the log cannot be read either."""
@@ -302,9 +411,11 @@ class Transaction:
         pause = random.uniform(0, cap)
         time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
-    def _landed(self, commit: Commit, winners: list[Commit], attempt: int) -> CommitResult:
+    def _landed(
+        self, commit: Commit, base: Snapshot | None, winners: list[Commit], attempt: int
+    ) -> CommitResult:
         version = commit.header.version
-        self.landed_snapshot = self._write_manifest_if_due(commit, winners)
+        self.landed_snapshot = self._write_manifest_if_due(commit, base, winners)
         return CommitResult(
             version=version,
             attempts=attempt,
@@ -313,9 +424,10 @@ class Transaction:
             actions=tuple(commit.actions),
         )
 
-    def _write_manifest_if_due(self, commit: Commit, winners: list[Commit]) -> Snapshot | None:
+    def _write_manifest_if_due(
+        self, commit: Commit, base: Snapshot | None, winners: list[Commit]
+    ) -> Snapshot | None:
         """After landing: the new snapshot, and a manifest if this version is due one."""
-        base = self.read_snapshot
         try:
             if base is None:
                 st = replay(None, FILES_SCHEMA.empty_table(), -1, 0, [commit])

@@ -2,18 +2,32 @@
 
 Each command group lives in its own module with a ``register(subparsers)``
 function; :data:`COMMAND_MODULES` lists them.
+
+A shell user never sees a traceback: every failure is one ``lakelog: error: ...``
+line on stderr, with the library's Python keywords turned into the command's flags
+(:mod:`lakelog.cli.messages`). ``--debug`` or ``LAKELOG_DEBUG=1`` adds the traceback.
+Exit statuses are listed in :data:`EXIT_STATUSES`. Output cut short by its reader
+(``lakelog history T | head -1``) is not a failure: the command stops quietly and
+exits 0, so ``set -o pipefail`` scripts that only peek at the output keep working.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
+import select
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
+from ..__about__ import __version__
 from ..errors import LakelogError
+from .messages import flag_names, one_line, translate
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 COMMAND_MODULES = (
     "lakelog.cli.core",
@@ -22,30 +36,120 @@ COMMAND_MODULES = (
     "lakelog.cli.cluster",
 )
 
+EXIT_STATUSES = """\
+exit status:
+  0    success (also when the reader closes the output early, as `| head` does)
+  1    failure: one `lakelog: error: ...` line on stderr
+  2    usage error (unknown command or option, bad option value)
+  130  interrupted (Ctrl-C)
+
+Set LAKELOG_DEBUG=1 (or pass --debug) to see the traceback of a failure."""
+
+DEBUG_ENV = "LAKELOG_DEBUG"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lakelog", description="Inspect and maintain lakelog tables."
+        prog="lakelog",
+        description="Inspect and maintain lakelog tables.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"lakelog {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    commands = {}
+    for name, command in sub.choices.items():
+        # also accepted after the command; only set when given, so the top-level one holds
+        command.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show the traceback of a failure",
+        )
+        commands[name] = flag_names(command)
+    parser.set_defaults(cli_flags=commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit status (see :data:`EXIT_STATUSES`).
+
+    Usage errors, ``--help`` and ``--version`` raise :class:`SystemExit` from
+    argparse as usual; everything else is reported on one line and returned.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = bool(args.debug) or os.environ.get(DEBUG_ENV, "").lower() not in ("", "0", "false")
     try:
-        code = args.func(args)
-    except LakelogError as e:
-        print(f"lakelog: error: {e}", file=sys.stderr)
-        return 2
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+        return code
     except KeyboardInterrupt:
-        print("lakelog: interrupted", file=sys.stderr)
-        return 130
-    return int(code or 0)
+        return _fail("interrupted", debug=debug, status=130)
+    except LakelogError as e:
+        flags = args.cli_flags
+        return _fail(translate(str(e), flags.get(args.command, {}), flags), debug=debug)
+    except Exception as e:  # noqa: BLE001 - a bug or an environment problem: still one line
+        if isinstance(e, BrokenPipeError) and _stdout_closed():
+            _discard_stdout()
+            return 0
+        hint = "" if debug else f" (run with --debug or {DEBUG_ENV}=1 for the traceback)"
+        return _fail(f"{type(e).__name__}: {e}{hint}", debug=debug)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def run() -> NoReturn:
+    """The program: :func:`main` on ``sys.argv``, then leave without interpreter teardown.
+
+    Once the output is flushed nothing is left to do, and tearing the interpreter
+    down beside native threads that may still be winding down (Arrow's pools drop
+    their last references late) can abort the process; ``os._exit`` ends it with the
+    command's status instead.
+    """
+    try:
+        code = main()
+    except SystemExit as e:  # usage errors, --help, --version
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except KeyboardInterrupt:  # before the command started
+        code = _fail("interrupted", debug=False, status=130)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: the output was not wanted
+            pass
+    os._exit(code)
+
+
+def _fail(message: str, *, debug: bool, status: int = 1) -> int:
+    if debug:
+        traceback.print_exc()
+    try:
+        print(f"lakelog: error: {one_line(message)}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+    return status
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (else the broken pipe
+    came from elsewhere, e.g. a storage connection, and is a real failure)."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return True  # no way to tell (no poll on this platform): the usual cause
+    poller.register(fd, 0)  # errors and hang-ups are always reported
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so writes still buffered fail no more at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass

@@ -109,6 +109,7 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     print(
         f"{'too young (kept)':<18} {report.files_too_young} (younger than {report.older_than_s:g}s)"
     )
+    print(f"{'leased (kept)':<18} {report.files_leased} (not committed yet by a live writer)")
     if report.files_hidden:
         print(f"{'hidden (kept)':<18} {report.files_hidden} (names starting with '_' or '.')")
     print(f"{'versions retained':<18} {report.oldest_version}..{report.latest_version}")

@@ -34,6 +34,12 @@ def add_table_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="fsspec storage option (repeatable), e.g. -o anon=true",
     )
+    p.add_argument(
+        "--single-writer",
+        action="store_true",
+        help="only one process ever writes this table: allows filesystems that cannot "
+        "create a file only if absent (e.g. GCS, HTTP)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -54,7 +60,11 @@ def storage_options(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def open_from_args(args: argparse.Namespace) -> Table:
-    return open_table(args.uri, storage_options=storage_options(args.storage_option))
+    return open_table(
+        args.uri,
+        storage_options=storage_options(args.storage_option),
+        single_writer=args.single_writer,
+    )
 
 
 def print_json(value: Any) -> None:

@@ -9,12 +9,15 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import pyarrow as pa
+
 from ..errors import InvalidArgumentError
 from ..maintenance.compact import Progress, dry_run_report, execute_plan
 from ..maintenance.plan import CompactionPlan, plan_compaction
 from ..partitioning import typed_partition_value
 from ..table import Table
 from .common import add_table_args, human_bytes, open_from_args, parse_size, print_json
+from .messages import one_line
 
 __all__ = ["ProgressBar", "register"]
 
@@ -140,7 +143,14 @@ def _partition_filter(table: Table, pairs: list[str]) -> list[Any] | None:
                 f"found {col!r}"
             )
         typ = table.schema.field(col).type
-        values.setdefault(col, []).append(typed_partition_value(text, typ))
+        try:
+            value = typed_partition_value(text, typ)
+        except (pa.ArrowException, ValueError, OverflowError) as e:
+            raise InvalidArgumentError(
+                f"expected --partition {col}=VALUE with a {typ} value for column {col!r}, "
+                f"found {text!r} ({one_line(str(e))})"
+            ) from e
+        values.setdefault(col, []).append(value)
     return [(c, "in", v) for c, v in values.items()]
 
 
@@ -189,7 +199,14 @@ def cmd_compact(args: argparse.Namespace) -> int:
                 f"expected no planning options with --plan (the plan fixes them), found "
                 f"{given}; plan again without --plan to change them."
             )
-        plan = CompactionPlan.from_json(Path(args.plan).read_bytes())
+        try:
+            saved = Path(args.plan).read_bytes()
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"expected a plan file saved with --plan-out at --plan {args.plan!r}, found "
+                f"it unreadable: {e.strerror or e}"
+            ) from e
+        plan = CompactionPlan.from_json(saved)
     else:
         plan = plan_compaction(
             table.snapshot(),
@@ -202,7 +219,13 @@ def cmd_compact(args: argparse.Namespace) -> int:
             row_group_size=args.row_group_size,
         )
     if args.plan_out:
-        Path(args.plan_out).write_text(plan.to_json())
+        try:
+            Path(args.plan_out).write_text(plan.to_json())
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"expected to save the plan to --plan-out {args.plan_out!r}, found it "
+                f"unwritable: {e.strerror or e}; choose a file in an existing folder."
+            ) from e
     if args.dry_run:
         report = dry_run_report(plan, duration_s=time.monotonic() - started)
         report.emit()

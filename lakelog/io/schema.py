@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeAlias
 
@@ -9,7 +10,14 @@ import pyarrow as pa
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
 
-__all__ = ["Data", "check_schema", "to_reader"]
+__all__ = [
+    "Data",
+    "check_data_columns",
+    "check_schema",
+    "conform",
+    "duplicate_columns",
+    "to_reader",
+]
 
 Data: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]"
 
@@ -34,10 +42,9 @@ def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
     Column order may differ and string/binary widths and dictionary encoding
     are converted; names and types must otherwise match exactly.
     """
+    check_data_columns(data_schema)
     problems: list[str] = []
     data_names = set(data_schema.names)
-    if len(data_names) != len(data_schema.names):
-        problems.append(f"duplicate column names in the data: {data_schema.names}")
     for field in table_schema:
         if field.name not in data_names:
             problems.append(f"missing column {field.name!r} ({field.type})")
@@ -57,12 +64,33 @@ def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
         )
 
 
+def duplicate_columns(schema: pa.Schema) -> list[str]:
+    """Column names that occur more than once in ``schema``."""
+    return sorted(n for n, count in Counter(schema.names).items() if count > 1)
+
+
+def check_data_columns(data_schema: pa.Schema) -> None:
+    """Raise :class:`SchemaMismatchError` if incoming data repeats a column name
+    (no column could be told apart from its namesake)."""
+    dups = duplicate_columns(data_schema)
+    if dups:
+        raise SchemaMismatchError(
+            f"expected distinct column names in the data, found {dups} more than once "
+            f"(columns {data_schema.names}); rename or drop the duplicates before writing."
+        )
+
+
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """Reorder and convert a checked batch to exactly ``schema``."""
+    """Reorder and convert a checked batch to exactly ``schema``.
+
+    Nulls in a column that the table's schema or the batch's own schema declares
+    non-nullable are a :class:`SchemaMismatchError` (Parquet refuses to write them).
+    """
+    _check_nulls(batch, schema)
     if batch.schema.equals(schema, check_metadata=False):
         return batch
     arrays = []
@@ -70,13 +98,23 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         col = batch.column(field.name)
         if col.type != field.type:
             col = col.cast(field.type)
-        if not field.nullable and col.null_count:
-            raise SchemaMismatchError(
-                f"expected no nulls in non-nullable column {field.name!r}, found "
-                f"{col.null_count}; fill or drop them before writing."
-            )
         arrays.append(col)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _check_nulls(batch: pa.RecordBatch, schema: pa.Schema) -> None:
+    for field in schema:
+        own = batch.schema.field(field.name)
+        if field.nullable and own.nullable:
+            continue
+        nulls = batch.column(field.name).null_count
+        if nulls:
+            whose = "the data's own" if not own.nullable else "the table's"
+            raise SchemaMismatchError(
+                f"expected no nulls in column {field.name!r}, which {whose} schema declares "
+                f"non-nullable, found {nulls} null(s); fill or drop them (or declare the "
+                f"column nullable) before writing. Nothing was written."
+            )
 
 
 def to_reader(data: Any) -> pa.RecordBatchReader:

@@ -21,13 +21,20 @@ import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
 from ..log.actions import AddFile
-from ..partitioning import partition_dir, partition_string
+from ..partitioning import check_partition_dir, partition_dir, partition_string
 from ..stats import stats_from_metadata
 from ..storage import Storage
 
-__all__ = ["RollingWriter", "WriteOptions", "split_partitions", "write_files"]
+__all__ = [
+    "CODECS",
+    "RollingWriter",
+    "WriteOptions",
+    "check_codec",
+    "split_partitions",
+    "write_files",
+]
 
-_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 
 
 @dataclass(frozen=True)
@@ -59,9 +66,9 @@ class WriteOptions:
 
 
 def check_codec(codec: str) -> str:
-    if not isinstance(codec, str) or codec.lower() not in _CODECS:
+    if not isinstance(codec, str) or codec.lower() not in CODECS:
         raise InvalidArgumentError(
-            f"expected a Parquet codec among {list(_CODECS)}, found {codec!r}"
+            f"expected a Parquet codec among {list(CODECS)}, found {codec!r}"
         )
     return codec.lower()
 
@@ -78,6 +85,7 @@ class RollingWriter:
         partition_by: Sequence[str],
         options: WriteOptions,
         prefix: str = "part",
+        lease_id: str | None = None,
     ) -> None:
         self.storage = storage
         self.schema = file_schema
@@ -85,7 +93,9 @@ class RollingWriter:
         self.folder = partition_dir(partition_by, partition) if partition_by else ""
         self.options = options
         self.prefix = prefix
-        self.run_id = uuid.uuid4().hex
+        # file names carry the writer's lease id, so vacuum keeps them until it commits
+        unique = uuid.uuid4().hex
+        self.run_id = unique if lease_id is None else f"{lease_id}-{unique[:16]}"
         self.written: list[AddFile] = []
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_rows = 0
@@ -227,20 +237,26 @@ def write_files(
     partition_by: Sequence[str],
     options: WriteOptions,
     prefix: str = "part",
+    lease_id: str | None = None,
 ) -> list[AddFile]:
     """Write conforming batches (full table schema) as data files.
 
     On error every file this call wrote is deleted before the error
-    propagates, so a failed write leaves nothing behind it can know of.
+    propagates, so a failed write leaves nothing behind it can know of. A
+    partition folder name too long for a filesystem is refused before any of a
+    batch's rows are written (:func:`~lakelog.partitioning.check_partition_dir`).
     """
     file_schema = pa.schema([f for f in schema if f.name not in partition_by])
     writers: dict[tuple[tuple[str, str | None], ...], RollingWriter] = {}
     try:
         for batch in batches:
+            # a writer per new partition first (its folder name checked), then write
+            todo: list[tuple[RollingWriter, pa.RecordBatch]] = []
             for values, part in split_partitions(batch, partition_by):
                 key = tuple(sorted(values.items(), key=lambda kv: kv[0]))
                 w = writers.get(key)
                 if w is None:
+                    check_partition_dir(partition_by, values)
                     w = writers[key] = RollingWriter(
                         storage,
                         file_schema=file_schema,
@@ -248,8 +264,11 @@ def write_files(
                         partition_by=partition_by,
                         options=options,
                         prefix=prefix,
+                        lease_id=lease_id,
                     )
-                w.write(part.select(file_schema.names) if partition_by else part)
+                todo.append((w, part.select(file_schema.names) if partition_by else part))
+            for w, part in todo:
+                w.write(part)
         out: list[AddFile] = []
         for w in writers.values():
             out.extend(w.close())

@@ -9,12 +9,12 @@ a whole and raises :class:`CorruptLogError`, never a partial commit.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
-from ..errors import CorruptLogError, UnsupportedFormatError
+from ..errors import CorruptLogError, LogGapError, UnsupportedFormatError
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Action, Commit, CommitHeader
 
@@ -28,6 +28,7 @@ __all__ = [
     "list_log",
     "read_commit",
     "read_header",
+    "read_tail",
 ]
 
 LOG_DIR = "_lakelog"
@@ -124,6 +125,53 @@ def decode_header(data: bytes, version: int) -> CommitHeader:
     if header.format_version > FORMAT_VERSION:
         _check_format(data, version)
     return header
+
+
+TAIL_FIRST_BATCH = 8
+TAIL_MAX_BATCH = 64
+GAP_PROBE = 4
+"""Names read past the first missing commit to tell the end of the log from a hole."""
+
+
+def gap_error(storage: Storage, missing: int, found: int) -> LogGapError:
+    return LogGapError(
+        f"expected commit {missing} in the log of {storage.uri}, found it missing while "
+        f"commit {found} exists: the log has a hole (a commit file was deleted or moved "
+        f"outside lakelog). lakelog will neither read nor write this table until "
+        f"{commit_path(missing)} is restored from a backup.",
+        missing=missing,
+        found=found,
+    )
+
+
+def read_tail(storage: Storage, first: int) -> Iterator[tuple[int, bytes]]:
+    """The bytes of commits ``first, first+1, ...`` up to the end of the log.
+
+    Commits are fetched in batches (:meth:`Storage.read_many`: concurrent
+    requests on object stores), 8 names and then doubling to 64. The first
+    missing commit ends the log, unless one of the next :data:`GAP_PROBE` names
+    exists: then the log has a hole and :class:`LogGapError` is raised, so no
+    reader stops short of later commits and no writer fills the hole.
+    """
+    v = first
+    size = TAIL_FIRST_BATCH
+    while True:
+        got = storage.read_many([commit_path(x) for x in range(v, v + size)])
+        for i, data in enumerate(got):
+            if data is None:
+                after = got[i + 1 :]
+                if len(after) < GAP_PROBE:
+                    start = v + len(got)
+                    after += storage.read_many(
+                        [commit_path(x) for x in range(start, start + GAP_PROBE - len(after))]
+                    )
+                for j, later in enumerate(after):
+                    if later is not None:
+                        raise gap_error(storage, v + i, v + i + 1 + j)
+                return
+            yield v + i, data
+        v += len(got)
+        size = min(2 * size, TAIL_MAX_BATCH)
 
 
 @dataclass(frozen=True)

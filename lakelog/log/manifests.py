@@ -85,7 +85,10 @@ def read_manifest(storage: Storage, version: int) -> Manifest:
     """
     data = storage.read_bytes(manifest_path(version))
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        # One file from memory: read it in this thread. pq.read_table would go through
+        # the dataset scanner, whose pool threads can drop the last reference to the
+        # Python-owned buffer after the interpreter began exiting (SIGABRT at exit).
+        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         raw = (table.schema.metadata or {}).get(_META_KEY)
         if raw is None:
             raise ValueError("no lakelog header in the Parquet metadata")

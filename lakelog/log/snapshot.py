@@ -12,6 +12,7 @@ raises :class:`VersionExpiredError`, also while the expiry is still deleting
 from __future__ import annotations
 
 import bisect
+import contextlib
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from functools import cached_property
@@ -24,7 +25,10 @@ import pyarrow.fs as pafs
 
 from ..errors import (
     CorruptLogError,
+    DataFileMissingError,
     InvalidArgumentError,
+    LakelogError,
+    LogGapError,
     TableNotFoundError,
     UnsupportedFormatError,
     VersionExpiredError,
@@ -38,7 +42,16 @@ from ..stats import (
 )
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
-from .commits import LogListing, commit_path, decode_commit, list_log, read_header
+from .commits import (
+    TAIL_MAX_BATCH,
+    LogListing,
+    commit_path,
+    decode_commit,
+    gap_error,
+    list_log,
+    read_header,
+    read_tail,
+)
 from .files import FILES_SCHEMA, ReplayState, data_files
 from .manifests import read_hint, read_hint_oldest, read_manifest, read_manifest_header
 
@@ -173,6 +186,8 @@ class Snapshot:
 
         Each fragment carries its partition values and (null-safe) min/max
         ranges, so pyarrow prunes too; ``filter`` pre-prunes the file list.
+        Reading it directly gives pyarrow's own errors (a missing file is a bare
+        ``FileNotFoundError``); :meth:`to_arrow` and :meth:`to_batches` type them.
         """
         files = self.files(filter)
         schema = self.schema
@@ -193,11 +208,50 @@ class Snapshot:
         return ds.FileSystemDataset(frags, schema, fmt, fs)
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: Any = None) -> pa.Table:
-        """Read the snapshot (or the matching rows and columns) into a Table."""
+        """Read the snapshot (or the matching rows and columns) into a Table.
+
+        A referenced data file deleted outside lakelog is a :class:`DataFileMissingError`.
+        """
         expr = normalize_filter(filter)
         cols = self._check_columns(columns)
+        dataset = self.dataset(expr)
+        with self._reading():
+            return dataset.to_table(columns=cols, filter=expr)
+
+    def to_batches(
+        self, columns: Sequence[str] | None = None, filter: Any = None, *, batch_size: int = 65536
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the snapshot as record batches of up to ``batch_size`` rows (bounded
+        memory). Arguments are checked on the call, errors are typed as in :meth:`to_arrow`."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise InvalidArgumentError(
+                f"expected batch_size to be an integer > 0 (rows), found {batch_size!r}; "
+                f"pass a whole number of rows such as batch_size=65536."
+            )
+        expr = normalize_filter(filter)
+        cols = self._check_columns(columns)
+        return self._stream(self.dataset(expr), cols, expr, batch_size)
+
+    def _stream(
+        self,
+        dataset: ds.FileSystemDataset,
+        columns: list[str] | None,
+        expr: pc.Expression | None,
+        batch_size: int,
+    ) -> Iterator[pa.RecordBatch]:
+        with self._reading():
+            yield from dataset.to_batches(columns=columns, filter=expr, batch_size=batch_size)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Typed errors for reading the data files: a filter over unknown columns, a
+        data file deleted outside lakelog."""
         try:
-            return self.dataset(expr).to_table(columns=cols, filter=expr)
+            yield
+        except FileNotFoundError as e:
+            if isinstance(e, LakelogError):
+                raise
+            raise self._missing_file(e) from e
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             if "No match for FieldRef" in str(e):
                 raise InvalidArgumentError(
@@ -205,13 +259,25 @@ class Snapshot:
                 ) from e
             raise
 
-    def to_batches(
-        self, columns: Sequence[str] | None = None, filter: Any = None, *, batch_size: int = 65536
-    ) -> Iterator[pa.RecordBatch]:
-        """Stream the snapshot as record batches (bounded memory)."""
-        expr = normalize_filter(filter)
-        cols = self._check_columns(columns)
-        yield from self.dataset(expr).to_batches(columns=cols, filter=expr, batch_size=batch_size)
+    def _missing_file(self, error: FileNotFoundError) -> DataFileMissingError:
+        """The error for a data file of this version that is gone: the one the
+        filesystem error names, else the first that no longer exists."""
+        text = str(error)
+        named = [f.path for f in self._all_files if self.storage.full(f.path) in text]
+        path = max(named, key=len) if named else None
+        if path is None:
+            path = next((f.path for f in self._all_files if not self.storage.exists(f.path)), "")
+        where = f"{path!r}" if path else f"({error})"
+        return DataFileMissingError(
+            f"expected data file {where}, which version {self.version} of {self.storage.uri} "
+            f"references, found it missing: it was deleted outside lakelog (lakelog only "
+            f"deletes files that no retained version references). Restore it from a backup, "
+            f"or read a version that does not reference it (time travel with "
+            f"table.snapshot(version)); to drop it for good, overwrite the rows or partition "
+            f"it held.",
+            path=path,
+            version=self.version,
+        )
 
     def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
         if columns is None:
@@ -249,33 +315,26 @@ def _finish(storage: Storage, state: ReplayState) -> Snapshot:
     )
 
 
-_REPLAY_FIRST = 8
-_REPLAY_MAX = 64
-
-
 def _replay_forward(storage: Storage, state: ReplayState, upto: int | None) -> ReplayState:
     """Apply commits after ``state.version`` (up to ``upto``, or until the end).
 
-    Commits are fetched in batches (:meth:`Storage.read_many`: concurrent requests on
-    object stores, one round trip per batch rather than per commit). Reading to the end,
-    the batches probe ahead (8, then doubling to 64 names); a missing name ends the log,
-    since a commit is only ever written after the one before it.
+    To the end, commits come from :func:`read_tail` (batched reads that tell the end
+    of the log from a hole). Up to a given version, exactly the commits needed are
+    fetched, in batches; one missing is a hole (:class:`LogGapError`).
     """
-    v = state.version + 1
-    size = _REPLAY_FIRST
-    while upto is None or v <= upto:
-        n = size if upto is None else min(_REPLAY_MAX, upto - v + 1)
-        for data in storage.read_many([commit_path(x) for x in range(v, v + n)]):
-            if data is None:
-                if upto is None:
-                    return state
-                raise VersionNotFoundError(
-                    f"expected commit {v} in the log of {storage.uri} to resolve version "
-                    f"{upto}, found it missing; the log is incomplete."
-                )
+    if upto is None:
+        for v, data in read_tail(storage, state.version + 1):
             state.apply(decode_commit(data, v))
+        return state
+    v = state.version + 1
+    while v <= upto:
+        n = min(TAIL_MAX_BATCH, upto - v + 1)
+        for got in storage.read_many([commit_path(x) for x in range(v, v + n)]):
+            if got is None:
+                later = [c for c in list_log(storage).commits if c > v]
+                raise gap_error(storage, v, later[0] if later else upto)
+            state.apply(decode_commit(got, v))
             v += 1
-        size = min(2 * size, _REPLAY_MAX)
     return state
 
 
@@ -349,7 +408,13 @@ def load_snapshot(
         if hint is not None:
             state = _from_manifest(storage, hint)
             if state is not None:
-                return _finish(storage, _replay_forward(storage, state, None))
+                try:
+                    return _finish(storage, _replay_forward(storage, state, None))
+                except LogGapError as e:
+                    # an expiry deleting below its oldest version, after a stale hint:
+                    # resolve from a listing; a hole in the readable range is damage
+                    if e.missing >= oldest_readable_version(storage):
+                        raise
         listing = listing or list_log(storage)
         if not listing.commits and not listing.manifests:
             raise TableNotFoundError(
@@ -382,10 +447,14 @@ def load_snapshot(
         oldest = oldest_readable_version(storage, listing)
         if version < oldest:
             raise _expired_error(storage, version, oldest)
-        raise VersionNotFoundError(
+        if missing[-1] >= oldest:  # a readable version's commit is gone: damage
+            hole = next(v for v in missing if v >= oldest)
+            raise gap_error(storage, hole, min(v for v in listing.commits if v > hole))
+        raise CorruptLogError(
             f"expected to resolve version {version} of {storage.uri} from a manifest or from "
-            f"commits 0..{version}, found no usable manifest and commit {missing[0]} missing; "
-            f"the oldest version with a usable manifest or complete history may be newer."
+            f"commits 0..{version}, found no usable manifest at or after the oldest readable "
+            f"version {oldest} and commit {missing[0]} missing. Restore the manifest "
+            f"_lakelog/{oldest:020d}.manifest.parquet from a backup."
         )
     meta, base = _empty_state()
     state = ReplayState.start(meta, base, -1, 0)

@@ -107,6 +107,13 @@ class VacuumReport:
     files_hidden: int = 0
     """Files kept because their name or a folder above them is hidden (``_``/``.`` first:
     other engines' markers and checksums); not counted in ``files_scanned``."""
+    files_leased: int = 0
+    """Unreferenced files kept because a live writer lease covers them (a writer has
+    not committed them yet), whatever their age."""
+    live_leases: int = 0
+    """Writer leases live when vacuum read them."""
+    expired_leases: tuple[str, ...] = ()
+    """Lease files of expired leases deleted (or, with ``dry_run``, that would be)."""
 
     @property
     def num_files(self) -> int:
@@ -125,11 +132,15 @@ class VacuumReport:
             "files_referenced": self.files_referenced,
             "files_too_young": self.files_too_young,
             "files_hidden": self.files_hidden,
+            "files_leased": self.files_leased,
+            "live_leases": self.live_leases,
+            "num_expired_leases": len(self.expired_leases),
             "nested_tables": list(self.nested_tables),
             "duration_s": round(self.duration_s, 6),
         }
         if paths:
             out["files"] = list(self.files)
+            out["expired_leases"] = list(self.expired_leases)
         return out
 
     def summary(self) -> str:
@@ -139,6 +150,7 @@ class VacuumReport:
             f"{self.files_scanned} scanned; kept {self.files_referenced} referenced by "
             f"versions {self.oldest_version}..{self.latest_version} and "
             f"{self.files_too_young} younger than {self.older_than_s:g}s"
+            + (f" and {self.files_leased} under writer leases" if self.files_leased else "")
             + (f" and {self.files_hidden} hidden" if self.files_hidden else "")
             + f", in {self.duration_s:.2f}s"
         )

@@ -32,7 +32,7 @@ from ..errors import InvalidArgumentError
 from ..io.writer import WriteOptions, check_codec
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot
-from ..properties import DEFAULTS, get_int, get_str
+from ..properties import get_float, get_int, get_str
 from ..storage import Storage
 from ..table import Table
 from .cluster import (
@@ -57,6 +57,7 @@ __all__ = [
     "ClusterOptions",
     "ClusterPlan",
     "PreparedOptimize",
+    "already_optimal",
     "check_flag",
     "cluster_options",
     "dataset_of",
@@ -342,6 +343,15 @@ def reference_file_count(
 # -- planning ------------------------------------------------------------------------------
 
 
+def already_optimal(files: Sequence[DataFile], target_file_size: int) -> bool:
+    """Whether a partition's layout cannot be improved by clustering: a single file of
+    at most the target size. Files are skipped whole by their min/max, and one file's
+    box is the partition's whatever its row order, so rewriting it would only spend a
+    commit (partitions clustered with the current spec need nothing either; see
+    :func:`lakelog.maintenance.cluster.plan_partition`)."""
+    return len(files) == 1 and files[0].size_bytes <= target_file_size
+
+
 def plan_clustering(
     snapshot: Snapshot,
     spec: ClusterSpec,
@@ -358,6 +368,8 @@ def plan_clustering(
         by_part.setdefault(tuple(sorted(f.partition.items())), []).append(f)
     plans: list[PartitionPlan] = []
     for key in sorted(by_part, key=str):
+        if already_optimal(by_part[key], options.target_file_size):
+            continue
         pp = plan_partition(
             dict(key),
             by_part[key],
@@ -409,24 +421,10 @@ def cluster_options(
     codec = check_codec(
         get_str(props, "lakelog.compression") if compression is None else compression
     )
-    group = (
-        int(props.get(PROP_GROUP, DEFAULTS[PROP_GROUP]))
-        if max_group_bytes is None
-        else max_group_bytes
-    )
+    group = get_int(props, PROP_GROUP) if max_group_bytes is None else max_group_bytes
     positive_int("max_group_bytes", group, unit="bytes")
-    try:
-        ratio = float(props.get(PROP_RATIO, DEFAULTS[PROP_RATIO]))
-        delta = float(props.get(PROP_DELTA, DEFAULTS[PROP_DELTA]))
-    except ValueError as e:
-        raise InvalidArgumentError(
-            f"expected numbers in table properties {PROP_RATIO} and {PROP_DELTA}: {e}"
-        ) from e
-    if ratio < 1 or not 0 < delta <= 1:
-        raise InvalidArgumentError(
-            f"expected {PROP_RATIO} >= 1 and {PROP_DELTA} in (0, 1], found {ratio} and "
-            f"{delta}; fix them with table.set_properties()."
-        )
+    ratio = get_float(props, PROP_RATIO)  # >= 1 and in (0, 1]: the getters keep the
+    delta = get_float(props, PROP_DELTA)  # declared ranges (lakelog.properties)
     return ClusterOptions(
         target_file_size=target,
         row_group_size=rg,

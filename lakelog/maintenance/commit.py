@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..errors import CommitConflictError, InvalidArgumentError
+from ..leases import Lease
 from ..log.actions import Action, Commit, RemoveFile
 from ..log.snapshot import Snapshot
 from ..storage import Storage
@@ -94,6 +95,7 @@ def commit_rewrite(
     operation: str = "COMPACT",
     parameters: Mapping[str, Any] | None = None,
     read_snapshot: Snapshot | None = None,
+    lease: Lease | None = None,
 ) -> tuple[CommitResult | None, list[str]]:
     """Commit the results of some groups of ``plan`` as one rewrite commit.
 
@@ -102,7 +104,8 @@ def commit_rewrite(
     sources; their outputs are deleted. ``read_snapshot`` defaults to the
     snapshot at ``plan.read_version``. Any other conflict (a concurrent schema
     or property change) deletes every output and raises
-    :class:`~lakelog.errors.CommitConflictError`.
+    :class:`~lakelog.errors.CommitConflictError`. ``lease`` is the writer lease the
+    outputs were written under (checked before every put).
     """
     groups = {g.group_id: g for g in plan.groups}
     kept: dict[str, tuple[FileGroup, GroupResult]] = {}
@@ -156,6 +159,7 @@ def commit_rewrite(
                 parameters=parameters,
                 metrics=_metrics(kept),
                 rebase=rebase,
+                lease=lease,
             )
         except _GroupsLost as e:
             abandon(e.group_ids, e.winning_version)

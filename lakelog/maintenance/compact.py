@@ -21,9 +21,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError, LakelogError
+from ..leases import Lease
 from ..log.snapshot import Snapshot
 from ..properties import get_int
 from ..table import Table
@@ -129,6 +131,7 @@ class RunOutcome:
         operation: str,
         parameters: Mapping[str, Any] | None,
         read_snapshot: Snapshot,
+        lease: Lease | None = None,
     ) -> None:
         """Commit finished groups and record what landed and what was abandoned."""
         result, abandoned = commit_rewrite(
@@ -138,6 +141,7 @@ class RunOutcome:
             operation=operation,
             parameters=parameters,
             read_snapshot=read_snapshot,
+            lease=lease,
         )
         self.abandoned.extend(abandoned)
         if result is not None:
@@ -161,12 +165,16 @@ def run_groups(
     operation: str = "COMPACT",
     parameters: Mapping[str, Any] | None = None,
     groups: Sequence[FileGroup] | None = None,
+    lease: Lease | None = None,
 ) -> RunOutcome:
     """Rewrite ``groups`` (default: all of the plan's) in threads and commit them.
 
     ``groups_per_commit=None`` makes one commit at the end; a number commits
-    as soon as that many groups have finished (partial progress).
+    as soon as that many groups have finished (partial progress). ``lease``: the
+    run's writer lease (output names carry it; every commit checks it).
     """
+    if lease is not None:
+        options = msgspec.structs.replace(options, lease_id=lease.lease_id)
     todo = sorted(plan.groups if groups is None else groups, key=lambda g: -g.total_bytes)
     bucket = TokenBucket(max_bytes_per_second) if max_bytes_per_second else None
     tracker = _Tracker(todo, progress, bucket)
@@ -182,6 +190,7 @@ def run_groups(
             operation=operation,
             parameters=parameters,
             read_snapshot=read_snapshot,
+            lease=lease,
         )
 
     def run(group: FileGroup) -> GroupResult:
@@ -321,20 +330,24 @@ def execute_plan(
             todo = [g for g in todo if g.group_id not in stale]
     outcome = RunOutcome()
     if todo:
-        outcome = run_groups(
-            table,
-            plan,
-            schema=plan.arrow_schema(),
-            partition_by=plan.partition_by,
-            options=RewriteOptions.from_compaction(plan.options),
-            read_snapshot=read_snapshot,
-            max_concurrent_groups=workers,
-            max_bytes_per_second=rate,
-            groups_per_commit=per_commit,
-            progress=progress,
-            parameters=_parameters(plan),
-            groups=todo,
-        )
+        with Lease.acquire(
+            table.storage, operation="COMPACT", properties=table.properties
+        ) as lease:
+            outcome = run_groups(
+                table,
+                plan,
+                schema=plan.arrow_schema(),
+                partition_by=plan.partition_by,
+                options=RewriteOptions.from_compaction(plan.options),
+                read_snapshot=read_snapshot,
+                max_concurrent_groups=workers,
+                max_bytes_per_second=rate,
+                groups_per_commit=per_commit,
+                progress=progress,
+                parameters=_parameters(plan),
+                groups=todo,
+                lease=lease,
+            )
     report = compaction_report(
         plan,
         committed=outcome.committed,

@@ -27,6 +27,7 @@ from .._failpoints import failpoint
 from ..errors import InvalidArgumentError, VersionExpiredError
 from ..log.actions import ExpireVersions
 from ..log.commits import LogListing, commit_path, list_log, read_header
+from ..log.expiry_marks import prune_marks, write_mark
 from ..log.manifests import ManifestHeader, manifest_path, write_manifest
 from ..log.snapshot import load_snapshot
 from ..properties import get_float, get_int
@@ -108,6 +109,10 @@ def _delete(storage: Storage, paths: list[str], point: str) -> None:
             failpoint(point)
 
 
+def _txn_ids(storage: Storage, versions: list[int]) -> dict[int, str]:
+    return {c.version: c.txn_id for c in read_changes(storage, versions)}
+
+
 def expire_snapshots(
     table: Table,
     *,
@@ -153,6 +158,15 @@ def expire_snapshots(
         except VersionExpiredError:  # a concurrent expiry went further: plan again
             if attempt == 2:
                 raise
+    # The commit at the previous oldest version was already handled, unless the
+    # run that expired up to it was cut short before deleting the older log.
+    cut_short = bool(listing.commits) and listing.commits[0] < previous
+    first = 0 if previous == 0 or cut_short else previous + 1
+    # commits up to the new oldest version never change: read them once, for the
+    # expiry mark (which transaction each expired version holds) and for step 3
+    expired_changes = list(
+        read_changes(storage, [v for v in listing.commits if first <= v <= oldest])
+    )
     expire_version: int | None = None
     if not dry_run and oldest > previous:
         # 1. the oldest retained version must resolve without older commits
@@ -168,6 +182,12 @@ def expire_snapshots(
             at_oldest.file_table,
         )
         failpoint("expire:after-manifest")
+        # before anything is deleted: the mark that lets a writer whose put lands in
+        # the range being deleted tell that it filled a hole (lakelog.log.expiry_marks)
+        txn_ids = {c.version: c.txn_id for c in expired_changes if previous <= c.version < oldest}
+        if previous not in txn_ids:
+            txn_ids.update(_txn_ids(storage, [v for v in listing.commits if v == previous]))
+        write_mark(storage, oldest_version=oldest, previous=previous, txn_ids=txn_ids)
         # 2. record the expiry: older versions now raise VersionExpiredError
         result = table.commit(
             [ExpireVersions(oldest_version=oldest)],
@@ -187,21 +207,16 @@ def expire_snapshots(
     # 3. data files that only expired versions reference, from the log
     retained = set(at_oldest.file_table.column("path").to_pylist())
     retained.update(snap.file_table.column("path").to_pylist())
-    # The commit at the previous oldest version was already handled, unless the
-    # run that expired up to it was cut short before deleting the older log.
-    cut_short = bool(listing.commits) and listing.commits[0] < previous
-    first = 0 if previous == 0 or cut_short else previous + 1
     removed: set[str] = set()
     sizes: dict[str, int] = {}
-    for change in read_changes(storage, [v for v in listing.commits if v >= first]):
-        if change.version > oldest:
-            retained.update(change.added)
-            continue
+    for change in expired_changes:
         sizes.update(change.added)
         for path, size in change.removed.items():
             removed.add(path)
             if size is not None:
                 sizes[path] = size
+    for change in read_changes(storage, [v for v in list_log(storage).commits if v > oldest]):
+        retained.update(change.added)
     data_files = sorted(removed - retained)
     data_bytes = sum(sizes.get(p, 0) for p in data_files)
     log_files = [manifest_path(m) for m in listing.manifests if m < oldest]
@@ -211,6 +226,7 @@ def expire_snapshots(
         failpoint("expire:after-data")
         # 4. the log below the oldest version, commits oldest first
         _delete(storage, log_files, "expire:mid-log")
+        prune_marks(storage)
     return ExpireReport(
         dry_run=dry_run,
         latest_version=latest,

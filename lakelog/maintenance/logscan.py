@@ -44,6 +44,7 @@ class _Expire(msgspec.Struct, tag="expire"):
 class _Header(msgspec.Struct):
     version: int
     format_version: int = FORMAT_VERSION
+    txn_id: str = ""
 
 
 class _Light(msgspec.Struct):
@@ -65,6 +66,8 @@ class FileChanges:
     """Path -> size in bytes (None if not recorded) of every file removed."""
     oldest_version: int | None = None
     """The ``oldest_version`` of an expiry action in this commit, if any."""
+    txn_id: str = ""
+    """The committing transaction's id."""
 
 
 def _decode(data: bytes, version: int) -> FileChanges:
@@ -78,6 +81,7 @@ def _decode(data: bytes, version: int) -> FileChanges:
         and light.header.version == version
         and light.header.format_version <= FORMAT_VERSION
     ):
+        out.txn_id = light.header.txn_id
         for a in light.actions:
             if isinstance(a, _Add):
                 out.added[a.path] = a.size_bytes
@@ -86,7 +90,9 @@ def _decode(data: bytes, version: int) -> FileChanges:
             elif isinstance(a, _Expire):
                 out.oldest_version = max(out.oldest_version or 0, a.oldest_version)
         return out
-    for action in decode_commit(data, version).actions:  # typed errors, or a newer action
+    commit = decode_commit(data, version)  # typed errors, or a newer action
+    out.txn_id = commit.header.txn_id
+    for action in commit.actions:
         if isinstance(action, AddFile):
             out.added[action.path] = action.size_bytes
         elif isinstance(action, RemoveFile):

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ..errors import CorruptLogError
 from ..io.writer import RollingWriter, WriteOptions
+from ..leases import Lease
 from ..properties import get_int
 from ..storage import Storage
 from ..table import Table
@@ -55,9 +56,12 @@ def cluster_group(
     segments: Sequence[Segment],
     spec: ClusterSpec,
     options: ClusterOptions,
+    *,
+    lease_id: str | None = None,
 ) -> tuple[GroupResult, int]:
     """Order one group's rows by key and write its segments; returns the result and
-    the number of sorted runs spilled to disk."""
+    the number of sorted runs spilled to disk. Output names carry ``lease_id``, the
+    run's writer lease."""
     started = time.monotonic()
     file_schema = file_schema_of(schema, partition_by)
     footer = file_schema.with_metadata({FOOTER_KEY.encode(): spec.to_footer()})
@@ -75,6 +79,7 @@ def cluster_group(
             partition_by=partition_by,
             options=write_options,
             prefix="cluster",
+            lease_id=lease_id,
         )
 
     row = max(1, 3 * group.total_bytes // max(1, group.num_rows))  # in memory, roughly
@@ -175,46 +180,50 @@ def optimize_table(
         report = optimize_report(plan, [], None, [], prep.started, extra, dry_run=dry_run)
         report.emit()
         return report
-    results: list[GroupResult] = []
-    spilled = 0
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(plan.groups)))) as pool:
-        futures = [
-            pool.submit(
-                cluster_group,
-                table.storage,
-                snap.schema,
-                snap.partition_by,
-                g,
-                plan.segments[g.group_id],
-                spec,
-                options,
-            )
-            for g in sorted(plan.groups, key=lambda g: -g.total_bytes)
-        ]
-        try:
-            for fut in futures:
-                r, runs = fut.result()
-                results.append(r)
-                spilled += runs
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            done = [
-                f.result()[0]
-                for f in futures
-                if f.done() and not f.cancelled() and f.exception() is None
+    lease = Lease.acquire(table.storage, operation="OPTIMIZE", properties=snap.properties)
+    with lease:
+        results: list[GroupResult] = []
+        spilled = 0
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(plan.groups)))) as pool:
+            futures = [
+                pool.submit(
+                    cluster_group,
+                    table.storage,
+                    snap.schema,
+                    snap.partition_by,
+                    g,
+                    plan.segments[g.group_id],
+                    spec,
+                    options,
+                    lease_id=lease.lease_id,
+                )
+                for g in sorted(plan.groups, key=lambda g: -g.total_bytes)
             ]
-            delete_outputs(table.storage, done)
-            raise
-    extra["spilled_runs"] = spilled
-    commit, abandoned = commit_rewrite(
-        table,
-        plan,
-        results,
-        operation="OPTIMIZE",
-        parameters=prep.commit_parameters(),
-        read_snapshot=snap,
-    )
+            try:
+                for fut in futures:
+                    r, runs = fut.result()
+                    results.append(r)
+                    spilled += runs
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                done = [
+                    f.result()[0]
+                    for f in futures
+                    if f.done() and not f.cancelled() and f.exception() is None
+                ]
+                delete_outputs(table.storage, done)
+                raise
+        extra["spilled_runs"] = spilled
+        commit, abandoned = commit_rewrite(
+            table,
+            plan,
+            results,
+            operation="OPTIMIZE",
+            parameters=prep.commit_parameters(),
+            read_snapshot=snap,
+            lease=lease,
+        )
     report = optimize_report(plan, results, commit, abandoned, prep.started, extra, dry_run=False)
     report.emit()
     return report

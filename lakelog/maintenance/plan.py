@@ -225,11 +225,18 @@ def _human(n: int) -> str:
 # -- validation -----------------------------------------------------------------
 
 
+MAX_INT_OPTION = 2**63 - 1
+"""Largest count or size option: what a 64-bit integer holds (Arrow compares sizes
+and row counts as int64; a larger Python int would overflow there)."""
+
+
 def positive_int(name: str, value: Any, *, unit: str = "") -> int:
-    """``value`` as an int > 0, or :class:`InvalidArgumentError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    """``value`` as an int in 1..:data:`MAX_INT_OPTION`, or :class:`InvalidArgumentError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_INT_OPTION:
         raise InvalidArgumentError(
-            f"expected {name} to be an integer > 0{f' ({unit})' if unit else ''}, found {value!r}"
+            f"expected {name} to be an integer from 1 to 2**63 - 1"
+            f"{f' ({unit})' if unit else ''}, found {value!r}; pass a whole number in "
+            f"that range."
         )
     return value
 

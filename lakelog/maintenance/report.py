@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["MaintenanceReport", "RewritePlan", "rewrite_report"]
+from ..errors import MaintenanceFailedError
+
+__all__ = ["MaintenanceReport", "RewritePlan", "raise_if_all_failed", "rewrite_report"]
 
 log = logging.getLogger("lakelog")
 
@@ -54,6 +56,12 @@ class MaintenanceReport:
 
     def summary(self) -> str:
         """The one-line summary that is also logged."""
+        if not self.planned_groups:
+            return (
+                f"{'dry run: ' if self.dry_run else ''}nothing to {self.operation}: no file needs "
+                f"rewriting; file count {self.before_file_count}, bytes "
+                f"{self.before_total_bytes} (nothing written)"
+            )
         if self.dry_run:
             return (
                 f"dry run: would compact {self.compacted_file_count} files in "
@@ -66,17 +74,28 @@ class MaintenanceReport:
             f"{self.before_file_count}->{self.after_file_count}; bytes "
             f"{self.before_total_bytes}->{self.after_total_bytes}"
         )
-        failed = set(self.extra.get("failed_groups") or ())
+        failed = self.failed_groups
         conflicted = [g for g in self.abandoned_groups if g not in failed]
         if conflicted:
             text += f"; abandoned {len(conflicted)} groups (sources removed concurrently)"
         if failed:
-            text += f"; {len(failed)} groups failed (see failed_groups)"
+            gid, cause = next(iter(failed.items()))
+            text += (
+                f"; {len(failed)} of {len(self.planned_groups)} groups failed and were not "
+                f"committed, first group {gid}: {cause} (all in failed_groups)"
+            )
         return text
 
+    @property
+    def failed_groups(self) -> dict[str, str]:
+        """Groups whose rewrite failed (on Spark: after Spark's retries), id -> error, in
+        the order they failed; never committed, and also in ``abandoned_groups``. Always
+        empty for the embedded executor, which stops at the first failure and raises it."""
+        return dict(self.extra.get("failed_groups") or {})
+
     def emit(self) -> None:
-        """Log :meth:`summary` on the ``lakelog`` logger (INFO)."""
-        log.info("%s", self.summary())
+        """Log :meth:`summary` on the ``lakelog`` logger (INFO; WARNING if groups failed)."""
+        log.log(logging.WARNING if self.failed_groups else logging.INFO, "%s", self.summary())
 
     def __str__(self) -> str:
         lines = [self.summary()]
@@ -153,4 +172,22 @@ def rewrite_report(
         duration_s=duration_s,
         paced_seconds=paced_seconds,
         extra=dict(extra or {}),
+    )
+
+
+def raise_if_all_failed(report: MaintenanceReport, *, what_to_do: str) -> None:
+    """Raise :class:`~lakelog.errors.MaintenanceFailedError` when groups failed and none
+    was committed: a run that changed nothing because its work failed must not look
+    like a success to a scheduled job. ``what_to_do`` ends the message."""
+    failed = report.failed_groups
+    if not failed or report.commits or report.dry_run:
+        return
+    gid, cause = next(iter(failed.items()))
+    raise MaintenanceFailedError(
+        f"expected the {report.operation} run to rewrite {len(report.planned_groups)} groups "
+        f"of the table at version {report.read_version}, found that {len(failed)} of them "
+        f"failed and none was committed (the table is unchanged); the first to fail, group "
+        f"{gid}: {cause}. {what_to_do}",
+        report=report,
+        failed_groups=failed,
     )

@@ -67,6 +67,8 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
     batch_size: int = 65536
     batch_bytes: int = 2 * 1024 * 1024
     prefix: str = "part"
+    lease_id: str | None = None
+    """The writer lease of the run: output file names carry it (see lakelog.leases)."""
     auto_dictionary: bool = True
     """Dictionary-encode only columns whose values repeat (judged on a sample of
     the group's first batch): near-unique columns gain nothing from a dictionary
@@ -286,6 +288,7 @@ def rewrite_group(
                 use_dictionary=dictionary_columns(first) if options.auto_dictionary else True
             ),
             prefix=options.prefix,
+            lease_id=options.lease_id,
         )
         batches: Iterable[pa.RecordBatch] = (
             itertools.chain([first], stream) if first is not None else stream

@@ -7,11 +7,15 @@ short, from expired versions. What is kept, always:
   paths compared in one root-relative form, whatever spelling (``s3a://`` or
   ``s3://``, ``file://`` or a plain path, trailing slashes) the log or the
   caller used;
-* every file younger than ``older_than``: a writer may be about to commit it.
-  Values below ``lakelog.vacuum.min_age_seconds`` need ``force=True``;
+* every file whose path carries the id of a live writer lease
+  (:mod:`lakelog.leases`): a writer is about to commit it, however long it has
+  been running, whatever ``older_than`` or ``force`` say;
+* every file younger than ``older_than``: a writer that holds no lease (an
+  older lakelog) may be about to commit it. Values below
+  ``lakelog.vacuum.min_age_seconds`` need ``force=True``;
 * everything in a folder that holds another table (its own ``_lakelog/`` or
   ``_delta_log/``), and the log folder, except temporary files a killed
-  writer left there;
+  writer left there (and lease files whose lease expired);
 * every file with a hidden name or under a hidden folder (``_`` or ``.``
   first, as Hadoop and Spark have it; ``_col=value`` partition folders are
   not hidden): other engines' markers and checksums (``_SUCCESS``,
@@ -19,21 +23,33 @@ short, from expired versions. What is kept, always:
   folder (``_spark_staging/``) is the exception: everything a killed Spark job
   left there is vacuumed like any other orphan.
 
-The root is listed first and the log read after, so a file committed before
-the log is read is known to be referenced; the log is read once more just
-before deleting. Dry run is the default.
+Order matters. The root is listed first and the log read after, so a file
+committed before the log is read is known to be referenced; then the leases
+are read: a file listed was written after its writer's lease was created, and
+a writer releases its lease only after its commit landed, so a listed file
+whose lease is gone is in the log by the time the leases were read. Hence the
+log is read once more after the leases, just before deleting. Before each
+delete batch, once :data:`~lakelog.leases.LEASE_RECHECK_SECONDS` have passed
+since the leases were read, both are read again (a stalled writer may have
+renewed its expired lease): vacuum deletes a file at most that long (plus one
+delete request) after seeing that no live lease covers it, which is what a
+writer whose lease lapsed waits for before checking its files. Dry run is the
+default.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import posixpath
 import re
 import time
 from typing import TYPE_CHECKING
 
+from .. import leases
 from .._failpoints import failpoint
 from ..errors import InvalidArgumentError, VersionExpiredError
+from ..leases import LEASE_DIR, LeaseRecord, lease_ids_in, lease_path, read_leases
 from ..log.commits import LOG_DIR, list_log
 from ..log.snapshot import load_snapshot
 from ..partitioning import STAGING_DIR, hidden_name
@@ -48,10 +64,14 @@ if TYPE_CHECKING:
 
 __all__ = ["normalize_path", "referenced_paths", "vacuum"]
 
+log = logging.getLogger("lakelog")
+
 TABLE_MARKERS = (LOG_DIR, "_delta_log")
 """A folder holding one of these is another table's root."""
 _LOG_TEMP = re.compile(r"^\.?.+\.[0-9a-f]{32}\.tmp$")
+_LEASE_DIR_NAME = LEASE_DIR.split("/", 1)[1]
 _DELETE_BATCH = 1000
+_READ_ATTEMPTS = 3
 
 
 def normalize_path(path: str, storage: Storage) -> str:
@@ -113,10 +133,43 @@ def referenced_paths(storage: Storage) -> tuple[set[str], int, int]:
     )
 
 
-def _newly_added(storage: Storage, after: int) -> set[str]:
-    """Paths added by commits that landed after version ``after``."""
+def _newly_added(storage: Storage, after: int) -> tuple[set[str], int]:
+    """Paths added by commits that landed after version ``after``, and the newest version."""
     newer = [v for v in list_log(storage).commits if v > after]
-    return {normalize_path(p, storage) for c in read_changes(storage, newer) for p in c.added}
+    paths = {normalize_path(p, storage) for c in read_changes(storage, newer) for p in c.added}
+    return paths, max([after, *newer])
+
+
+class _Guard:
+    """What vacuum learns after its first reading of the log: the live writer leases
+    and the files committed since. Leases are read first, then the log (see the
+    module doc for why)."""
+
+    def __init__(self, storage: Storage, latest: int) -> None:
+        self.storage = storage
+        self.latest = latest
+        self.live: set[str] = set()
+        self.expired: list[LeaseRecord] = []
+        self.committed: set[str] = set()
+        self.read_at = 0.0
+
+    def read_leases(self) -> None:
+        self.read_at = time.monotonic()
+        now_ms = time.time() * 1000
+        found = read_leases(self.storage)
+        self.live = {r.lease_id for r in found if r.live(now_ms)}
+        self.expired = [r for r in found if not r.live(now_ms)]
+
+    def read_log(self) -> None:
+        added, self.latest = _newly_added(self.storage, self.latest)
+        self.committed |= added
+
+    def stale(self) -> bool:
+        """Whether the leases were read too long ago to delete on that reading."""
+        return time.monotonic() - self.read_at > leases.LEASE_RECHECK_SECONDS
+
+    def leased(self, path: str) -> bool:
+        return not self.live.isdisjoint(lease_ids_in(path))
 
 
 def _foreign_hidden(rel: str) -> bool:
@@ -143,7 +196,8 @@ def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
         rel = normalize_path(f.path, storage)
         first, _, rest = rel.partition("/")
         if first in TABLE_MARKERS:  # the log: only what killed writers left behind
-            if first == LOG_DIR and "/" not in rest and _LOG_TEMP.match(rest):
+            folder, _, name = rest.rpartition("/")
+            if first == LOG_DIR and folder in ("", _LEASE_DIR_NAME) and _LOG_TEMP.match(name):
                 candidates.append(FileInfo(rel, f.size, f.mtime_ms))
             continue
         if any(rel.startswith(n + "/") for n in nested):
@@ -179,36 +233,94 @@ def vacuum(
     cutoff_ms = time.time() * 1000 - older_s * 1000
     candidates, nested, hidden = _scan(storage)  # list first, then read the log
     referenced, oldest, latest = referenced_paths(storage)
+    guard = _Guard(storage, latest)
+    guard.read_leases()  # after the log
     orphans: list[FileInfo] = []
-    young = kept = 0
+    young = kept = leased = 0
     for f in candidates:
         if f.path in referenced:
             kept += 1
+        elif guard.leased(f.path):  # whatever its age or force say
+            leased += 1
         elif f.mtime_ms is None or f.mtime_ms > cutoff_ms:
             young += 1
         else:
             orphans.append(f)
-    if orphans and not dry_run:
-        late = _newly_added(storage, latest)  # committed while we were classifying
-        kept += sum(1 for f in orphans if f.path in late)
-        orphans = [f for f in orphans if f.path not in late]
-        failpoint("vacuum:before-delete")
-        paths = [f.path for f in orphans]
-        for i in range(0, len(paths), _DELETE_BATCH):
-            storage.delete(paths[i : i + _DELETE_BATCH])
-            if i == 0:
-                failpoint("vacuum:mid-delete")
+    expired = guard.expired
+    if not dry_run:
+        orphans, spared_kept, spared_leased = _delete(guard, orphans)
+        kept += spared_kept
+        leased += spared_leased
+        expired = _delete_expired_leases(guard)
     return VacuumReport(
         dry_run=dry_run,
         older_than_s=older_s,
         oldest_version=oldest,
-        latest_version=latest,
+        latest_version=guard.latest,
         files=tuple(f.path for f in orphans),
         bytes=sum(f.size for f in orphans),
         files_scanned=len(candidates),
         files_referenced=kept,
         files_too_young=young,
         files_hidden=hidden,
+        files_leased=leased,
+        live_leases=len(guard.live),
+        expired_leases=tuple(lease_path(r.lease_id) for r in expired),
         nested_tables=tuple(nested),
         duration_s=time.perf_counter() - started,
     )
+
+
+def _fresh(guard: _Guard) -> bool:
+    """Read the leases and then the log again if the last reading of the leases is too
+    old to delete on; False (with a warning) if even a new reading takes too long."""
+    for _ in range(_READ_ATTEMPTS):
+        if not guard.stale():
+            return True
+        guard.read_leases()
+        guard.read_log()
+    log.warning(
+        "vacuum of %s stopped deleting: reading the writer leases and the log took longer "
+        "than %gs every time, so a lease renewed meanwhile could be missed. Run vacuum "
+        "again when the storage responds faster.",
+        guard.storage.uri,
+        leases.LEASE_RECHECK_SECONDS,
+    )
+    return False
+
+
+def _delete(guard: _Guard, orphans: list[FileInfo]) -> tuple[list[FileInfo], int, int]:
+    """Delete orphans in batches, each within LEASE_RECHECK_SECONDS of a reading of
+    the leases (and of the log after it). Returns the files deleted and how many
+    turned out committed or leased meanwhile (kept)."""
+    deleted: list[FileInfo] = []
+    kept = leased = 0
+    for i in range(0, len(orphans), _DELETE_BATCH):
+        if i == 0:
+            guard.read_log()  # committed since the first reading: kept
+        if not _fresh(guard):
+            break
+        batch = []
+        for f in orphans[i : i + _DELETE_BATCH]:
+            if f.path in guard.committed:
+                kept += 1
+            elif guard.leased(f.path):
+                leased += 1
+            else:
+                batch.append(f)
+        if i == 0:
+            failpoint("vacuum:before-delete")
+        guard.storage.delete([f.path for f in batch])
+        deleted.extend(batch)
+        if i == 0:
+            failpoint("vacuum:mid-delete")
+    return deleted, kept, leased
+
+
+def _delete_expired_leases(guard: _Guard) -> list[LeaseRecord]:
+    """Delete the files of leases that expired (past their grace) on a fresh reading."""
+    if not _fresh(guard):
+        return []
+    expired = guard.expired
+    guard.storage.delete([lease_path(r.lease_id) for r in expired])
+    return expired

@@ -211,8 +211,11 @@ def cluster_large_group(
     options: ClusterOptions,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    lease_id: str | None = None,
 ) -> TaskOutcome:
-    """Cluster one large group with Spark jobs (see the module doc); nothing is committed."""
+    """Cluster one large group with Spark jobs (see the module doc); nothing is committed.
+    The staging folder's and the table files' names carry ``lease_id``, the run's
+    writer lease."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.functions import arrow_udf
@@ -227,7 +230,7 @@ def cluster_large_group(
     struct_col = _unused_name("lakelog_fk", names)
     urls = [spark_url(storage, f.path) for f in group.files]
     staging = f"{STAGING_DIR}/cluster-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-"
-    staging += uuid.uuid4().hex
+    staging += uuid.uuid4().hex if lease_id is None else f"{lease_id}-{uuid.uuid4().hex[:12]}"
     settings = {
         "spark.sql.parquet.writeLegacyFormat": "false",
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(_UDF_BATCH_ROWS),
@@ -325,6 +328,7 @@ def cluster_large_group(
                         target_file_size=options.target_file_size,
                         row_group_size=options.row_group_size,
                         compression=options.compression,
+                        lease_id=lease_id,
                     )
                 )
             )

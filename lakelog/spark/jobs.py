@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..leases import Lease
 from ..log.snapshot import Snapshot
 from ..maintenance.commit import RewritePlan, delete_outputs
 from ..maintenance.compact import RunOutcome
@@ -66,6 +68,9 @@ class SparkRunOutcome(RunOutcome):
     outcomes: list[TaskOutcome] = field(default_factory=list)
 
 
+_LOST_TASK = re.compile(r"^.*most recent failure: Lost task .*?\)\s*\([^)]*\):\s*")
+
+
 def short_error(error: BaseException, limit: int = 400) -> str:
     """The line of a (Spark-wrapped) error that says what went wrong."""
     text = str(error).strip()
@@ -76,7 +81,13 @@ def short_error(error: BaseException, limit: int = 400) -> str:
         tail = [ln for ln in lines if not ln.startswith(("at ", "File ", "^", "~"))]
         line = tail[-1] if tail else lines[-1]
     else:
-        line = lines[0]
+        # a JVM error through Py4J: "An error occurred while calling ...", then Spark's
+        # "Job aborted ... most recent failure: Lost task ... (executor ...): <cause>"
+        found = next((ln for ln in lines if "most recent failure: " in ln), None)
+        if found is None:
+            wrapped = lines[0].startswith("An error occurred while calling") and len(lines) > 1
+            found = lines[1] if wrapped else lines[0]
+        line = _LOST_TASK.sub("", found.lstrip(": "))
     line = line.replace(" SQLSTATE: 38000", "")
     return line[:limit]
 
@@ -101,8 +112,10 @@ def run_group_jobs(
     groups_per_commit: int | None = None,
     operation: str = "COMPACT",
     parameters: Mapping[str, Any] | None = None,
+    lease: Lease | None = None,
 ) -> SparkRunOutcome:
-    """Run every job (largest group first) and commit the results; see the module doc."""
+    """Run every job (largest group first) and commit the results; see the module doc.
+    ``lease``: the run's writer lease, checked by every commit."""
     todo = sorted(jobs, key=lambda j: -j.group.total_bytes)
     job_group = f"lakelog-{operation.lower()}-{uuid.uuid4().hex[:12]}"
     outcome = SparkRunOutcome()
@@ -116,6 +129,7 @@ def run_group_jobs(
             operation=operation,
             parameters=parameters,
             read_snapshot=read_snapshot,
+            lease=lease,
         )
 
     def run(job: GroupJob) -> TaskOutcome:

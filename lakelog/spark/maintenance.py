@@ -18,9 +18,13 @@ the embedded executor's:
 ``max_concurrent_groups`` (default: the session's ``defaultParallelism``) is
 the number of groups whose tasks run at once; ``max_bytes_per_second`` is the
 total read rate of the run: each of those tasks paces its reads to its share.
-A group whose task still fails after Spark's retries is abandoned and
-reported in ``abandoned_groups`` and ``failed_groups``; its outputs are never
-committed. See ``docs/spark-maintenance.md``.
+Before any work is shipped, one tiny Spark job checks that the executors
+import the driver's lakelog (:mod:`lakelog.spark.environment`). A group whose
+task still fails after Spark's retries is abandoned and reported in
+``abandoned_groups`` and ``failed_groups``; its outputs are never committed.
+If groups failed and none was committed, :class:`~lakelog.errors.MaintenanceFailedError`
+is raised instead of returning. Every report has the same Spark fields in
+``extra``, whatever happened. See ``docs/spark-maintenance.md``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..errors import InvalidArgumentError
+from ..leases import Lease
 from ..log.actions import encode_schema
 from ..log.snapshot import load_snapshot
 from ..maintenance.cluster_plan import optimize_report, prepare_optimize
@@ -44,11 +49,12 @@ from ..maintenance.compact import (
     dry_run_report,
 )
 from ..maintenance.plan import plan_compaction, positive_int
-from ..maintenance.report import MaintenanceReport
+from ..maintenance.report import MaintenanceReport, raise_if_all_failed
 from ..maintenance.rewrite import RewriteOptions
 from ..storage import Storage
 from ..table import Table
 from .cluster_job import cluster_large_group, is_large, large_path_problem
+from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import GroupJob, SparkRunOutcome, run_group_jobs, task_job
 from .tasks import GroupTask
 
@@ -77,7 +83,9 @@ def _workers(spark: SparkSession, max_concurrent_groups: int | None) -> int:
     return positive_int("max_concurrent_groups", max_concurrent_groups, unit="groups")
 
 
-def _spark_extra(outcome: SparkRunOutcome, jobs: int) -> dict[str, Any]:
+def _spark_extra(outcome: SparkRunOutcome | None = None, jobs: int = 0) -> dict[str, Any]:
+    """The Spark fields of a report; the same keys whether groups ran or not."""
+    outcome = SparkRunOutcome() if outcome is None else outcome
     return {
         "engine": "spark",
         "failed_groups": dict(outcome.failed),
@@ -95,6 +103,22 @@ def _spark_extra(outcome: SparkRunOutcome, jobs: int) -> dict[str, Any]:
             for o in outcome.outcomes
         ],
     }
+
+
+def _finish(report: MaintenanceReport) -> MaintenanceReport:
+    """Log the report; raise if groups failed and nothing was committed."""
+    report.emit()
+    causes = list(report.failed_groups.values())
+    if causes and import_problem(causes[0]):
+        what_to_do = SHIP_ENVIRONMENT
+    else:
+        what_to_do = (
+            "Every group's error is in the error's report.failed_groups and the full "
+            "tracebacks in the executors' logs; fix the cause and run again (vacuum removes "
+            "the files of crashed attempts)."
+        )
+    raise_if_all_failed(report, what_to_do=what_to_do)
+    return report
 
 
 def compact(
@@ -142,13 +166,17 @@ def compact(
         report = dry_run_report(plan, duration_s=time.monotonic() - started)
         if not dry_run:
             report.dry_run = False
-        report.extra["engine"] = "spark"
+        report.extra.update(_spark_extra(), bytes_per_second_per_task=None)
         report.emit()
         return report
+    sc = spark.sparkContext
+    check_executors(sc)
     running = max(1, min(workers, len(plan.groups)))
     share = None if rate is None else float(rate) / running
+    # a writer lease for the run: output names carry its id, the commits check it
+    lease = Lease.acquire(table.storage, operation="COMPACT", properties=table.properties)
     options = RewriteOptions.from_compaction(plan.options)
-    sc = spark.sparkContext
+    options = msgspec.structs.replace(options, lease_id=lease.lease_id)
     opts = dict(table.storage.storage_options)
     jobs = []
     for g in plan.groups:
@@ -164,17 +192,21 @@ def compact(
             )
         )
         jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
-    outcome = run_group_jobs(
-        sc,
-        table,
-        plan,
-        jobs,
-        read_snapshot=snap,
-        max_concurrent_groups=running,
-        groups_per_commit=per_commit,
-        operation="COMPACT",
-        parameters={**_parameters(plan), "engine": "spark"},
-    )
+    try:
+        outcome = run_group_jobs(
+            sc,
+            table,
+            plan,
+            jobs,
+            read_snapshot=snap,
+            max_concurrent_groups=running,
+            groups_per_commit=per_commit,
+            operation="COMPACT",
+            parameters={**_parameters(plan), "engine": "spark"},
+            lease=lease,
+        )
+    finally:
+        lease.release()
     report = compaction_report(
         plan,
         committed=outcome.committed,
@@ -184,8 +216,7 @@ def compact(
         paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
         extra={**_spark_extra(outcome, len(jobs)), "bytes_per_second_per_task": share},
     )
-    report.emit()
-    return report
+    return _finish(report)
 
 
 def optimize(
@@ -234,15 +265,19 @@ def optimize(
     snap, plan, spec, options = prep.snapshot, prep.plan, prep.spec, prep.options
     schema, parts = snap.schema, snap.partition_by
     workers = _workers(spark, max_concurrent_groups)
-    extra: dict[str, Any] = {**prep.extra(), "engine": "spark", "large_groups": 0}
+    extra: dict[str, Any] = {**prep.extra(), **_spark_extra(), "large_groups": 0}
+    extra["spilled_runs"] = 0
     if dry_run or not plan.groups:
         report = optimize_report(plan, [], None, [], prep.started, extra, dry_run=dry_run)
         report.emit()
         return report
     sc = spark.sparkContext
+    check_executors(sc)
     opts = dict(table.storage.storage_options)
     schema_text = encode_schema(schema)
     problem = large_path_problem(table.storage, schema, parts)
+    # a writer lease for the run: output names carry its id, the commit checks it
+    lease = Lease.acquire(table.storage, operation="OPTIMIZE", properties=snap.properties)
     jobs = []
     for g in plan.groups:
         segments = plan.segments[g.group_id]
@@ -263,6 +298,7 @@ def optimize(
                         plan.spec,
                         options,
                         storage_options=opts,
+                        lease_id=lease.lease_id,
                     ),
                 )
             )
@@ -284,19 +320,24 @@ def optimize(
                 spec=plan.spec,
                 segments=tuple(segments),
                 cluster=options,
+                lease_id=lease.lease_id,
             )
         )
         jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
-    outcome = run_group_jobs(
-        sc,
-        table,
-        plan,
-        jobs,
-        read_snapshot=snap,
-        max_concurrent_groups=workers,
-        operation="OPTIMIZE",
-        parameters={**prep.commit_parameters(), "engine": "spark"},
-    )
+    try:
+        outcome = run_group_jobs(
+            sc,
+            table,
+            plan,
+            jobs,
+            read_snapshot=snap,
+            max_concurrent_groups=workers,
+            operation="OPTIMIZE",
+            parameters={**prep.commit_parameters(), "engine": "spark"},
+            lease=lease,
+        )
+    finally:
+        lease.release()
     extra.update(_spark_extra(outcome, len(jobs)))
     extra["spilled_runs"] = sum(o.spilled_runs for o in outcome.outcomes)
     commit = outcome.commits[-1] if outcome.commits else None
@@ -309,5 +350,4 @@ def optimize(
         extra,
         dry_run=False,
     )
-    report.emit()
-    return report
+    return _finish(report)

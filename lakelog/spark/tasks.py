@@ -85,6 +85,8 @@ class GroupTask(msgspec.Struct, frozen=True, kw_only=True):
     """The clustering spec as JSON (clustering)."""
     segments: tuple[Segment, ...] = ()
     cluster: ClusterOptions | None = None
+    lease_id: str | None = None
+    """The run's writer lease: output names carry it (compaction: in ``rewrite``)."""
 
 
 class TaskOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,6 +119,8 @@ class StagedFile(msgspec.Struct, frozen=True, kw_only=True):
     target_file_size: int
     row_group_size: int
     compression: str
+    lease_id: str | None = None
+    """The run's writer lease: the table file's name carries it."""
 
 
 def _attempt() -> int:
@@ -165,7 +169,14 @@ def run_group_task(payload: bytes, storage_options: Mapping[str, Any] | None = N
             )
         spec = ClusterSpec.from_json(json.loads(task.spec), schema)
         result, runs = cluster_group(
-            storage, schema, task.partition_by, task.group, task.segments, spec, task.cluster
+            storage,
+            schema,
+            task.partition_by,
+            task.group,
+            task.segments,
+            spec,
+            task.cluster,
+            lease_id=task.lease_id,
         )
     _crash_points("written", gid, attempt)
     outcome = TaskOutcome(
@@ -275,6 +286,7 @@ def finalize_staged_file(payload: bytes, storage_options: Mapping[str, Any] | No
             use_dictionary=dictionary_columns(first),
         ),
         prefix="cluster",
+        lease_id=item.lease_id,
     )
     key_min: int | None = None
     key_max = 0

@@ -13,16 +13,18 @@
    ``overwrite`` that removes every file of the version the write started
    from, with the core's compare-and-swap retries.
 
+From before Spark runs until the commit landed, the write holds a writer
+lease (:mod:`lakelog.leases`): the staging folder's name and every published
+file name carry its id, so ``vacuum`` keeps them however long the job runs.
 A failed or killed job commits nothing. Its files are never referenced by
 the log; this module deletes what it can and ``vacuum`` removes the rest
-once they are older than its age guard.
+once they are older than its age guard and the lease expired.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,10 +35,12 @@ import pyarrow.parquet as pq
 from ..errors import (
     CommitConflictError,
     InvalidArgumentError,
+    LeaseExpiredError,
     SchemaMismatchError,
     TableExistsError,
     TableNotFoundError,
 )
+from ..leases import Lease
 from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
@@ -135,39 +139,43 @@ def write(
     if ts_type is not None:
         settings["spark.sql.parquet.outputTimestampType"] = ts_type
 
-    write_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex}"
-    staging = f"{STAGING_DIR}/{write_id}"
-    target = f"{staging_root}/{staging}"
-    ordered = df.select(*columns_of(schema.names))
-    writer = ordered.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
-    if parts:
-        writer = writer.partitionBy(*parts)
-    spark = df.sparkSession
-    try:
-        with session_conf(spark, settings):
-            writer.parquet(target)
-    except BaseException:
-        _discard(storage, staging)
-        raise
+    # the lease covers the staging folder and the published names until the commit
+    with Lease.acquire(storage, operation="SPARK WRITE", properties=props) as lease:
+        write_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{lease.lease_id}"
+        staging = f"{STAGING_DIR}/{write_id}"
+        target = f"{staging_root}/{staging}"
+        ordered = df.select(*columns_of(schema.names))
+        writer = ordered.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
+        if parts:
+            writer = writer.partitionBy(*parts)
+        spark = df.sparkSession
+        try:
+            with session_conf(spark, settings):
+                writer.parquet(target)
+        except BaseException:
+            _discard(storage, staging)
+            raise
 
-    moved: list[str] = []
-    try:
-        adds = _collect(storage, staging, file_schema, parts)
-        moved = _publish(storage, staging, adds)
-        adds = [_moved(a, staging) for a in adds]
-    except BaseException:
-        storage.delete(moved)
+        moved: list[str] = []
+        try:
+            adds = _collect(storage, staging, file_schema, parts)
+            moved = _publish(storage, staging, adds, lease.lease_id)
+            adds = [_moved(a, staging, lease.lease_id) for a in adds]
+        except BaseException:
+            storage.delete(moved)
+            _discard(storage, staging)
+            raise
+        try:
+            result = _commit(
+                storage, snap, adds, mode=mode, schema=schema, parts=parts, props=props, lease=lease
+            )
+        except (CommitConflictError, LeaseExpiredError, SchemaMismatchError, TableExistsError):
+            # certainly not committed (any other error may hide a landed commit: keep the files)
+            storage.delete(moved)
+            _discard(storage, staging)
+            raise
         _discard(storage, staging)
-        raise
-    try:
-        result = _commit(storage, snap, adds, mode=mode, schema=schema, parts=parts, props=props)
-    except (CommitConflictError, SchemaMismatchError, TableExistsError):
-        # certainly not committed (any other error may hide a landed commit: keep the files)
-        storage.delete(moved)
-        _discard(storage, staging)
-        raise
-    _discard(storage, staging)
-    return result
+        return result
 
 
 def _collect(
@@ -209,10 +217,19 @@ def _collect(
     return [a for a in adds if a.num_rows > 0]
 
 
-def _moved(add: AddFile, staging: str) -> AddFile:
-    rel = add.path[len(staging) + 1 :]
+def _destination(staged: str, staging: str, lease_id: str) -> str:
+    """Where a staged file is published: its partition folders below the root, the
+    writer's lease id added to the name Spark gave it (so vacuum keeps it until the
+    commit)."""
+    folder, _, name = staged[len(staging) + 1 :].rpartition("/")
+    stem, dot, ext = name.partition(".")
+    leased = f"{stem}-{lease_id}{dot}{ext}"
+    return f"{folder}/{leased}" if folder else leased
+
+
+def _moved(add: AddFile, staging: str, lease_id: str) -> AddFile:
     return AddFile(
-        path=rel,
+        path=_destination(add.path, staging, lease_id),
         size_bytes=add.size_bytes,
         num_rows=add.num_rows,
         partition=add.partition,
@@ -221,9 +238,10 @@ def _moved(add: AddFile, staging: str) -> AddFile:
     )
 
 
-def _publish(storage: Storage, staging: str, adds: Sequence[AddFile]) -> list[str]:
-    """Move staged files to their partition folders (names carry the job's UUID)."""
-    moves = [(a.path, a.path[len(staging) + 1 :]) for a in adds]
+def _publish(storage: Storage, staging: str, adds: Sequence[AddFile], lease_id: str) -> list[str]:
+    """Move staged files to their partition folders (names carry the job's UUID and
+    the writer's lease id)."""
+    moves = [(a.path, _destination(a.path, staging, lease_id)) for a in adds]
     clashes = [dst for _, dst in moves if storage.exists(dst)]
     if clashes:
         raise CommitConflictError(
@@ -258,6 +276,7 @@ def _commit(
     schema: pa.Schema,
     parts: Sequence[str],
     props: Mapping[str, str],
+    lease: Lease,
 ) -> CommitResult:
     metrics = {
         "num_files": len(adds),
@@ -273,6 +292,7 @@ def _commit(
                 properties=props,
                 adds=adds,
                 operation="SPARK CREATE TABLE AS WRITE",
+                lease=lease,
             )
             return CommitResult(
                 version=created.version, attempts=1, operation="SPARK CREATE TABLE AS WRITE"
@@ -294,6 +314,7 @@ def _commit(
         read_snapshot=snap,
         parameters={"mode": mode},
         metrics=metrics,
+        lease=lease,
     )
 
 

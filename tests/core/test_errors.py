@@ -6,20 +6,25 @@ version v >= 1 appended the single row ``id = v``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 import lakelog
 from lakelog import (
     CorruptLogError,
+    DataFileMissingError,
+    InvalidArgumentError,
     LakelogError,
     SchemaMismatchError,
+    StorageNotSupportedError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedFormatError,
@@ -148,8 +153,8 @@ def test_missing_hint_and_missing_commit(table: lakelog.Table) -> None:
     assert _reopen(table).version == LATEST
     (root / commit_path(3)).unlink()  # a hole in the log, no manifest covers 3 or 4
     t = _reopen(table)
-    for v in (3, 4):
-        with pytest.raises(VersionNotFoundError, match="commit 3 missing"):
+    for v in (3, 4):  # a gap in the log is damage on every path
+        with pytest.raises(CorruptLogError, match=r"commit 3 .*missing while commit 4 exists"):
             t.snapshot(v)
     _assert_readable(t, [0, 2, 5, 7, 12])
 
@@ -258,3 +263,268 @@ def test_every_error_is_a_lakelog_error_with_guidance(table: lakelog.Table) -> N
             case()
         msg = str(info.value)
         assert "expected" in msg and "found" in msg, msg
+
+
+# -- bad input gets a typed error and changes nothing ----------------------------------
+
+KSCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string())])
+LONG = "x" * 300  # its folder name "k=xxx..." exceeds the 255-byte name limit
+NOT_NULL = pa.schema([pa.field("id", pa.int64(), nullable=False), ("k", pa.string())])
+
+
+def _stream(*tables: pa.Table) -> pa.RecordBatchReader:
+    """One stream of the tables' batches, in order (a bad batch after good ones)."""
+    batches = [b for t in tables for b in t.to_batches()]
+    return pa.RecordBatchReader.from_batches(tables[0].schema, batches)
+
+
+def _duplicated() -> pa.Table:
+    return pa.Table.from_arrays(
+        [pa.array([1]), pa.array(["a"]), pa.array([2])], names=["id", "k", "id"]
+    )
+
+
+def _nulls_after_good_rows() -> pa.RecordBatchReader:
+    # the first rows are written to a file (row groups of 1 row) before the bad batch
+    good = pa.table({"id": [7, 8], "k": ["a", "b"]}, schema=NOT_NULL)
+    bad = pa.table({"id": [9, None], "k": ["a", "b"]}, schema=NOT_NULL)
+    return _stream(good, bad)
+
+
+def _long_value_after_good_rows() -> pa.RecordBatchReader:
+    return _stream(pa.table({"id": [7, 8], "k": ["a", "b"]}), pa.table({"id": [9], "k": [LONG]}))
+
+
+@pytest.fixture
+def ktable(tmp_path: Path) -> lakelog.Table:
+    """Partitioned by ``k``, row groups of one row: writes hit the disk at once."""
+    t = lakelog.create_table(
+        str(tmp_path / "k"),
+        KSCHEMA,
+        partition_by=["k"],
+        properties={"lakelog.row_group_size": 1},
+    )
+    t.append(pa.table({"id": [1, 2], "k": ["a", "b"]}))
+    t.append(pa.table({"id": [3], "k": ["a"]}))
+    return t
+
+
+def _state(t: lakelog.Table) -> tuple[int, list[str], list[str]]:
+    """Latest version, its live files, and every file under the root (orphans too)."""
+    latest = lakelog.open_table(t.uri)
+    return (
+        latest.version,
+        sorted(f.path for f in latest.snapshot().files()),
+        sorted(f.path for f in t.storage.walk()),
+    )
+
+
+BAD_INPUT: dict[str, tuple[Any, type[LakelogError], list[str]]] = {
+    "duplicate columns, append": (
+        lambda t: t.append(_duplicated()),
+        SchemaMismatchError,
+        ["distinct column names", "['id']", "rename"],
+    ),
+    "duplicate columns, overwrite": (
+        lambda t: t.overwrite(_duplicated()),
+        SchemaMismatchError,
+        ["distinct column names", "['id']", "rename"],
+    ),
+    "duplicate columns, write_table": (
+        lambda t: lakelog.write_table(t.uri, _duplicated()),
+        SchemaMismatchError,
+        ["distinct column names", "['id']", "rename"],
+    ),
+    "nulls in a column the data declares non-nullable": (
+        lambda t: t.append(_nulls_after_good_rows()),
+        SchemaMismatchError,
+        ["no nulls in column 'id'", "data's own schema", "non-nullable", "fill or drop"],
+    ),
+    "nulls, overwrite of a partition": (
+        lambda t: t.overwrite(
+            pa.table({"id": [None], "k": ["a"]}, schema=NOT_NULL), partitions=[{"k": "a"}]
+        ),
+        SchemaMismatchError,
+        ["no nulls in column 'id'", "fill or drop"],
+    ),
+    "partition folder name too long": (
+        lambda t: t.append(_long_value_after_good_rows()),
+        InvalidArgumentError,
+        ["at most 255 bytes", "302 bytes", "column 'k'", "shorter derived value"],
+    ),
+    "compact target_file_size beyond 64 bits": (
+        lambda t: t.compact(target_file_size=10**30),
+        InvalidArgumentError,
+        ["target_file_size", "2**63 - 1", str(10**30)],
+    ),
+    "compact min_file_size beyond 64 bits": (
+        lambda t: t.compact(min_file_size=2**63),
+        InvalidArgumentError,
+        ["min_file_size", "2**63 - 1"],
+    ),
+    "optimize max_group_bytes beyond 64 bits": (
+        lambda t: t.optimize(zorder_by=["id"], max_group_bytes=10**30),
+        InvalidArgumentError,
+        ["max_group_bytes", "2**63 - 1"],
+    ),
+    "history limit as a string": (
+        lambda t: t.history(limit="3"),
+        InvalidArgumentError,
+        ["limit", "integer > 0", "'3'"],
+    ),
+    "history limit as a bool": (
+        lambda t: t.history(limit=True),
+        InvalidArgumentError,
+        ["limit", "integer > 0", "True"],
+    ),
+    "to_batches batch_size 0 (raised on the call)": (
+        lambda t: t.snapshot().to_batches(batch_size=0),
+        InvalidArgumentError,
+        ["batch_size", "integer > 0", "found 0"],
+    ),
+    "to_batches batch_size as a float": (
+        lambda t: t.snapshot().to_batches(batch_size=10.5),
+        InvalidArgumentError,
+        ["batch_size", "found 10.5"],
+    ),
+    "storage_options not a mapping": (
+        lambda t: lakelog.open_table(t.uri, storage_options=[("anon", True)]),
+        InvalidArgumentError,
+        ["storage_options", "mapping", "found list"],
+    ),
+    "storage_options a string": (
+        lambda t: lakelog.write_table(
+            t.uri, pa.table({"id": [5], "k": ["a"]}), storage_options="x"
+        ),
+        InvalidArgumentError,
+        ["storage_options", "mapping", "found str"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_typed_and_changes_nothing(ktable: lakelog.Table, case: str) -> None:
+    call, error, words = BAD_INPUT[case]
+    before = _state(ktable)
+    with pytest.raises(error) as info:
+        call(ktable)
+    msg = str(info.value)
+    assert "expected" in msg and "found" in msg, msg
+    for word in words:
+        assert word in msg, (word, msg)
+    # no commit, and nothing half-written left behind (no orphan data files either)
+    assert _state(ktable) == before
+    assert sorted(_ids(ktable)) == [1, 2, 3]
+
+
+NEW_TABLE_INPUT: dict[str, tuple[Any, list[str], type[LakelogError], str]] = {
+    "duplicate columns": (_duplicated, [], SchemaMismatchError, "distinct column names"),
+    "nulls in a non-nullable column": (
+        _nulls_after_good_rows,
+        ["k"],
+        SchemaMismatchError,
+        "non-nullable",
+    ),
+    "partition folder name too long": (
+        _long_value_after_good_rows,
+        ["k"],
+        InvalidArgumentError,
+        "at most 255 bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NEW_TABLE_INPUT))
+def test_bad_data_creates_no_table(tmp_path: Path, case: str) -> None:
+    data, partition_by, error, words = NEW_TABLE_INPUT[case]
+    root = tmp_path / "new"
+    with pytest.raises(error, match=words):
+        lakelog.write_table(
+            str(root),
+            data(),
+            partition_by=partition_by,
+            properties={"lakelog.row_group_size": 1},
+        )
+    assert not [p for p in root.rglob("*") if p.is_file()]  # no log, no data file
+    with pytest.raises(TableNotFoundError):
+        lakelog.open_table(str(root))
+
+
+def test_create_table_refuses_duplicate_column_names(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("id", pa.string())])
+    with pytest.raises(InvalidArgumentError, match=r"distinct column names.*\['id'\]"):
+        lakelog.create_table(str(tmp_path / "t"), schema)
+    assert not (tmp_path / "t").exists()
+
+
+PATH_CALLS: dict[str, Any] = {
+    "open_table": lambda uri: lakelog.open_table(uri),
+    "create_table": lambda uri: lakelog.create_table(uri, SCHEMA),
+    "write_table": lambda uri: lakelog.write_table(uri, pa.table({"id": [1]})),
+}
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["a file", "below a file"])
+@pytest.mark.parametrize("call", list(PATH_CALLS))
+def test_table_path_that_is_a_file(tmp_path: Path, call: str, below: bool) -> None:
+    file = tmp_path / "notes.txt"
+    file.write_text("not a table")
+    uri = str(file / "t") if below else str(file)
+    with pytest.raises(InvalidArgumentError) as info:
+        PATH_CALLS[call](uri)
+    msg = str(info.value)
+    assert "expected a folder" in msg and str(file) in msg and "another location" in msg
+    assert ("lies below the file" if below else "it is a file") in msg
+    assert file.read_text() == "not a table"
+    assert sorted(tmp_path.iterdir()) == [file]
+
+
+@pytest.mark.parametrize("call", list(PATH_CALLS))
+def test_unknown_uri_scheme(call: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"known scheme.*'nosuch'.*spelling"):
+        PATH_CALLS[call]("nosuch://bucket/t")
+
+
+def test_uri_scheme_whose_driver_is_missing() -> None:
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here")
+    with pytest.raises(StorageNotSupportedError, match=r"gcs:// URIs.*gcsfs.*Install that package"):
+        lakelog.open_table("gcs://bucket/t")
+
+
+def test_storage_options_with_non_string_names(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="storage_options"):
+        lakelog.create_table(str(tmp_path / "t"), SCHEMA, storage_options={1: "x"})
+    assert not (tmp_path / "t").exists()
+
+
+# -- a data file deleted outside lakelog -----------------------------------------------
+
+READS: dict[str, Any] = {
+    "to_arrow": lambda s: s.to_arrow(),
+    "to_arrow with a filter": lambda s: s.to_arrow(columns=["id"], filter=pc.field("id") > 0),
+    "to_batches": lambda s: list(s.to_batches(batch_size=1)),
+}
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_read_after_a_data_file_was_deleted(backend: Any, read: str) -> None:
+    t = lakelog.create_table(backend.uri, SCHEMA, storage_options=backend.storage_options)
+    t.append(pa.table({"id": [1]}))
+    t.append(pa.table({"id": [2]}))
+    old = {f.path for f in t.snapshot(1).files()}
+    (gone,) = [f.path for f in t.snapshot().files() if f.path not in old]
+    t.storage.fs.rm_file(t.storage.full(gone))  # behind lakelog's back
+    t = lakelog.open_table(backend.uri, storage_options=backend.storage_options)
+    with pytest.raises(DataFileMissingError) as info:
+        READS[read](t.snapshot())
+    e = info.value
+    assert isinstance(e, LakelogError) and isinstance(e, FileNotFoundError)
+    assert (e.path, e.version) == (gone, 2)
+    msg = str(e)
+    for word in (gone, "version 2", "references", "deleted outside lakelog", "backup"):
+        assert word in msg, (word, msg)
+    assert "time travel" in msg and "overwrite" in msg
+    # as the message says: an earlier version that does not reference it reads fine
+    assert READS["to_arrow"](t.snapshot(1)).column("id").to_pylist() == [1]
+    assert t.version == 2

@@ -72,9 +72,9 @@ def test_optimize_dry_run_then_run_and_inspect(
 def test_cli_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     uri = str(tmp_path / "t")
     _table(uri)
-    assert main(["optimize", uri, "--zorder-by", "a,zz"]) == 2
+    assert main(["optimize", uri, "--zorder-by", "a,zz"]) == 1
     assert "unknown 'zz'" in capsys.readouterr().err
-    assert main(["inspect", uri, "--columns", "a", "--before-version", "1"]) == 2
+    assert main(["inspect", uri, "--columns", "a", "--before-version", "1"]) == 1
     assert "--plot" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["optimize", uri])  # --zorder-by or --sort-by is required

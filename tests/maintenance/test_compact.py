@@ -269,7 +269,8 @@ def test_report_fields_and_log_line(
         report, abandoned_groups=["g1", "g2"], extra={"failed_groups": {"g2": "boom"}}
     )
     assert mixed.summary().endswith(
-        "; abandoned 1 groups (sources removed concurrently); 1 groups failed (see failed_groups)"
+        f"; abandoned 1 groups (sources removed concurrently); 1 of {len(report.planned_groups)} "
+        "groups failed and were not committed, first group g2: boom (all in failed_groups)"
     )
 
 

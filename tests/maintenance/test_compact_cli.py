@@ -94,7 +94,7 @@ def test_saved_plan_round_trip(
     assert all(p in out for p in plan.groups[0].paths)  # --verbose lists the files
     # planning options cannot be changed when executing a saved plan
     code, _, err = run_cli(capsys, "compact", t.uri, "--plan", str(plan_file), "--target-rows", "5")
-    assert code == 2 and "--target-rows" in err and "plan fixes them" in err
+    assert code == 1 and "--target-rows" in err and "plan fixes them" in err
     code, out, _ = run_cli(capsys, "compact", t.uri, "--plan", str(plan_file), "--json")
     assert code == 0
     report = json.loads(out)
@@ -128,12 +128,12 @@ def test_bad_arguments_are_refused(
         (["--compression", "zip"], "codec"),
     ],
 )
-def test_library_errors_exit_2(
+def test_library_errors_exit_1(
     local_backend: Backend, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     t = make_table(local_backend, appends=2)
     code, _, err = run_cli(capsys, "compact", t.uri, *args)
-    assert code == 2 and message in err
+    assert code == 1 and message in err
 
 
 def test_progress_bar_rendering() -> None:

@@ -245,9 +245,11 @@ def test_expiry_never_conflicts_with_appends_or_rewrites(local_backend: Any) -> 
     check_table(other, model)
 
 
-def test_stale_writer_below_the_oldest_version_fails_instead_of_vanishing(
+def test_stale_writer_below_the_oldest_version_commits_at_the_latest(
     local_backend: Any,
 ) -> None:
+    """A writer whose base was expired meanwhile never lands in the gap: an append
+    goes on from the latest version (same outcome as running after the expiry)."""
     t, model = _history(local_backend.uri)
     stale = lakelog.open_table(local_backend.uri)  # caches the current version
     for i in range(4):
@@ -255,18 +257,31 @@ def test_stale_writer_below_the_oldest_version_fails_instead_of_vanishing(
     t.expire_snapshots(older_than=ZERO, retain_last=1)
     model.record()
     assert not t.storage.exists(f"_lakelog/{stale.version + 1:020d}.json")
-    files_before = sorted(str(p) for p in Path(t.storage.root).rglob("*.parquet"))
-    with pytest.raises(lakelog.CommitConflictError, match="expire_snapshots"):
-        stale.append(rows(900))
-    # nothing landed in the gap, and the failed append left no file behind
+    result = stale.append(rows(900))
+    assert result.version == t.refresh().version  # at the latest, not in the gap
     assert not t.storage.exists(f"_lakelog/{stale.version + 1:020d}.json")
-    assert sorted(str(p) for p in Path(t.storage.root).rglob("*.parquet")) == files_before
-    stale.refresh().append(rows(900))
     model.record()
     assert 900 in ids(t.snapshot())
     check_table(t, model)
     oldest = t.snapshot().oldest_version
     assert list_log(t.storage).commits == tuple(range(oldest, t.version + 1))
+
+
+def test_stale_overwrite_below_the_oldest_version_fails(local_backend: Any) -> None:
+    """An overwrite cannot check the winners that were expired: it fails, and the
+    log below the oldest version stays empty."""
+    t, model = _history(local_backend.uri)
+    stale = t.snapshot()
+    for i in range(4):
+        model.append(600 + 10 * i)
+    t.expire_snapshots(older_than=ZERO, retain_last=1)
+    now = 0
+    removes = [f.to_remove(deletion_ms=now) for f in stale.files()]
+    with pytest.raises(lakelog.CommitConflictError, match="expire_snapshots"):
+        t.commit(removes, operation="DELETE", kind="delete", read_snapshot=stale)
+    assert not t.storage.exists(f"_lakelog/{stale.version + 1:020d}.json")
+    model.record()
+    check_table(t, model)
 
 
 _APPENDER = """

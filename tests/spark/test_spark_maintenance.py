@@ -31,7 +31,7 @@ import pytest
 
 import lakelog
 import lakelog.spark as lspark
-from lakelog.errors import InvalidArgumentError
+from lakelog.errors import InvalidArgumentError, MaintenanceFailedError
 from lakelog.log.commits import read_commit
 from lakelog.maintenance.cluster import TAG_KEY_MAX, TAG_KEY_MIN, TAG_SPEC, TAG_TIER
 from lakelog.maintenance.cluster_plan import load_spec
@@ -216,12 +216,20 @@ def test_task_that_always_fails_leaves_the_table_unchanged(spark: Any, tmp_path:
     groups = [g.group_id for g in plan_compaction(before.snapshot()).groups]
     assert len(groups) == 2
 
-    with crash_at(spark, "spark-task:written"):  # every attempt writes, then dies
-        report = lspark.compact(spark, uri)
+    with (
+        crash_at(spark, "spark-task:written"),  # every attempt writes, then dies
+        pytest.raises(MaintenanceFailedError, match="none was committed") as failed,
+    ):
+        lspark.compact(spark, uri)
+    report = failed.value.report
     after = lakelog.open_table(uri)
     assert report.version is None and report.commits == []
     assert sorted(report.abandoned_groups) == sorted(groups)
-    assert sorted(report.extra["failed_groups"]) == sorted(groups)
+    assert (
+        sorted(report.extra["failed_groups"])
+        == sorted(groups)
+        == sorted(failed.value.failed_groups)
+    )
     assert after.version == before.version
     assert after.snapshot().files() == before.snapshot().files()
     assert _rows(uri) == before_rows
@@ -236,7 +244,9 @@ def test_task_that_always_fails_leaves_the_table_unchanged(spark: Any, tmp_path:
     with crash_at(spark, f"spark-task:start:{bad}"):
         report = lspark.compact(spark, uri)
     assert report.abandoned_groups == [bad] and list(report.extra["failed_groups"]) == [bad]
-    assert "1 groups failed" in report.summary() and "removed concurrently" not in report.summary()
+    summary = report.summary()
+    assert f"1 of 2 groups failed and were not committed, first group {bad}: " in summary
+    assert report.failed_groups[bad] in summary and "removed concurrently" not in summary
     assert report.version is not None and report.compacted_file_count == 4
     live = {f.path for f in lakelog.open_table(uri).snapshot().files()}
     bad_sources = next(g for g in plan_compaction(before.snapshot()).groups if g.group_id == bad)

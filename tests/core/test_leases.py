@@ -1,0 +1,408 @@
+"""Writer leases: vacuum never deletes the files of a writer that holds a live lease,
+whatever ``older_than`` or ``force`` say, and a writer whose lease expired and whose
+files vacuum removed fails its commit instead of landing on missing files.
+
+Real processes: a writer paused between writing its data files and committing
+(``LAKELOG_PAUSE_AT``) while this process vacuums; a writer SIGKILLed holding a
+lease. In process: the before-put check of an expired lease, and the leases of
+compaction, clustering and Spark writes (paused at the same point in a thread).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+import pytest
+
+import lakelog
+from lakelog import _failpoints, leases
+from lakelog.errors import LeaseExpiredError
+from lakelog.io.writer import write_files
+from lakelog.leases import Lease, LeaseRecord, lease_path, read_leases
+from lakelog.log.actions import AddFile
+from lakelog.log.commits import list_log
+
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
+ZERO = dt.timedelta(0)
+PAUSE_AT = "lease:before-check"  # every leased commit passes here once its files are written
+
+WRITER = """
+import json, sys
+import pyarrow as pa
+import lakelog, lakelog.leases
+
+args = json.loads(sys.argv[1])
+if args["recheck"] is not None:
+    lakelog.leases.LEASE_RECHECK_SECONDS = args["recheck"]
+t = lakelog.open_table(args["uri"], storage_options=args["opts"])
+ids = list(range(args["start"], args["start"] + args["n"]))
+try:
+    r = t.append(pa.table({"id": ids, "p": ["a" if i % 2 else "b" for i in ids]}))
+except lakelog.LakelogError as e:
+    print("failed", type(e).__name__, json.dumps(list(getattr(e, "missing_files", ()))))
+    print(e, file=sys.stderr)
+    sys.exit(3)
+print("committed", r.version)
+"""
+
+
+def _rows(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": ids, "p": ["a" if i % 2 else "b" for i in ids]}, schema=SCHEMA)
+
+
+def _table(backend: Any, **props: Any) -> lakelog.Table:
+    t = lakelog.create_table(
+        backend.uri,
+        SCHEMA,
+        partition_by=["p"],
+        properties=props or None,
+        storage_options=backend.storage_options,
+    )
+    t.append(_rows(0, 4))
+    return t
+
+
+def _ids(t: lakelog.Table) -> list[int]:
+    return sorted(t.refresh().snapshot().to_arrow(columns=["id"]).column("id").to_pylist())
+
+
+def _files_of(t: lakelog.Table, lease_id: str) -> list[str]:
+    """Data files (and Spark staging files) whose path carries ``lease_id``."""
+    return sorted(
+        f.path for f in t.storage.walk() if lease_id in f.path and not f.path.startswith("_lakelog")
+    )
+
+
+def _wait_for(what: Callable[[], bool], proc: subprocess.Popen[str] | None = None) -> None:
+    deadline = time.monotonic() + 120
+    while not what():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the writer ended early: {proc.communicate()}")
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def _start_writer(
+    backend: Any, go: Path, *, start: int, n: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    arg = json.dumps(
+        {
+            "uri": backend.uri,
+            "opts": backend.storage_options,
+            "start": start,
+            "n": n,
+            "recheck": 0.05,  # the writer's settling wait after a lapse, short for tests
+        }
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, arg],
+        env={**os.environ, "LAKELOG_PAUSE_AT": f"{PAUSE_AT}:{go}", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _only_lease(t: lakelog.Table) -> LeaseRecord:
+    found = read_leases(t.storage)
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("name", ["local", "s3"])
+def test_vacuum_keeps_the_files_of_a_paused_writer_whatever_force_says(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path
+) -> None:
+    backend = request.getfixturevalue(f"{name}_backend")
+    t = _table(backend)
+    go = tmp_path / "go"
+    writer = _start_writer(backend, go, start=100, n=10)
+    try:
+        _wait_for(Path(f"{go}.paused").exists, writer)
+        lease = _only_lease(t)
+        assert lease.operation == "APPEND" and lease.live(time.time() * 1000)
+        pending = _files_of(t, lease.lease_id)
+        assert len(pending) == 2  # one per partition, not committed yet
+        dry = t.vacuum(older_than=ZERO, force=True)
+        assert dry.files == () and dry.files_leased == 2 and dry.live_leases == 1
+        report = t.vacuum(older_than=ZERO, force=True, dry_run=False)
+        assert report.files == () and report.files_leased == 2
+        assert "2 under writer leases" in report.summary()
+        assert all(t.storage.exists(p) for p in pending)
+        go.touch()
+        out, err = writer.communicate(timeout=120)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.communicate()
+    assert writer.returncode == 0, err
+    assert out.split()[:2] == ["committed", "2"]
+    assert _ids(t) == list(range(4)) + list(range(100, 110))
+    assert read_leases(t.storage) == []  # released after the commit
+
+
+def test_a_writer_whose_lease_expired_and_lost_its_files_commits_nothing(
+    local_backend: Any, tmp_path: Path
+) -> None:
+    t = _table(local_backend, **{"lakelog.lease.ttl_seconds": "1"})
+    go = tmp_path / "go"
+    writer = _start_writer(local_backend, go, start=100, n=10, env={leases.NO_HEARTBEAT_ENV: "1"})
+    try:
+        _wait_for(Path(f"{go}.paused").exists, writer)
+        lease = _only_lease(t)
+        pending = _files_of(t, lease.lease_id)
+        assert len(pending) == 2
+        # no heartbeat: the lease expires and, one TTL of grace later, vacuum ignores it
+        _wait_for(lambda: not _only_lease(t).live(time.time() * 1000), writer)
+        report = t.vacuum(older_than=ZERO, force=True, dry_run=False)
+        assert sorted(report.files) == pending and report.files_leased == 0
+        assert report.expired_leases == (lease_path(lease.lease_id),)
+        assert read_leases(t.storage) == []
+        go.touch()
+        out, err = writer.communicate(timeout=120)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.communicate()
+    assert writer.returncode == 3, (out, err)
+    kind, missing = out.split(maxsplit=2)[1:]
+    assert kind == "LeaseExpiredError" and sorted(json.loads(missing)) == pending
+    assert "lakelog.lease.ttl_seconds" in err and "Nothing was committed" in err
+    assert t.refresh().version == 1 and list_log(t.storage).commits == (0, 1)
+    assert _ids(t) == list(range(4))
+    assert t.vacuum(older_than=ZERO, force=True).files == ()  # nothing left behind
+
+
+def test_a_killed_writers_lease_keeps_its_files_until_it_expires(local_backend: Any) -> None:
+    t = _table(local_backend)
+    arg = json.dumps({"uri": t.uri, "opts": {}, "start": 100, "n": 10, "recheck": None})
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITER, arg],
+        env={**os.environ, "LAKELOG_CRASH_AT": "append:before-commit"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, (proc.stdout, proc.stderr)
+    lease = _only_lease(t)  # a killed writer cannot release its lease
+    orphans = _files_of(t, lease.lease_id)
+    assert len(orphans) == 2
+    report = t.vacuum(older_than=ZERO, force=True, dry_run=False)
+    assert report.files == () and report.files_leased == 2 and report.expired_leases == ()
+    # time passes: the lease's expiry (plus its grace) is behind us
+    past = msgspec.structs.replace(lease, expires_ms=int(time.time() * 1000) - 2 * lease.ttl_ms)
+    t.storage.write_bytes(lease_path(lease.lease_id), msgspec.json.encode(past))
+    report = t.vacuum(older_than=ZERO, force=True, dry_run=False)
+    assert sorted(report.files) == orphans and report.files_leased == 0
+    assert report.expired_leases == (lease_path(lease.lease_id),)
+    assert read_leases(t.storage) == [] and _files_of(t, lease.lease_id) == []
+    assert _ids(t) == list(range(4))
+
+
+# -- the before-put check, in process -------------------------------------------------------
+
+
+@pytest.fixture
+def expiring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leases without heartbeats and a short settling wait."""
+    monkeypatch.setenv(leases.NO_HEARTBEAT_ENV, "1")
+    monkeypatch.setattr(leases, "LEASE_RECHECK_SECONDS", 0.02)
+
+
+def _leased_files(t: lakelog.Table, lease: Lease) -> list[AddFile]:
+    return write_files(
+        t.storage,
+        _rows(100, 10).to_batches(),
+        schema=t.schema,
+        partition_by=t.partition_by,
+        options=t.write_options(),
+        lease_id=lease.lease_id,
+    )
+
+
+def _lapse(lease: Lease) -> None:
+    _wait_for(lambda: time.time() * 1000 > lease.expires_ms)
+
+
+def test_before_put_refuses_a_commit_whose_files_vacuum_removed(
+    local_backend: Any, expiring: None
+) -> None:
+    t = _table(local_backend, **{"lakelog.lease.ttl_seconds": "1"})
+    with Lease.acquire(t.storage, operation="APPEND", properties=t.properties) as lease:
+        adds = _leased_files(t, lease)
+        assert all(lease.lease_id in a.path for a in adds)
+        _lapse(lease)
+        t.storage.delete([adds[0].path])  # what a vacuum that saw the lease expired does
+        with pytest.raises(LeaseExpiredError) as err:
+            t.commit(adds, operation="APPEND", kind="append", lease=lease)
+    assert err.value.missing_files == (adds[0].path,) and err.value.expired_s > 0
+    assert adds[0].path in str(err.value) and "run the write again" in str(err.value).lower()
+    assert list_log(t.storage).commits == (0, 1) and _ids(t) == list(range(4))
+    assert read_leases(t.storage) == []
+
+
+def test_before_put_lets_a_lapsed_lease_commit_when_its_files_are_all_there(
+    local_backend: Any, expiring: None
+) -> None:
+    t = _table(local_backend, **{"lakelog.lease.ttl_seconds": "1"})
+    with Lease.acquire(t.storage, operation="APPEND", properties=t.properties) as lease:
+        adds = _leased_files(t, lease)
+        first_expiry = lease.expires_ms
+        _lapse(lease)
+        assert t.commit(adds, operation="APPEND", kind="append", lease=lease).version == 2
+        assert lease.expires_ms > first_expiry  # renewed before the put
+        assert _only_lease(t).expires_ms == lease.expires_ms
+    assert _ids(t) == list(range(4)) + list(range(100, 110))
+    assert read_leases(t.storage) == []
+
+
+def test_before_put_costs_nothing_while_the_lease_is_fresh(local_backend: Any) -> None:
+    t = _table(local_backend)
+    with Lease.acquire(t.storage, operation="APPEND", properties=t.properties) as lease:
+        adds = _leased_files(t, lease)
+        t.storage.delete([adds[0].path])  # not the lease's business while it is live
+        renewed = lease.expires_ms
+        lease.check([a.path for a in adds])
+        assert lease.expires_ms == renewed
+
+
+# -- every writer holds a lease: compaction, clustering, Spark -------------------------------
+
+
+@pytest.fixture
+def paused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[[], Path]]:
+    """Arms a pause: the next leased commit of this process waits at PAUSE_AT until the
+    returned path exists."""
+    go = tmp_path / "go"
+
+    def arm() -> Path:
+        monkeypatch.setenv("LAKELOG_PAUSE_AT", f"{PAUSE_AT}:{go}")
+        monkeypatch.setattr(_failpoints, "_PAUSED", set())
+        return go
+
+    yield arm
+    go.touch()  # never leave a thread waiting
+
+
+def _while_paused(
+    t: lakelog.Table, arm: Callable[[], Path], operation: str, run: Callable[[], Any]
+) -> tuple[Any, list[str]]:
+    """Run ``run`` in a thread up to its paused commit; check its lease and that a
+    forced vacuum keeps its files; let it commit. Returns its result and its files."""
+    out: dict[str, Any] = {}
+    go = arm()
+
+    def target() -> None:
+        try:
+            out["result"] = run()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            out["error"] = e
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    try:
+        _wait_for(lambda: Path(f"{go}.paused").exists() or not worker.is_alive())
+        assert "error" not in out, out
+        lease = _only_lease(t)
+        assert lease.operation == operation and lease.live(time.time() * 1000)
+        pending = _files_of(t, lease.lease_id)
+        assert pending
+        report = t.vacuum(older_than=ZERO, force=True, dry_run=False)
+        assert report.files_leased == len(pending) and report.files == ()
+        assert all(t.storage.exists(p) for p in pending)
+    finally:
+        go.touch()
+        worker.join(timeout=300)
+    if "error" in out:
+        raise out["error"]
+    assert read_leases(t.storage) == []
+    return out["result"], pending
+
+
+def _small_files(backend: Any) -> lakelog.Table:
+    t = _table(backend)
+    for i in range(3):
+        t.append(_rows(10 * (i + 1), 4))
+    return t
+
+
+def test_compaction_holds_a_lease_over_its_outputs(
+    local_backend: Any, paused: Callable[[], Path]
+) -> None:
+    t = _small_files(local_backend)
+    before = _ids(t)
+    report, pending = _while_paused(t, paused, "COMPACT", lambda: t.compact(min_input_files=2))
+    assert report.output_file_count == len(pending) > 0
+    assert {f.path for f in t.refresh().snapshot().files()} >= set(pending)
+    assert _ids(t) == before
+
+
+def test_clustering_holds_a_lease_over_its_outputs(
+    local_backend: Any, paused: Callable[[], Path]
+) -> None:
+    t = _small_files(local_backend)
+    before = _ids(t)
+    _, pending = _while_paused(t, paused, "OPTIMIZE", lambda: t.optimize(sort_by=["id"]))
+    assert {f.path for f in t.refresh().snapshot().files()} >= set(pending)
+    assert _ids(t) == before
+
+
+@pytest.mark.spark
+@pytest.mark.xdist_group("spark")
+def test_a_spark_write_holds_a_lease_over_staged_and_published_files(
+    spark: Any, local_backend: Any, paused: Callable[[], Path]
+) -> None:
+    import lakelog.spark as lspark
+
+    t = _table(local_backend)
+    df = spark.createDataFrame([(100 + i, "ab"[i % 2]) for i in range(6)], ["id", "p"])
+    result, pending = _while_paused(
+        t, paused, "SPARK WRITE", lambda: lspark.write(df, t.uri, mode="append")
+    )
+    staged = [p for p in pending if p.startswith("_spark_staging/")]
+    published = [p for p in pending if p not in staged]
+    assert result.version == 2 and staged and len(published) >= 2
+    assert {f.path for f in t.refresh().snapshot().files()} == set(published) | {
+        f.path for f in t.snapshot(1).files()
+    }
+    assert not any(t.storage.exists(p) for p in staged)  # the staging folder is gone
+    assert _ids(t) == list(range(4)) + list(range(100, 106))
+
+
+@pytest.mark.spark
+@pytest.mark.xdist_group("spark")
+@pytest.mark.parametrize("how", ["compact", "cluster-task", "cluster-spark-job"])
+def test_spark_maintenance_holds_a_lease_over_its_outputs(
+    spark: Any, local_backend: Any, paused: Callable[[], Path], how: str
+) -> None:
+    import lakelog.spark as lspark
+
+    t = _small_files(local_backend)
+    before = _ids(t)
+    run: dict[str, Callable[[], Any]] = {
+        "compact": lambda: lspark.compact(spark, t.uri, min_input_files=2),
+        "cluster-task": lambda: lspark.optimize(spark, t.uri, sort_by=["id"]),
+        "cluster-spark-job": lambda: lspark.optimize(
+            spark, t.uri, sort_by=["id"], max_group_bytes=1
+        ),
+    }
+    operation = "COMPACT" if how == "compact" else "OPTIMIZE"
+    report, pending = _while_paused(t, paused, operation, run[how])
+    if how == "cluster-spark-job":  # staged by Spark's writer, finalized by tasks
+        assert report.extra["large_groups"] > 0
+    assert {f.path for f in t.refresh().snapshot().files()} >= set(pending)
+    assert _ids(t) == before
