@@ -45,7 +45,7 @@ import _data
 from _common import fmt_bytes, print_table, write_json_result
 
 import lakelog
-from lakelog.maintenance.layout import FileBoxes
+from lakelog.maintenance.clustering.layout import FileBoxes
 
 MiB = 1 << 20
 COLUMNS = ["customer_id", "x"]

@@ -6,8 +6,8 @@ probability of about (its width on that column) + w. So the row-weighted mean wi
 column decides what a one-column query reads. This prints it for:
 
 * ``hilbert``: 2M uniform points ordered by the plain Hilbert key and cut into n files by
-  :func:`lakelog.maintenance.sort.file_cuts` (lakelog's layout before tiles);
-* ``tiles``: lakelog's layout: :func:`lakelog.maintenance.tiling.build_tiling` on a
+  :func:`lakelog.maintenance.clustering.sort.file_cuts` (lakelog's layout before tiles);
+* ``tiles``: lakelog's layout: :func:`lakelog.maintenance.clustering.tiling.build_tiling` on a
   200,000-row sample (as ``optimize`` draws), one file per tile, measured on the 2M points
   (``-`` where no tiling beats the curve, so the curve is used);
 * ``bound``: sqrt(1/n), every file a square (not reachable for most n).
@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lakelog.maintenance.curves import hilbert_keys
-from lakelog.maintenance.tiling import build_tiling, curve_files, layout_widths
+from lakelog.maintenance.clustering.curves import hilbert_keys
+from lakelog.maintenance.clustering.tiling import build_tiling, curve_files, layout_widths
 
 ROWS = 2_000_000
 SAMPLE = 200_000

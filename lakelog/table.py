@@ -35,8 +35,8 @@ from .transaction import CommitResult, Kind, Rebase, Transaction
 __all__ = ["Table", "create_table", "open_table", "write_table"]
 
 if TYPE_CHECKING:
-    from .maintenance.cleanup_report import ExpireReport, VacuumReport
-    from .maintenance.layout import ClusteringReport
+    from .maintenance.cleanup.report import ExpireReport, VacuumReport
+    from .maintenance.clustering.layout import ClusteringReport
     from .maintenance.report import MaintenanceReport
 
 WriteMode = Literal["append", "overwrite", "error"]
@@ -381,9 +381,9 @@ class Table:
         """Make versions older than ``older_than`` and not among the newest
         ``retain_last`` unreadable, and delete the data and log files only they
         used. Defaults: ``lakelog.expire.older_than_seconds`` (7 days) and
-        ``lakelog.expire.retain_last`` (10). See :mod:`lakelog.maintenance.expire`.
+        ``lakelog.expire.retain_last`` (10). See :mod:`lakelog.maintenance.cleanup.expire`.
         """
-        from .maintenance.expire import expire_snapshots
+        from .maintenance.cleanup.expire import expire_snapshots
 
         return expire_snapshots(
             self, older_than=older_than, retain_last=retain_last, dry_run=dry_run
@@ -400,9 +400,9 @@ class Table:
         retained version references and that are older than ``older_than``
         (default ``lakelog.vacuum.older_than_seconds``, 3 days). Values below
         ``lakelog.vacuum.min_age_seconds`` (1 hour) need ``force=True``. See
-        :mod:`lakelog.maintenance.vacuum`.
+        :mod:`lakelog.maintenance.cleanup.vacuum`.
         """
-        from .maintenance.vacuum import vacuum
+        from .maintenance.cleanup.vacuum import vacuum
 
         return vacuum(self, older_than=older_than, dry_run=dry_run, force=force)
 
@@ -419,6 +419,8 @@ class Table:
         compression: str | None = None,
         row_group_size: int | None = None,
         max_concurrent_groups: int | None = None,
+        max_bytes_per_second: float | None = None,
+        partial_progress: bool = False,
         dry_run: bool = False,
     ) -> MaintenanceReport:
         """Cluster rows by a space-filling curve (``zorder_by``) or a linear sort (``sort_by``).
@@ -428,10 +430,12 @@ class Table:
         merged into the key ranges where they accumulate, within a rewrite budget
         proportional to the new bytes; ``incremental=False`` reclusters everything
         with fresh boundaries. Groups larger than ``max_group_bytes`` are sorted
-        in spilled runs and merged. Commits like :meth:`compact`
-        (``data_change=false``). See ``docs/maintenance.md``.
+        in spilled runs and merged. Runs and commits like :meth:`compact`
+        (``data_change=false``; ``max_concurrent_groups``, ``max_bytes_per_second``,
+        ``partial_progress``, ``partition_filter`` and ``dry_run`` mean the same).
+        See ``docs/maintenance.md``.
         """
-        from .maintenance.optimize import optimize_table
+        from .maintenance.clustering.run import optimize_table
 
         return optimize_table(
             self,
@@ -445,6 +449,8 @@ class Table:
             compression=compression,
             row_group_size=row_group_size,
             max_concurrent_groups=max_concurrent_groups,
+            max_bytes_per_second=max_bytes_per_second,
+            partial_progress=partial_progress,
             dry_run=dry_run,
         )
 
@@ -457,8 +463,8 @@ class Table:
         queries: Sequence[Mapping[str, tuple[Any, Any]]] | None = None,
     ) -> ClusteringReport:
         """Overlap depth and expected fraction of bytes read by range queries, from file
-        stats alone (see :func:`lakelog.maintenance.layout.clustering_report`)."""
-        from .maintenance.layout import clustering_report
+        stats alone (see :func:`lakelog.maintenance.clustering.layout.clustering_report`)."""
+        from .maintenance.clustering.layout import clustering_report
 
         return clustering_report(
             self.snapshot(version), columns, selectivity=selectivity, queries=queries
@@ -493,7 +499,7 @@ class Table:
         ``dry_run=True`` only plans and writes nothing. Unset options come from
         table properties. See ``docs/maintenance.md``.
         """
-        from .maintenance.compact import compact_table
+        from .maintenance.compaction.run import compact_table
 
         return compact_table(
             self,

@@ -1,12 +1,28 @@
-"""``lakelog optimize`` (clustering) and ``lakelog inspect`` (data-skipping figures)."""
+"""``lakelog optimize`` (clustering) and ``lakelog inspect`` (data-skipping figures).
+
+``optimize`` takes compaction's execution and plan options too: ``--partition``,
+``--max-bytes-per-second``, ``--partial-progress``, ``--dry-run``, ``--plan-out`` /
+``--plan``, and draws a progress bar on a terminal.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from ..maintenance.clustering.planner import ClusterPlan
+from ..maintenance.clustering.run import execute_cluster_plan, optimize_report, prepare_optimize
+from ..maintenance.options import execution_options
 from .common import add_table_args, human_bytes, open_from_args, parse_size, print_json
+from .maintenance import (
+    partition_filter_of,
+    progress_bar,
+    read_plan_file,
+    refuse_planning_options,
+    save_plan_file,
+)
 
 __all__ = ["register"]
 
@@ -16,6 +32,16 @@ def _columns(text: str) -> list[str]:
     if not cols:
         raise argparse.ArgumentTypeError(f"expected column names like a,b, found {text!r}")
     return cols
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
+    return value
 
 
 def _size(text: str) -> int:
@@ -34,17 +60,54 @@ def register(sub: Any) -> None:
         "committed atomically beside live writers. Incremental unless --full.",
     )
     add_table_args(p)
-    which = p.add_mutually_exclusive_group(required=True)
+    g = p.add_argument_group("planning")
+    which = g.add_mutually_exclusive_group()
     which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
     which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
-    p.add_argument("--curve", choices=("hilbert", "zorder"), default="hilbert")
-    p.add_argument("--target-file-size", type=_size, metavar="SIZE", help="e.g. 128MiB")
-    p.add_argument("--max-group-bytes", type=_size, metavar="SIZE", help="in-memory sort budget")
-    p.add_argument("--compression", default=None, help="codec of the new files")
-    p.add_argument("--row-group-size", type=int, default=None, metavar="ROWS")
-    p.add_argument("--max-concurrent-groups", type=int, default=None, metavar="N")
-    p.add_argument("--full", action="store_true", help="recluster everything (new boundaries)")
-    p.add_argument("--dry-run", action="store_true", help="plan only; write nothing")
+    g.add_argument("--curve", choices=("hilbert", "zorder"), default=None)
+    g.add_argument("--target-file-size", type=_size, metavar="SIZE", help="e.g. 128MiB")
+    g.add_argument("--max-group-bytes", type=_size, metavar="SIZE", help="in-memory sort budget")
+    g.add_argument("--compression", default=None, help="codec of the new files")
+    g.add_argument("--row-group-size", type=_count, default=None, metavar="ROWS")
+    g.add_argument(
+        "--partition",
+        action="append",
+        default=[],
+        metavar="COL=VALUE",
+        help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
+    )
+    g.add_argument("--full", action="store_true", help="recluster everything (new boundaries)")
+    g = p.add_argument_group("execution")
+    g.add_argument(
+        "--max-concurrent-groups",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="groups clustered in parallel (default 2)",
+    )
+    g.add_argument(
+        "--max-bytes-per-second",
+        type=_size,
+        metavar="SIZE",
+        help="pace reads to this rate in total, e.g. 50MiB",
+    )
+    g.add_argument(
+        "--partial-progress",
+        action="store_true",
+        help="commit every lakelog.compaction.groups_per_commit groups",
+    )
+    g = p.add_argument_group("plans")
+    g.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
+    g.add_argument("--plan-out", metavar="FILE", help="save the plan as JSON")
+    g.add_argument(
+        "--plan", metavar="FILE", help="execute a plan saved with --plan-out instead of planning"
+    )
+    g.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="with --dry-run, list every source file of the plan",
+    )
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser(
@@ -68,32 +131,87 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_inspect)
 
 
+_PLANNING_OPTIONS = (
+    "zorder_by",
+    "sort_by",
+    "curve",
+    "target_file_size",
+    "max_group_bytes",
+    "compression",
+    "row_group_size",
+    "partition",
+    "full",
+)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     table = open_from_args(args)
-    report = table.optimize(
-        zorder_by=args.zorder_by,
-        sort_by=args.sort_by,
-        curve=args.curve,
-        target_file_size=args.target_file_size,
-        incremental=not args.full,
-        max_group_bytes=args.max_group_bytes,
-        compression=args.compression,
-        row_group_size=args.row_group_size,
+    started = time.monotonic()
+    execution = execution_options(
+        table.properties,
         max_concurrent_groups=args.max_concurrent_groups,
-        dry_run=args.dry_run,
+        max_bytes_per_second=args.max_bytes_per_second,
+        partial_progress=args.partial_progress,
     )
+    read_snapshot = None
+    if args.plan:
+        refuse_planning_options(args, _PLANNING_OPTIONS)
+        plan = ClusterPlan.from_json(read_plan_file(args.plan))
+    else:
+        prep = prepare_optimize(
+            table,
+            zorder_by=args.zorder_by,
+            sort_by=args.sort_by,
+            curve=args.curve or "hilbert",
+            target_file_size=args.target_file_size,
+            partition_filter=partition_filter_of(table, args.partition),
+            incremental=not args.full,
+            max_group_bytes=args.max_group_bytes,
+            compression=args.compression,
+            row_group_size=args.row_group_size,
+            dry_run=args.dry_run,
+        )
+        plan, read_snapshot, started = prep.plan, prep.snapshot, prep.started
+    if args.plan_out:
+        save_plan_file(args.plan_out, plan.to_json())
+    if args.dry_run or not plan.groups:
+        report = optimize_report(
+            plan, committed=[], commits=[], abandoned=[], started=started, dry_run=args.dry_run
+        )
+        report.emit()
+        if args.json:
+            print_json({**report.to_dict(), "plan": plan.describe().splitlines()})
+        elif args.dry_run:
+            print(plan.describe(files=args.verbose))
+            print(report.summary())
+        else:
+            print(report.summary())
+        return 0
+    bar = progress_bar()
+    try:
+        report = execute_cluster_plan(
+            table,
+            plan,
+            execution=execution,
+            progress=bar,
+            read_snapshot=read_snapshot,
+            started=started,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     if args.json:
         print_json(report.to_dict())
         return 0
     print(report.summary())
     d = report.to_dict()
     cols = d["zorder_columns"] or d["sort_columns"]
+    landed = f"commits {report.commits}" if report.commits else "nothing committed"
     print(
         f"  {d['curve']} over {', '.join(cols)} ({'incremental' if d['incremental'] else 'full'}"
         f", spec {d['spec_id']}); rewrote {human_bytes(report.rewritten_bytes)} "
         f"({human_bytes(d['new_bytes'])} new), wrote {report.output_file_count} files "
-        f"({human_bytes(report.written_bytes)}); version {report.version}; "
-        f"{report.duration_s:.2f} s"
+        f"({human_bytes(report.written_bytes)}); {landed}; {report.duration_s:.2f} s"
     )
     if report.abandoned_groups:
         print(f"  abandoned groups (sources removed concurrently): {report.abandoned_groups}")
@@ -110,7 +228,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     )
     out: dict[str, Any] = report.to_dict()
     if args.plot:
-        from ..maintenance.layout import plot_layout
+        from ..maintenance.clustering.layout import plot_layout
 
         panels: list[tuple[str, Any]] = []
         if args.before_version is not None:

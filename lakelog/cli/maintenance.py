@@ -6,20 +6,33 @@ import argparse
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
-from ..maintenance.compact import Progress, dry_run_report, execute_plan
-from ..maintenance.plan import CompactionPlan, plan_compaction
+from ..maintenance.compaction.planner import CompactionPlan, plan_compaction
+from ..maintenance.compaction.run import dry_run_report, execute_plan
+from ..maintenance.executor import Progress
+from ..maintenance.options import execution_options
 from ..partitioning import typed_partition_value
-from ..table import Table
 from .common import add_table_args, human_bytes, open_from_args, parse_size, print_json
 from .messages import one_line
 
-__all__ = ["ProgressBar", "register"]
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = [
+    "ProgressBar",
+    "partition_filter_of",
+    "progress_bar",
+    "read_plan_file",
+    "refuse_planning_options",
+    "register",
+    "save_plan_file",
+]
 
 _PLANNING_OPTIONS = (
     "target_file_size",
@@ -129,7 +142,9 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_compact)
 
 
-def _partition_filter(table: Table, pairs: list[str]) -> list[Any] | None:
+def partition_filter_of(table: Table, pairs: list[str]) -> list[Any] | None:
+    """``--partition COL=VALUE`` pairs as a DNF filter (one column's values OR-ed, columns
+    AND-ed), with each value typed like its column; None when none were given."""
     if not pairs:
         return None
     values: dict[str, list[Any]] = {}
@@ -152,6 +167,43 @@ def _partition_filter(table: Table, pairs: list[str]) -> list[Any] | None:
             ) from e
         values.setdefault(col, []).append(value)
     return [(c, "in", v) for c, v in values.items()]
+
+
+def refuse_planning_options(args: argparse.Namespace, names: Sequence[str]) -> None:
+    """With ``--plan``, the saved plan fixes every planning option: refuse any given."""
+    given = [f"--{o.replace('_', '-')}" for o in names if getattr(args, o, None)]
+    if given:
+        raise InvalidArgumentError(
+            f"expected no planning options with --plan (the plan fixes them), found "
+            f"{given}; plan again without --plan to change them."
+        )
+
+
+def read_plan_file(path: str) -> bytes:
+    """The bytes of a plan saved with ``--plan-out``."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"expected a plan file saved with --plan-out at --plan {path!r}, found "
+            f"it unreadable: {e.strerror or e}"
+        ) from e
+
+
+def save_plan_file(path: str, text: str) -> None:
+    """Save a plan's JSON for ``--plan-out``."""
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"expected to save the plan to --plan-out {path!r}, found it "
+            f"unwritable: {e.strerror or e}; choose a file in an existing folder."
+        ) from e
+
+
+def progress_bar() -> ProgressBar | None:
+    """A progress bar on stderr when it is a terminal; None in pipes and cron jobs."""
+    return ProgressBar(sys.stderr) if sys.stderr.isatty() else None
 
 
 class ProgressBar:
@@ -192,21 +244,15 @@ class ProgressBar:
 def cmd_compact(args: argparse.Namespace) -> int:
     table = open_from_args(args)
     started = time.monotonic()
+    execution = execution_options(
+        table.properties,
+        max_concurrent_groups=args.max_concurrent_groups,
+        max_bytes_per_second=args.max_bytes_per_second,
+        partial_progress=args.partial_progress,
+    )
     if args.plan:
-        given = [f"--{o.replace('_', '-')}" for o in _PLANNING_OPTIONS if getattr(args, o)]
-        if given:
-            raise InvalidArgumentError(
-                f"expected no planning options with --plan (the plan fixes them), found "
-                f"{given}; plan again without --plan to change them."
-            )
-        try:
-            saved = Path(args.plan).read_bytes()
-        except OSError as e:
-            raise InvalidArgumentError(
-                f"expected a plan file saved with --plan-out at --plan {args.plan!r}, found "
-                f"it unreadable: {e.strerror or e}"
-            ) from e
-        plan = CompactionPlan.from_json(saved)
+        refuse_planning_options(args, _PLANNING_OPTIONS)
+        plan = CompactionPlan.from_json(read_plan_file(args.plan))
     else:
         plan = plan_compaction(
             table.snapshot(),
@@ -214,18 +260,12 @@ def cmd_compact(args: argparse.Namespace) -> int:
             target_rows=args.target_rows,
             min_file_size=args.min_file_size,
             min_input_files=args.min_input_files,
-            partition_filter=_partition_filter(table, args.partition),
+            partition_filter=partition_filter_of(table, args.partition),
             compression=args.compression,
             row_group_size=args.row_group_size,
         )
     if args.plan_out:
-        try:
-            Path(args.plan_out).write_text(plan.to_json())
-        except OSError as e:
-            raise InvalidArgumentError(
-                f"expected to save the plan to --plan-out {args.plan_out!r}, found it "
-                f"unwritable: {e.strerror or e}; choose a file in an existing folder."
-            ) from e
+        save_plan_file(args.plan_out, plan.to_json())
     if args.dry_run:
         report = dry_run_report(plan, duration_s=time.monotonic() - started)
         report.emit()
@@ -235,14 +275,12 @@ def cmd_compact(args: argparse.Namespace) -> int:
             print(plan.describe(files=args.verbose))
             print(report.summary())
         return 0
-    bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    bar = progress_bar()
     try:
         report = execute_plan(
             table,
             plan,
-            max_concurrent_groups=args.max_concurrent_groups,
-            max_bytes_per_second=args.max_bytes_per_second,
-            partial_progress=args.partial_progress,
+            execution=execution,
             progress=bar,
             read_snapshot=None,
             started=started,

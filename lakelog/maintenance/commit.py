@@ -14,34 +14,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError, InvalidArgumentError
 from ..leases import Lease
 from ..log.actions import Action, Commit, RemoveFile
 from ..log.snapshot import Snapshot
 from ..storage import Storage
-from ..table import Table
 from ..transaction import CommitResult
-from .plan import FileGroup
-from .rewrite import GroupResult
+from .groups import FileGroup, GroupResult, RewritePlan
 
-__all__ = ["RewritePlan", "commit_rewrite", "delete_outputs"]
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = ["commit_rewrite", "delete_outputs"]
 
 log = logging.getLogger("lakelog")
-
-
-class RewritePlan(Protocol):
-    """What :func:`commit_rewrite` needs of a plan (compaction or clustering)."""
-
-    @property
-    def table_id(self) -> str: ...
-
-    @property
-    def read_version(self) -> int: ...
-
-    @property
-    def groups(self) -> Sequence[FileGroup]: ...
 
 
 class _GroupsLost(CommitConflictError):

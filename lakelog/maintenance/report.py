@@ -12,13 +12,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import MaintenanceFailedError
+from .groups import RewritePlan
 
-__all__ = ["MaintenanceReport", "RewritePlan", "raise_if_all_failed", "rewrite_report"]
+__all__ = ["MaintenanceReport", "raise_if_all_failed", "rewrite_report"]
 
 log = logging.getLogger("lakelog")
+
+_VERBS = {"compact": ("compact", "compacted"), "optimize": ("cluster", "clustered")}
+"""What a report says a run does and did, by operation."""
 
 
 @dataclass
@@ -62,15 +66,16 @@ class MaintenanceReport:
                 f"rewriting; file count {self.before_file_count}, bytes "
                 f"{self.before_total_bytes} (nothing written)"
             )
+        verb, done = _VERBS.get(self.operation, (self.operation, f"{self.operation}d"))
         if self.dry_run:
             return (
-                f"dry run: would compact {self.compacted_file_count} files in "
+                f"dry run: would {verb} {self.compacted_file_count} files in "
                 f"{len(self.planned_groups)} groups; file count {self.before_file_count}->"
                 f"{self.estimated_after_file_count} (estimated); bytes "
                 f"{self.before_total_bytes}->? (nothing written)"
             )
         text = (
-            f"compacted {self.compacted_file_count} files; file count "
+            f"{done} {self.compacted_file_count} files; file count "
             f"{self.before_file_count}->{self.after_file_count}; bytes "
             f"{self.before_total_bytes}->{self.after_total_bytes}"
         )
@@ -100,33 +105,13 @@ class MaintenanceReport:
     def __str__(self) -> str:
         lines = [self.summary()]
         lines.append(
-            f"  read version {self.read_version}; commits {self.commits or '-'}; retries "
+            f"  read version {self.read_version}; "
+            f"{f'commits {self.commits}' if self.commits else 'nothing committed'}; retries "
             f"{self.retries}; {len(self.planned_groups)} groups planned, "
             f"{len(self.abandoned_groups)} abandoned; {self.output_file_count} files written "
             f"({self.written_bytes} bytes, {self.compression_codec}); {self.duration_s:.2f} s"
         )
         return "\n".join(lines)
-
-
-class RewritePlan(Protocol):
-    """What a report needs of a plan (compaction and clustering plans both have it)."""
-
-    @property
-    def read_version(self) -> int: ...
-    @property
-    def snapshot_file_count(self) -> int: ...
-    @property
-    def snapshot_total_bytes(self) -> int: ...
-    @property
-    def groups(self) -> Sequence[Any]: ...
-    @property
-    def options(self) -> Any: ...
-    @property
-    def estimated_after_file_count(self) -> int: ...
-    @property
-    def source_file_count(self) -> int: ...
-    @property
-    def source_bytes(self) -> int: ...
 
 
 def rewrite_report(

@@ -8,7 +8,7 @@ worker; Spark does it:
    Spark, computes the sample's curve keys with the run's spec (its quantile
    boundaries are shared by every group of the run) and chooses the first
    key of every output file with the same cuts as the embedded executor
-   (:func:`lakelog.maintenance.sort.file_cuts`), so files are about the
+   (:func:`lakelog.maintenance.clustering.sort.file_cuts`), so files are about the
    target size and start at coarse curve boundaries.
 2. The spec and the cuts are broadcast; an Arrow UDF computes each row's key
    and output-file number on the executors (vectorized, no pandas needed).
@@ -46,21 +46,21 @@ import pyarrow as pa
 from ..errors import CorruptLogError, LakelogError
 from ..io.writer import WriteOptions
 from ..log.actions import AddFile, encode_schema
-from ..maintenance.cluster import ROW_SAMPLE, ClusterSpec, encoded_row_bytes, sized_segments
-from ..maintenance.cluster_plan import ClusterOptions
-from ..maintenance.plan import FileGroup
-from ..maintenance.rewrite import (
-    GroupResult,
-    dictionary_columns,
-    file_schema_of,
-    read_group,
+from ..maintenance.clustering.planner import ClusterOptions
+from ..maintenance.clustering.sort import Segment, file_cuts
+from ..maintenance.clustering.spec import (
+    ROW_SAMPLE,
+    ClusterSpec,
+    encoded_row_bytes,
+    sized_segments,
 )
-from ..maintenance.sort import Segment, file_cuts
+from ..maintenance.groups import FileGroup, GroupResult
+from ..maintenance.sources import dictionary_columns, file_schema_of, read_group
 from ..storage import Storage
-from .read import _LISTING_THRESHOLD, columns_of, session_conf, spark_url
+from .read import columns_of, session_conf, spark_url
 from .schema import check_dataframe_schema, output_timestamp_type, to_spark_schema
 from .tasks import StagedFile, TaskOutcome, decode_added, finalize_staged_file, key_function
-from .write import STAGING_DIR, _discard
+from .write import STAGING_DIR, discard_staging
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,6 +73,9 @@ KEY_SAMPLE_ROWS = 200_000
 """Keys sampled on the driver to choose where output files start."""
 _UDF_BATCH_ROWS = 65_536
 """Rows per Arrow batch sent to the key UDF (Spark's default, 10,000, costs more calls)."""
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+"""Spark's setting above which it lists paths with a Spark job; raised while reading
+the group's explicit file list (as :mod:`lakelog.spark.read` does)."""
 _STAGED_ROW_GROUP_BYTES = 32 * 1024 * 1024
 """Row-group size of the staged files, so the finalizing pass holds one small row group."""
 
@@ -357,7 +360,7 @@ def cluster_large_group(
         storage.delete([a.path for a in added])
         raise
     finally:
-        _discard(storage, staging)
+        discard_staging(storage, staging)
         if setup is not None:
             setup.unpersist()
     result = GroupResult(

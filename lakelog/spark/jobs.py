@@ -1,8 +1,9 @@
 """The driver side of maintenance on Spark: one Spark job per group, commits on the driver.
 
-Each group of a plan runs as its own Spark job (a one-task job, or several
-jobs for a large clustering group), submitted from a pool of
-``max_concurrent_groups`` driver threads, so:
+This is the embedded executor (:func:`lakelog.maintenance.executor.run_groups`)
+with a group runner that submits Spark jobs: each group of a plan runs as its
+own Spark job (a one-task job, or several jobs for a large clustering group),
+submitted from a pool of ``max_concurrent_groups`` driver threads, so:
 
 * at most ``max_concurrent_groups`` groups' tasks run at once;
 * Spark retries a failed task (``spark.task.maxFailures``, or ``local[N,F]``);
@@ -23,9 +24,9 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,15 +34,16 @@ import msgspec
 
 from ..leases import Lease
 from ..log.snapshot import Snapshot
-from ..maintenance.commit import RewritePlan, delete_outputs
-from ..maintenance.compact import RunOutcome
-from ..maintenance.plan import FileGroup
-from ..maintenance.rewrite import GroupResult
-from ..table import Table
+from ..maintenance.executor import RunOutcome, run_groups
+from ..maintenance.groups import FileGroup, GroupResult, RewritePlan
+from ..maintenance.options import ExecutionOptions
+from ..maintenance.pacing import Pacer
 from .tasks import TaskOutcome, run_group_task
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
+
+    from ..table import Table
 
 __all__ = ["GroupJob", "SparkRunOutcome", "run_group_jobs", "short_error", "task_job"]
 
@@ -114,76 +116,55 @@ def run_group_jobs(
     parameters: Mapping[str, Any] | None = None,
     lease: Lease | None = None,
 ) -> SparkRunOutcome:
-    """Run every job (largest group first) and commit the results; see the module doc.
-    ``lease``: the run's writer lease, checked by every commit."""
-    todo = sorted(jobs, key=lambda j: -j.group.total_bytes)
+    """Run every job (largest group first) on the shared executor
+    (:func:`lakelog.maintenance.executor.run_groups`) and commit the results; see the
+    module doc. ``lease``: the run's writer lease, checked by every commit."""
+    by_group = {j.group.group_id: j for j in jobs}
     job_group = f"lakelog-{operation.lower()}-{uuid.uuid4().hex[:12]}"
-    outcome = SparkRunOutcome()
-    pending: list[GroupResult] = []
+    failed: dict[str, str] = {}
+    outcomes: list[TaskOutcome] = []
+    lock = threading.Lock()
 
-    def commit_batch(batch: list[GroupResult]) -> None:
-        outcome.commit_batch(
-            table,
-            plan,
-            batch,
-            operation=operation,
-            parameters=parameters,
-            read_snapshot=read_snapshot,
-            lease=lease,
-        )
-
-    def run(job: GroupJob) -> TaskOutcome:
-        sc.setJobGroup(job_group, f"lakelog {operation.lower()} group {job.group.group_id}", True)
+    def run(group: FileGroup, pacer: Pacer) -> GroupResult:
+        # pacing is each task's (its share of the rate); the pacer counts progress only
+        sc.setJobGroup(job_group, f"lakelog {operation.lower()} group {group.group_id}", True)
         try:
-            return job.run()
+            done = by_group[group.group_id].run()
         finally:
             for key in _LOCAL_PROPERTIES:
                 sc.setLocalProperty(key, None)  # type: ignore[arg-type]
+        with lock:
+            outcomes.append(done)
+        return done.result
 
-    workers = max(1, min(max_concurrent_groups, len(todo)))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakelog-spark-group")
-    futures: dict[Future[TaskOutcome], GroupJob] = {pool.submit(run, j): j for j in todo}
-    consumed: set[Future[TaskOutcome]] = set()
-    try:
-        remaining = set(futures)
-        while remaining:
-            done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-            for fut in done:
-                consumed.add(fut)
-                gid = futures[fut].group.group_id
-                error = fut.exception()
-                if error is not None:
-                    outcome.failed[gid] = short_error(error)
-                    log.warning(
-                        "%s: group %s failed after Spark's retries and is abandoned: %s",
-                        operation,
-                        gid,
-                        outcome.failed[gid],
-                    )
-                    continue
-                done_outcome = fut.result()
-                outcome.outcomes.append(done_outcome)
-                pending.append(done_outcome.result)
-            while groups_per_commit is not None and len(pending) >= groups_per_commit:
-                batch, pending[:] = pending[:groups_per_commit], pending[groups_per_commit:]
-                commit_batch(batch)
-        if pending:
-            batch, pending[:] = list(pending), []
-            commit_batch(batch)
-    except BaseException:
-        for fut in futures:
-            fut.cancel()
-        sc.cancelJobGroup(job_group)
-        wait(list(futures))
-        # a batch whose commit failed is not in ``pending``: commit_rewrite deleted its
-        # outputs (conflict) or must keep them (unknown outcome); the rest goes
-        leftovers = list(pending)
-        for fut in futures:
-            if fut in consumed or fut.cancelled() or fut.exception() is not None:
-                continue
-            leftovers.append(fut.result().result)
-        delete_outputs(table.storage, leftovers)
-        raise
-    finally:
-        pool.shutdown(wait=True)
-    return outcome
+    def on_failure(group: FileGroup, error: Exception) -> None:
+        failed[group.group_id] = short_error(error)
+        log.warning(
+            "%s: group %s failed after Spark's retries and is abandoned: %s",
+            operation,
+            group.group_id,
+            failed[group.group_id],
+        )
+
+    base = run_groups(
+        table,
+        plan,
+        run,
+        execution=ExecutionOptions(
+            max_concurrent_groups=max_concurrent_groups, groups_per_commit=groups_per_commit
+        ),
+        read_snapshot=read_snapshot,
+        operation=operation,
+        parameters=parameters,
+        groups=[j.group for j in jobs],
+        lease=lease,
+        on_failure=on_failure,
+        on_abort=lambda: sc.cancelJobGroup(job_group),
+    )
+    return SparkRunOutcome(
+        commits=base.commits,
+        committed=base.committed,
+        abandoned=base.abandoned,
+        failed=failed,
+        outcomes=outcomes,
+    )

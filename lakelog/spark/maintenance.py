@@ -6,8 +6,8 @@ and :meth:`lakelog.Table.optimize` and return the same
 the embedded executor's:
 
 1. **plan** on the driver with the same pure planners
-   (:func:`~lakelog.maintenance.plan.plan_compaction`,
-   :func:`~lakelog.maintenance.optimize.plan_clustering`);
+   (:func:`~lakelog.maintenance.compaction.planner.plan_compaction`,
+   :func:`~lakelog.maintenance.clustering.planner.plan_clustering`);
 2. **rewrite** each group in a Spark task that gets only its plan entry (JSON)
    and the storage options and reads and writes through fsspec
    (:mod:`lakelog.spark.tasks`), or, for a clustering group too large for
@@ -41,16 +41,12 @@ from ..errors import InvalidArgumentError
 from ..leases import Lease
 from ..log.actions import encode_schema
 from ..log.snapshot import load_snapshot
-from ..maintenance.cluster_plan import optimize_report, prepare_optimize
-from ..maintenance.compact import (
-    _execution_options,
-    _parameters,
-    compaction_report,
-    dry_run_report,
-)
-from ..maintenance.plan import plan_compaction, positive_int
+from ..maintenance.clustering import run as clustering
+from ..maintenance.compaction.planner import plan_compaction
+from ..maintenance.compaction.rewrite import RewriteOptions
+from ..maintenance.compaction.run import commit_parameters, compaction_report, dry_run_report
+from ..maintenance.options import check_flag, execution_options
 from ..maintenance.report import MaintenanceReport, raise_if_all_failed
-from ..maintenance.rewrite import RewriteOptions
 from ..storage import Storage
 from ..table import Table
 from .cluster_job import cluster_large_group, is_large, large_path_problem
@@ -77,10 +73,9 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
     return Table(storage, load_snapshot(storage))
 
 
-def _workers(spark: SparkSession, max_concurrent_groups: int | None) -> int:
-    if max_concurrent_groups is None:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    return positive_int("max_concurrent_groups", max_concurrent_groups, unit="groups")
+def _default_concurrency(spark: SparkSession) -> int:
+    """Groups run at once unless told otherwise: the session's parallelism."""
+    return max(1, int(spark.sparkContext.defaultParallelism))
 
 
 def _spark_extra(outcome: SparkRunOutcome | None = None, jobs: int = 0) -> dict[str, Any]:
@@ -145,8 +140,7 @@ def compact(
     ``storage_options`` reach fsspec on the driver and on every executor.
     """
     started = time.monotonic()
-    if not isinstance(dry_run, bool):
-        raise InvalidArgumentError(f"expected dry_run to be True or False, found {dry_run!r}")
+    check_flag("dry_run", dry_run)
     table = _open(uri, storage_options)
     snap = table.snapshot()
     plan = plan_compaction(
@@ -159,9 +153,14 @@ def compact(
         compression=compression,
         row_group_size=row_group_size,
     )
-    workers, rate, per_commit = _execution_options(
-        table, _workers(spark, max_concurrent_groups), max_bytes_per_second, partial_progress
+    execution = execution_options(
+        snap.properties,
+        max_concurrent_groups=max_concurrent_groups,
+        max_bytes_per_second=max_bytes_per_second,
+        partial_progress=partial_progress,
+        default_concurrency=_default_concurrency(spark),
     )
+    rate = execution.max_bytes_per_second
     if dry_run or not plan.groups:
         report = dry_run_report(plan, duration_s=time.monotonic() - started)
         if not dry_run:
@@ -171,7 +170,7 @@ def compact(
         return report
     sc = spark.sparkContext
     check_executors(sc)
-    running = max(1, min(workers, len(plan.groups)))
+    running = max(1, min(execution.max_concurrent_groups, len(plan.groups)))
     share = None if rate is None else float(rate) / running
     # a writer lease for the run: output names carry its id, the commits check it
     lease = Lease.acquire(table.storage, operation="COMPACT", properties=table.properties)
@@ -200,9 +199,9 @@ def compact(
             jobs,
             read_snapshot=snap,
             max_concurrent_groups=running,
-            groups_per_commit=per_commit,
+            groups_per_commit=execution.groups_per_commit,
             operation="COMPACT",
-            parameters={**_parameters(plan), "engine": "spark"},
+            parameters={**commit_parameters(plan), "engine": "spark"},
             lease=lease,
         )
     finally:
@@ -233,6 +232,8 @@ def optimize(
     compression: str | None = None,
     row_group_size: int | None = None,
     max_concurrent_groups: int | None = None,
+    max_bytes_per_second: float | None = None,
+    partial_progress: bool = False,
     dry_run: bool = False,
     storage_options: Mapping[str, Any] | None = None,
 ) -> MaintenanceReport:
@@ -244,12 +245,12 @@ def optimize(
     native writer; see :mod:`lakelog.spark.cluster_job`) when Spark can read
     and write the table itself; otherwise, like every other group, by one
     task that sorts in spilled runs within ``max_group_bytes``.
-    ``max_concurrent_groups`` defaults to ``defaultParallelism``.
+    ``max_concurrent_groups`` defaults to ``defaultParallelism``;
+    ``max_bytes_per_second`` paces the one-task groups (each task its share),
+    not the Spark jobs of large groups.
     """
-    if max_concurrent_groups is not None:  # every argument is checked before any work
-        positive_int("max_concurrent_groups", max_concurrent_groups, unit="groups")
     table = _open(uri, storage_options)
-    prep = prepare_optimize(
+    prep = clustering.prepare_optimize(
         table,
         zorder_by=zorder_by,
         sort_by=sort_by,
@@ -260,19 +261,34 @@ def optimize(
         max_group_bytes=max_group_bytes,
         compression=compression,
         row_group_size=row_group_size,
+        max_concurrent_groups=max_concurrent_groups,
+        max_bytes_per_second=max_bytes_per_second,
+        partial_progress=partial_progress,
         dry_run=dry_run,
+        default_concurrency=_default_concurrency(spark),
     )
-    snap, plan, spec, options = prep.snapshot, prep.plan, prep.spec, prep.options
+    snap, plan, spec, execution = prep.snapshot, prep.plan, prep.spec, prep.execution
+    options = plan.options
     schema, parts = snap.schema, snap.partition_by
-    workers = _workers(spark, max_concurrent_groups)
-    extra: dict[str, Any] = {**prep.extra(), **_spark_extra(), "large_groups": 0}
-    extra["spilled_runs"] = 0
+    extra: dict[str, Any] = {**_spark_extra(), "large_groups": 0, "bytes_per_second_per_task": None}
     if dry_run or not plan.groups:
-        report = optimize_report(plan, [], None, [], prep.started, extra, dry_run=dry_run)
+        report = clustering.optimize_report(
+            plan,
+            committed=[],
+            commits=[],
+            abandoned=[],
+            started=prep.started,
+            dry_run=dry_run,
+            extra=extra,
+        )
         report.emit()
         return report
     sc = spark.sparkContext
     check_executors(sc)
+    running = max(1, min(execution.max_concurrent_groups, len(plan.groups)))
+    rate = execution.max_bytes_per_second
+    share = None if rate is None else rate / running
+    extra["bytes_per_second_per_task"] = share
     opts = dict(table.storage.storage_options)
     schema_text = encode_schema(schema)
     problem = large_path_problem(table.storage, schema, parts)
@@ -321,6 +337,7 @@ def optimize(
                 segments=tuple(segments),
                 cluster=options,
                 lease_id=lease.lease_id,
+                bytes_per_second=share,
             )
         )
         jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
@@ -331,23 +348,22 @@ def optimize(
             plan,
             jobs,
             read_snapshot=snap,
-            max_concurrent_groups=workers,
+            max_concurrent_groups=running,
+            groups_per_commit=execution.groups_per_commit,
             operation="OPTIMIZE",
-            parameters={**prep.commit_parameters(), "engine": "spark"},
+            parameters={**clustering.commit_parameters(plan), "engine": "spark"},
             lease=lease,
         )
     finally:
         lease.release()
     extra.update(_spark_extra(outcome, len(jobs)))
-    extra["spilled_runs"] = sum(o.spilled_runs for o in outcome.outcomes)
-    commit = outcome.commits[-1] if outcome.commits else None
-    report = optimize_report(
+    report = clustering.optimize_report(
         plan,
-        outcome.committed,
-        commit,
-        outcome.abandoned + list(outcome.failed),
-        prep.started,
-        extra,
-        dry_run=False,
+        committed=outcome.committed,
+        commits=outcome.commits,
+        abandoned=outcome.abandoned + list(outcome.failed),
+        started=prep.started,
+        paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
+        extra=extra,
     )
     return _finish(report)

@@ -39,21 +39,14 @@ from .._failpoints import failpoint
 from ..errors import CorruptLogError
 from ..io.writer import RollingWriter, WriteOptions
 from ..log.actions import AddFile, DataFile, decode_schema
-from ..maintenance.cluster import FOOTER_KEY, ClusterSpec, spec_tags
-from ..maintenance.cluster_plan import ClusterOptions
-from ..maintenance.optimize import cluster_group
+from ..maintenance.clustering.planner import ClusterOptions
+from ..maintenance.clustering.rewrite import cluster_group
+from ..maintenance.clustering.sort import Segment
+from ..maintenance.clustering.spec import ClusterSpec, spec_tags
+from ..maintenance.compaction.rewrite import RewriteOptions, rewrite_group
+from ..maintenance.groups import FileGroup, GroupResult
 from ..maintenance.pacing import TokenBucket
-from ..maintenance.plan import FileGroup
-from ..maintenance.rewrite import (
-    GroupResult,
-    RewriteOptions,
-    dictionary_columns,
-    file_schema_of,
-    read_ahead,
-    read_group,
-    rewrite_group,
-)
-from ..maintenance.sort import Segment
+from ..maintenance.sources import dictionary_columns, file_schema_of, read_ahead, read_group
 from ..storage import Storage
 
 __all__ = [
@@ -80,7 +73,7 @@ class GroupTask(msgspec.Struct, frozen=True, kw_only=True):
     group: FileGroup
     rewrite: RewriteOptions | None = None
     bytes_per_second: float | None = None
-    """This task's share of the run's ``max_bytes_per_second`` (compaction)."""
+    """This task's share of the run's ``max_bytes_per_second``."""
     spec: str | None = None
     """The clustering spec as JSON (clustering)."""
     segments: tuple[Segment, ...] = ()
@@ -94,7 +87,6 @@ class TaskOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
     result: GroupResult
     attempt: int = 0
-    spilled_runs: int = 0
     paced_seconds: float = 0.0
     started: float = 0.0
     """Wall-clock start and end (``time.time()``) on the worker."""
@@ -150,25 +142,22 @@ def run_group_task(payload: bytes, storage_options: Mapping[str, Any] | None = N
     _crash_points("start", gid, attempt)
     storage = Storage(task.uri, storage_options)
     schema = decode_schema(task.schema)
-    runs = 0
-    paced = 0.0
+    bucket = TokenBucket(task.bytes_per_second) if task.bytes_per_second else None
     if task.kind == "compact":
         if task.rewrite is None:
             raise CorruptLogError(
                 f"expected rewrite options in the task of group {gid}, found none"
             )
-        bucket = TokenBucket(task.bytes_per_second) if task.bytes_per_second else None
         result = rewrite_group(
             storage, schema, task.partition_by, task.group, task.rewrite, pacer=bucket
         )
-        paced = bucket.waited_seconds if bucket is not None else 0.0
     else:
         if task.spec is None or task.cluster is None:
             raise CorruptLogError(
                 f"expected a clustering spec and options in the task of group {gid}, found none"
             )
         spec = ClusterSpec.from_json(json.loads(task.spec), schema)
-        result, runs = cluster_group(
+        result = cluster_group(
             storage,
             schema,
             task.partition_by,
@@ -177,13 +166,13 @@ def run_group_task(payload: bytes, storage_options: Mapping[str, Any] | None = N
             spec,
             task.cluster,
             lease_id=task.lease_id,
+            pacer=bucket,
         )
     _crash_points("written", gid, attempt)
     outcome = TaskOutcome(
         result=result,
         attempt=attempt,
-        spilled_runs=runs,
-        paced_seconds=paced,
+        paced_seconds=bucket.waited_seconds if bucket is not None else 0.0,
         started=started,
         finished=time.time(),
         host=f"{socket.gethostname()}:{os.getpid()}",
@@ -270,7 +259,7 @@ def finalize_staged_file(payload: bytes, storage_options: Mapping[str, Any] | No
     schema = decode_schema(item.schema)
     file_schema = file_schema_of(schema, item.partition_by)
     spec = ClusterSpec.from_json(json.loads(item.spec), schema)
-    footer = file_schema.with_metadata({FOOTER_KEY.encode(): spec.to_footer()})
+    footer = spec.footer_schema(file_schema)
     source = DataFile(path=item.path, size_bytes=item.size_bytes, num_rows=item.num_rows)
     stream = read_ahead(read_group(storage, file_schema, [source]))
     first = next(stream, None)

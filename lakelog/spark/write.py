@@ -61,7 +61,7 @@ from .schema import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["STAGING_DIR", "write"]
+__all__ = ["STAGING_DIR", "discard_staging", "write"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -153,7 +153,7 @@ def write(
             with session_conf(spark, settings):
                 writer.parquet(target)
         except BaseException:
-            _discard(storage, staging)
+            discard_staging(storage, staging)
             raise
 
         moved: list[str] = []
@@ -163,7 +163,7 @@ def write(
             adds = [_moved(a, staging, lease.lease_id) for a in adds]
         except BaseException:
             storage.delete(moved)
-            _discard(storage, staging)
+            discard_staging(storage, staging)
             raise
         try:
             result = _commit(
@@ -172,9 +172,9 @@ def write(
         except (CommitConflictError, LeaseExpiredError, SchemaMismatchError, TableExistsError):
             # certainly not committed (any other error may hide a landed commit: keep the files)
             storage.delete(moved)
-            _discard(storage, staging)
+            discard_staging(storage, staging)
             raise
-        _discard(storage, staging)
+        discard_staging(storage, staging)
         return result
 
 
@@ -326,8 +326,9 @@ def _same_schema(table_schema: pa.Schema, written: pa.Schema) -> None:
         )
 
 
-def _discard(storage: Storage, staging: str) -> None:
-    """Best-effort removal of a job's staging folder (vacuum removes what remains)."""
+def discard_staging(storage: Storage, staging: str) -> None:
+    """Best-effort removal of a Spark job's staging folder (a root-relative path): used by
+    the writer here and by large clustering groups; vacuum removes what remains."""
     try:
         full = storage.full(staging)
         if storage.fs.exists(full):

@@ -14,9 +14,14 @@ import pytest
 
 import lakelog
 from lakelog.errors import InvalidArgumentError
-from lakelog.maintenance.cluster import TAG_KEY_MAX, TAG_KEY_MIN, TAG_SPEC, TAG_TIER
-from lakelog.maintenance.cluster_plan import load_spec
-from lakelog.maintenance.layout import FileBoxes
+from lakelog.maintenance.clustering.layout import FileBoxes
+from lakelog.maintenance.clustering.spec import (
+    TAG_KEY_MAX,
+    TAG_KEY_MIN,
+    TAG_SPEC,
+    TAG_TIER,
+    load_spec,
+)
 
 SCHEMA = pa.schema(
     [
@@ -322,8 +327,9 @@ def test_full_run_recomputes_boundaries_and_rewrites_everything(tmp_path: Path) 
 
 
 def test_saved_plan_round_trips(tmp_path: Path) -> None:
-    from lakelog.maintenance.cluster import boundaries_from_sample
-    from lakelog.maintenance.cluster_plan import ClusterPlan, cluster_options, plan_clustering
+    from lakelog.maintenance.clustering.planner import ClusterPlan, cluster_options, plan_clustering
+    from lakelog.maintenance.clustering.sampling import fresh_keys_reader
+    from lakelog.maintenance.clustering.spec import boundaries_from_sample
 
     t = _table(str(tmp_path / "t"))
     snap = t.snapshot()
@@ -331,7 +337,8 @@ def test_saved_plan_round_trips(tmp_path: Path) -> None:
     opts = cluster_options(
         snap, target_file_size=None, row_group_size=None, compression=None, max_group_bytes=None
     )
-    plan = plan_clustering(snap, spec, opts, incremental=True)
+    keys = fresh_keys_reader(t.storage, snap.schema, spec)
+    plan = plan_clustering(snap, spec, opts, incremental=True, fresh_keys=keys)
     again = ClusterPlan.from_json(plan.to_json())
     assert again == plan and again.cluster_spec(snap.schema).spec_id == spec.spec_id
     assert "optimize plan at version" in str(again)

@@ -1,22 +1,27 @@
 """optimize beside other writers: appends land too; a rival rewrite of the same files wins.
 
 The rival is a real OS process (``sys.executable -c``) that commits after the
-optimize has read its snapshot and written its files, right before it commits.
+optimize has read its snapshot and written its files, while the optimize waits at
+the ``rewrite:before-commit`` pausepoint (:mod:`lakelog._failpoints`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 import lakelog
-import lakelog.maintenance.optimize as optimize_mod
+from lakelog import _failpoints
 from lakelog.errors import CommitConflictError
 
 APPEND = """
@@ -36,8 +41,9 @@ lakelog.open_table(sys.argv[1]).set_properties({"owner": "rival"})
 
 
 def _run(code: str, uri: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LAKELOG_PAUSE_AT"}  # the rival runs on
     out = subprocess.run(
-        [sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=120, env=env
     )
     assert out.returncode == 0, out.stderr
 
@@ -54,14 +60,37 @@ def _table(uri: str) -> lakelog.Table:
     return t
 
 
-def _before_commit(monkeypatch: pytest.MonkeyPatch, code: str, uri: str) -> None:
-    real = optimize_mod.commit_rewrite
+@contextlib.contextmanager
+def _rival_before_commit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: str, uri: str
+) -> Iterator[None]:
+    """Within the block, the first rewrite commit of this process waits until ``code``
+    has run in another process."""
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("LAKELOG_PAUSE_AT", f"rewrite:before-commit:{gate}")
+    monkeypatch.setattr(_failpoints, "_PAUSED", set())
+    errors: list[BaseException] = []
 
-    def racing(*args: Any, **kwargs: Any) -> Any:
-        _run(code, uri)
-        return real(*args, **kwargs)
+    def rival() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while not Path(f"{gate}.paused").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            _run(code, uri)
+        except BaseException as e:  # noqa: BLE001 - raised in the test's thread
+            errors.append(e)
+        finally:
+            gate.touch()
 
-    monkeypatch.setattr(optimize_mod, "commit_rewrite", racing)
+    thread = threading.Thread(target=rival)
+    thread.start()
+    try:
+        yield
+    finally:
+        gate.touch()
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def _data_files(root: Path) -> set[str]:
@@ -74,8 +103,8 @@ def test_concurrent_append_lands_and_optimize_rebases(
     uri = str(tmp_path / "t")
     t = _table(uri)
     rows = t.snapshot().num_rows
-    _before_commit(monkeypatch, APPEND, uri)
-    rep = t.optimize(zorder_by=["a", "b"])
+    with _rival_before_commit(monkeypatch, tmp_path, APPEND, uri):
+        rep = t.optimize(zorder_by=["a", "b"])
     assert rep.version is not None and not rep.abandoned_groups
     snap = t.snapshot()
     assert snap.num_rows == rows + 500
@@ -92,8 +121,8 @@ def test_concurrent_compaction_of_the_same_files_wins_and_optimize_abandons(
     uri = str(tmp_path / "t")
     t = _table(uri)
     before = sorted(t.snapshot().to_arrow().column("a").to_pylist())
-    _before_commit(monkeypatch, COMPACT, uri)
-    rep = t.optimize(zorder_by=["a", "b"])
+    with _rival_before_commit(monkeypatch, tmp_path, COMPACT, uri):
+        rep = t.optimize(zorder_by=["a", "b"])
     assert rep.version is None and len(rep.abandoned_groups) == 1
     snap = t.snapshot()
     assert t.history(limit=1)[0].operation != "OPTIMIZE"
@@ -113,7 +142,9 @@ def test_concurrent_metadata_change_raises_and_cleans_up(
     uri = str(tmp_path / "t")
     t = _table(uri)
     files_before = _data_files(Path(uri))
-    _before_commit(monkeypatch, SET_PROPERTIES, uri)
-    with pytest.raises(CommitConflictError):
+    with (
+        _rival_before_commit(monkeypatch, tmp_path, SET_PROPERTIES, uri),
+        pytest.raises(CommitConflictError),
+    ):
         t.optimize(zorder_by=["a", "b"])
     assert _data_files(Path(uri)) == files_before

@@ -10,15 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakelog.log.actions import DataFile, FileStats
-from lakelog.maintenance.cluster import (
-    TAG_KEY_MAX,
-    TAG_KEY_MIN,
-    TAG_SPEC,
-    TAG_TIER,
-    plan_partition,
-)
-from lakelog.maintenance.cluster_plan import SPREAD_SAMPLE_ROWS, spread_files
-from lakelog.maintenance.sort import KEY_MAX
+from lakelog.maintenance.clustering.planner import plan_partition
+from lakelog.maintenance.clustering.sampling import SPREAD_SAMPLE_ROWS, spread_files
+from lakelog.maintenance.clustering.sort import KEY_MAX
+from lakelog.maintenance.clustering.spec import TAG_KEY_MAX, TAG_KEY_MIN, TAG_SPEC, TAG_TIER
 
 SPEC = "spec0"
 BITS = 18

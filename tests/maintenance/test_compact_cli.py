@@ -18,8 +18,8 @@ from test_compact import listing, make_table, rows_of
 
 from lakelog.cli import main
 from lakelog.cli.maintenance import ProgressBar
-from lakelog.maintenance.compact import Progress
-from lakelog.maintenance.plan import CompactionPlan
+from lakelog.maintenance.compaction.planner import CompactionPlan
+from lakelog.maintenance.executor import Progress
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,9 +14,10 @@ from test_compact import batch, listing, make_table, rows_of
 import lakelog
 from lakelog import CommitConflictError, CorruptLogError, Table
 from lakelog.maintenance.commit import commit_rewrite
-from lakelog.maintenance.compact import execute_plan
-from lakelog.maintenance.plan import CompactionPlan, plan_compaction
-from lakelog.maintenance.rewrite import GroupResult, RewriteOptions, rewrite_group
+from lakelog.maintenance.compaction.planner import CompactionPlan, plan_compaction
+from lakelog.maintenance.compaction.rewrite import RewriteOptions, rewrite_group
+from lakelog.maintenance.compaction.run import execute_plan
+from lakelog.maintenance.groups import GroupResult
 
 
 def run_all(t: Table, plan: CompactionPlan) -> list[GroupResult]:
@@ -130,33 +130,15 @@ def test_row_count_mismatch_is_caught(local_backend: Backend) -> None:
     plan = plan_compaction(t.snapshot())
     (group,) = plan.groups
     opts = RewriteOptions.from_compaction(plan.options)
-
-    def drop_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            yield b.slice(1)
-
+    # a source that does not match the log: one row short (same schema, same path)
+    victim = group.files[0]
+    short = pa.parquet.read_table(t.storage.open_input(victim.path)).slice(1)
+    with t.storage.open_output(victim.path) as out:
+        pa.parquet.write_table(short, out)
     on_disk = data_files_on_disk(t)
     with pytest.raises(CorruptLogError, match="rows"):
-        rewrite_group(t.storage, plan.arrow_schema(), (), group, opts, order=drop_rows)
+        rewrite_group(t.storage, plan.arrow_schema(), (), group, opts)
     assert data_files_on_disk(t) == on_disk
-
-
-def test_order_hook_controls_row_order(local_backend: Backend) -> None:
-    t = make_table(local_backend, appends=3, partition_by=())
-    plan = plan_compaction(t.snapshot())
-    (group,) = plan.groups
-    opts = RewriteOptions.from_compaction(plan.options)
-
-    def descending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
-        yield from table.sort_by([("id", "descending")]).to_batches(max_chunksize=100)
-
-    result = rewrite_group(t.storage, plan.arrow_schema(), (), group, opts, order=descending)
-    (out,) = result.added
-    ids = pa.parquet.read_table(t.storage.open_input(out.path)).column("id").to_pylist()
-    assert ids == sorted(ids, reverse=True) and len(ids) == group.num_rows
-    assert out.data_change is False
-    t.storage.delete([out.path])
 
 
 def test_saved_plan_executes_later_and_skips_stale_groups(local_backend: Backend) -> None:

@@ -41,22 +41,9 @@ with open(out, "a") as log:
 """
 
 RIVAL = r"""
-import json, os, sys, time
+import json, sys
 import lakelog
-import lakelog.maintenance.compact as compact
-uri, me, other, out = sys.argv[1:5]
-commit = compact.commit_rewrite
-
-def at_the_same_time(*args, **kwargs):
-    open(me, "w").close()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(other):
-        if time.monotonic() > deadline:
-            raise SystemExit("the other compaction never got to its commit")
-        time.sleep(0.005)
-    return commit(*args, **kwargs)
-
-compact.commit_rewrite = at_the_same_time
+uri, out = sys.argv[1:3]
 report = lakelog.open_table(uri).compact(target_file_size=1 << 20)
 with open(out, "w") as f:
     json.dump(report.to_dict(), f)
@@ -132,12 +119,20 @@ def test_two_compactions_of_the_same_files(local_backend: Backend, tmp_path: Pat
     v0 = t.version
     before = rows_of(t)
     old = {f.path for f in t.snapshot().files()}
-    marks = [tmp_path / "ready-1", tmp_path / "ready-2"]
+    gates = [tmp_path / "gate-1", tmp_path / "gate-2"]
     outs = [tmp_path / "report-1.json", tmp_path / "report-2.json"]
+    # each pauses right before its commit until both got there (lakelog._failpoints)
     procs = [
-        _spawn(RIVAL, t.uri, str(marks[0]), str(marks[1]), str(outs[0])),
-        _spawn(RIVAL, t.uri, str(marks[1]), str(marks[0]), str(outs[1])),
+        _spawn(RIVAL, t.uri, str(out), env={"LAKELOG_PAUSE_AT": f"rewrite:before-commit:{gate}"})
+        for gate, out in zip(gates, outs, strict=True)
     ]
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{g}.paused").exists() for g in gates):
+        assert time.monotonic() < deadline, "the compactions never got to their commits"
+        assert all(p.poll() is None for p in procs), "a compaction died"
+        time.sleep(0.01)
+    for g in gates:
+        g.touch()
     for p in procs:
         _finish(p)
     reports = [json.loads(o.read_text()) for o in outs]
@@ -160,12 +155,13 @@ def test_two_compactions_of_the_same_files(local_backend: Backend, tmp_path: Pat
     assert on_disk == live | old
 
 
-def test_crash_before_commit_leaves_table_unchanged(local_backend: Backend) -> None:
+@pytest.mark.parametrize("crash_at", ["rewrite:group-written", "commit:before-put"])
+def test_crash_before_commit_leaves_table_unchanged(local_backend: Backend, crash_at: str) -> None:
     t = make_table(local_backend, appends=5)
     v0 = t.version
     before = rows_of(t)
     code = "import lakelog, sys; lakelog.open_table(sys.argv[1]).compact()"
-    p = _spawn(code, t.uri, env={"LAKELOG_CRASH_AT": "commit:before-put"})
+    p = _spawn(code, t.uri, env={"LAKELOG_CRASH_AT": crash_at})
     p.communicate(timeout=120)
     assert p.returncode == -9  # killed for real at the failpoint
     assert t.refresh().version == v0 and rows_of(t) == before

@@ -14,7 +14,7 @@ from conftest import Backend
 from lakelog import InvalidArgumentError
 from lakelog.io.writer import RollingWriter, WriteOptions
 from lakelog.maintenance.pacing import TokenBucket
-from lakelog.maintenance.rewrite import dictionary_columns, read_ahead
+from lakelog.maintenance.sources import dictionary_columns, read_ahead
 from lakelog.storage import Storage
 
 

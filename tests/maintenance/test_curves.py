@@ -1,4 +1,4 @@
-"""Tests for lakelog.maintenance.curves (rank normalization + Z-order / Hilbert keys)."""
+"""Tests for lakelog.maintenance.clustering.curves (rank normalization + Z-order / Hilbert keys)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakelog.errors import InvalidArgumentError
-from lakelog.maintenance.curves import (
+from lakelog.maintenance.clustering.curves import (
     ColumnBoundaries,
     _hilbert,
     _interleave,

@@ -344,7 +344,7 @@ def test_table_compact_then_expiry(local_backend: Any) -> None:
 
 _EXPIRE = """
 import sys, datetime as dt, lakelog
-import lakelog.maintenance.expire as ex
+import lakelog.maintenance.cleanup.expire as ex
 ex._DELETE_BATCH = int(sys.argv[3])
 t = lakelog.open_table(sys.argv[1])
 open(sys.argv[4], "w").close()
@@ -398,7 +398,7 @@ def test_killed_expiry_leaves_a_readable_table_and_a_rerun_finishes(
 
 _EXPIRE_S3 = """
 import sys, json, datetime as dt, lakelog
-import lakelog.maintenance.expire as ex
+import lakelog.maintenance.cleanup.expire as ex
 ex._DELETE_BATCH = 2
 t = lakelog.open_table(sys.argv[1], storage_options=json.loads(sys.argv[2]))
 t.expire_snapshots(older_than=dt.timedelta(0), retain_last=2)

@@ -11,7 +11,7 @@ import pytest
 
 import lakelog
 from lakelog.errors import InvalidArgumentError, LakelogError
-from lakelog.maintenance.layout import FileBoxes, clustering_report, plot_layout
+from lakelog.maintenance.clustering.layout import FileBoxes, clustering_report, plot_layout
 
 
 def _boxes(ranges: list[tuple[float, float]], sizes: list[float] | None = None) -> FileBoxes:

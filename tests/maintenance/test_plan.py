@@ -17,7 +17,7 @@ from lakelog import InvalidArgumentError, UnsupportedFormatError
 from lakelog.log.actions import DataFile, Metadata, encode_schema
 from lakelog.log.files import files_from_adds
 from lakelog.log.snapshot import Snapshot
-from lakelog.maintenance.plan import CompactionPlan, bin_pack, plan_compaction
+from lakelog.maintenance.compaction.planner import CompactionPlan, bin_pack, plan_compaction
 from lakelog.storage import Storage
 
 MiB = 1024 * 1024

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lakelog.errors import InvalidArgumentError
 from lakelog.io.writer import RollingWriter, WriteOptions
-from lakelog.maintenance.sort import (
+from lakelog.maintenance.clustering.sort import (
     KEY_MAX,
     ExternalSorter,
     FileCut,

@@ -17,17 +17,17 @@ from hypothesis import strategies as st
 
 import lakelog
 from lakelog.errors import InvalidArgumentError
-from lakelog.maintenance import curves
-from lakelog.maintenance.cluster import (
+from lakelog.maintenance.clustering import curves
+from lakelog.maintenance.clustering.sort import KEY_MAX, Segment
+from lakelog.maintenance.clustering.spec import (
     TAG_SPEC,
     TILE_FILL,
     ClusterSpec,
     boundaries_from_sample,
+    load_spec,
     sized_segments,
 )
-from lakelog.maintenance.cluster_plan import load_spec
-from lakelog.maintenance.sort import KEY_MAX, Segment
-from lakelog.maintenance.tiling import Tiling, build_tiling, layout_widths
+from lakelog.maintenance.clustering.tiling import Tiling, build_tiling, layout_widths
 
 U64 = npt.NDArray[np.uint64]
 

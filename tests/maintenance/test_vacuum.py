@@ -31,7 +31,7 @@ from _cleanup_helpers import (
 
 import lakelog
 from lakelog.log.actions import AddFile
-from lakelog.maintenance.vacuum import normalize_path
+from lakelog.maintenance.cleanup.vacuum import normalize_path
 from lakelog.storage import Storage
 
 DAY = 24 * 3600.0
@@ -311,7 +311,7 @@ def test_vacuum_beside_a_writer_that_has_not_committed_yet(
 
 _VACUUM = """
 import sys, datetime as dt, lakelog
-import lakelog.maintenance.vacuum as vac
+import lakelog.maintenance.cleanup.vacuum as vac
 vac._DELETE_BATCH = 2
 r = lakelog.open_table(sys.argv[1]).vacuum(older_than=dt.timedelta(0), force=True, dry_run=False)
 print(r.summary())

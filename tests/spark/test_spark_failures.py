@@ -25,7 +25,7 @@ from test_spark_maintenance import _build, _data_files_on_disk, _rows
 import lakelog
 import lakelog.spark as lspark
 from lakelog.errors import LakelogError, MaintenanceFailedError, SparkEnvironmentError
-from lakelog.maintenance.plan import plan_compaction
+from lakelog.maintenance.compaction.planner import plan_compaction
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 

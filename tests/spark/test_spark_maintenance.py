@@ -33,9 +33,14 @@ import lakelog
 import lakelog.spark as lspark
 from lakelog.errors import InvalidArgumentError, MaintenanceFailedError
 from lakelog.log.commits import read_commit
-from lakelog.maintenance.cluster import TAG_KEY_MAX, TAG_KEY_MIN, TAG_SPEC, TAG_TIER
-from lakelog.maintenance.cluster_plan import load_spec
-from lakelog.maintenance.plan import plan_compaction
+from lakelog.maintenance.clustering.spec import (
+    TAG_KEY_MAX,
+    TAG_KEY_MIN,
+    TAG_SPEC,
+    TAG_TIER,
+    load_spec,
+)
+from lakelog.maintenance.compaction.planner import plan_compaction
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
@@ -374,6 +379,28 @@ def test_one_group_at_a_time_paced_to_the_total_rate(spark: Any, tmp_path: Path)
     assert all(b["started"] >= a["finished"] for a, b in itertools.pairwise(runs))
     assert report.extra["bytes_per_second_per_task"] == pytest.approx(rate)
     assert report.paced_seconds > 0
+
+
+def test_optimize_paced_with_partial_progress(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = _build(uri, 4, parts=("p0", "p1", "p2"))
+    table.set_properties({"lakelog.compaction.groups_per_commit": 1})
+    before, v0 = _rows(uri), lakelog.open_table(uri).version
+    rate = lakelog.open_table(uri).snapshot().total_bytes / 4  # every task waits for reads
+
+    report = lspark.optimize(
+        spark,
+        uri,
+        zorder_by=["a", "x"],
+        max_concurrent_groups=1,
+        max_bytes_per_second=rate,
+        partial_progress=True,
+    )
+    assert report.commits == [v0 + 1, v0 + 2, v0 + 3]  # one commit per group
+    assert report.summary().startswith("clustered 12 files")
+    assert report.extra["bytes_per_second_per_task"] == pytest.approx(rate)
+    assert report.paced_seconds > 0
+    assert _rows(uri) == before
 
 
 @pytest.mark.s3

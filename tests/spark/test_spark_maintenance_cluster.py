@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 import lakelog
-from lakelog.maintenance.cluster import TAG_SPEC
+from lakelog.maintenance.clustering.spec import TAG_SPEC
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 

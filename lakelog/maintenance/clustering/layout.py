@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentError, LakelogError
-from ..log.snapshot import Snapshot
+from ...errors import InvalidArgumentError, LakelogError
+from ...log.snapshot import Snapshot
 
 __all__ = ["ClusteringReport", "FileBoxes", "clustering_report", "plot_layout"]
 

@@ -1,4 +1,4 @@
-"""Clustering specs and the incremental clustering planner.
+"""Clustering specs: how rows map to a ``uint64`` key, and where a spec is stored.
 
 A :class:`ClusterSpec` fixes how rows map to a ``uint64`` key: the columns,
 the curve (``hilbert``, ``zorder``, or ``linear`` for ``sort_by``) and each
@@ -9,20 +9,6 @@ find the spec from the tags and read the boundaries back from a footer, so
 keys of old and new files stay comparable; only a full run
 (``incremental=False``), a change of columns or curve, or a table with no
 clustered file computes new boundaries.
-
-The incremental plan is leveled compaction in key space. Clustered files
-have tier ``base`` (disjoint key ranges, about the target size) or ``delta``
-(rows that arrived later, cut along an aligned grid of key ranges into files
-of at least ``min_delta_bytes``). A run reads every *fresh* file (not
-clustered with the current spec). Base files are grouped into *blocks* linked
-by the delta files spanning them; a block is merged (base, delta and the fresh
-rows of its key range sorted into new base files) once its pending rows reach
-``1 / (max_rewrite_ratio - 2)`` of its base rows, densest first, at most
-:data:`MAX_RUN_FRACTION` of the partition per run. Other fresh rows become
-delta files, combined with the :data:`DELTA_FANIN` or more older delta files
-that lie in the same key range. Each merge costs at most ``max_rewrite_ratio - 1`` bytes per
-pending byte, so a run's cost grows with the new data, not with the
-partition, and skewed appends are folded in where they land.
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ import hashlib
 import json
 import math
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -44,53 +30,65 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InvalidArgumentError
-from ..io.writer import WriteOptions
-from ..log.actions import DataFile
+from ...errors import InvalidArgumentError
+from ...io.writer import WriteOptions
+from ...log.actions import DataFile
+from ...storage import Storage
 from . import curves
 from .curves import ColumnBoundaries
-from .plan import FileGroup
-from .sort import KEY_MAX, Segment
+from .sort import Segment
 from .tiling import Curve, TiledCurve, Tiling
 
 __all__ = [
     "CURVES",
+    "FOOTER_KEY",
+    "ROW_SAMPLE",
+    "TAG_KEY_MAX",
+    "TAG_KEY_MIN",
+    "TAG_SPEC",
+    "TAG_TIER",
     "ClusterSpec",
-    "PartitionPlan",
+    "boundaries_from_sample",
+    "encoded_row_bytes",
     "find_spec",
-    "group_id",
     "is_clustered",
-    "plan_partition",
+    "key_range",
+    "load_spec",
+    "sized_segments",
     "spec_tags",
     "validate_clustering",
 ]
 
 TAG_SPEC = "lakelog.clustering.spec"
+
 TAG_COLUMNS = "lakelog.clustering.columns"
+
 TAG_CURVE = "lakelog.clustering.curve"
+
 TAG_TIER = "lakelog.clustering.tier"
+
 TAG_KEY_MIN = "lakelog.clustering.key_min"
+
 TAG_KEY_MAX = "lakelog.clustering.key_max"
+
 FOOTER_KEY = "lakelog.clustering"
 
 CURVES = ("hilbert", "zorder")
+
 MAX_COLUMNS = 8
+
 SPEC_VERSION = 1
+
 TILED_SPEC_VERSION = 2
 """Specs with a tiling are version 2, so an older lakelog refuses them instead of
 computing other keys; specs without one stay version 1 (and keep their ``spec_id``)."""
+
 CURVE_BOUNDARIES = 510
 """Boundaries per column for curves: 512 ranks per axis (262,144 cells for two
 columns) is far finer than the files of a partition, and keeps the spec small
 enough for every footer (a few KiB compressed)."""
+
 LINEAR_BOUNDARIES = 4094
-MAX_RUN_FRACTION = 0.25
-DELTA_FANIN = 4
-"""Delta files of one delta segment that are merged into one when new rows arrive there."""
-"""At most this share of a partition's base is merged by one incremental run."""
-
-
-# -- spec ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class ClusterSpec:
     curve: str
     boundaries: tuple[ColumnBoundaries, ...] = field(repr=False)
     tiling: Tiling | None = field(default=None, repr=False)
-    """Tiles of the rank grid (see :mod:`lakelog.maintenance.tiling`): rows are ordered
+    """Tiles of the rank grid (see :mod:`lakelog.maintenance.clustering.tiling`): rows are ordered
     tile by tile, by the curve within a tile. None: by the curve alone."""
 
     def to_json(self) -> dict[str, Any]:
@@ -135,6 +133,11 @@ class ClusterSpec:
         """Compact form for Parquet footers: zlib-compressed JSON, base64."""
         text = json.dumps(self.to_json(), separators=(",", ":")).encode()
         return b"z:" + base64.b64encode(zlib.compress(text, 9))
+
+    def footer_schema(self, file_schema: pa.Schema) -> pa.Schema:
+        """``file_schema`` with this spec in its metadata: files written with it carry the
+        spec in their Parquet footer (read back by :func:`load_spec`)."""
+        return file_schema.with_metadata({FOOTER_KEY.encode(): self.to_footer()})
 
     @classmethod
     def from_footer(cls, raw: bytes, schema: pa.Schema) -> ClusterSpec:
@@ -258,9 +261,6 @@ def boundaries_from_sample(sample: pa.Table, columns: Sequence[str], curve: str)
     return ClusterSpec(columns=tuple(columns), curve=curve, boundaries=tuple(bounds))
 
 
-# -- file tags -------------------------------------------------------------------------
-
-
 def spec_tags(spec: ClusterSpec, *, tier: str, key_min: int, key_max: int) -> dict[str, str]:
     return {
         TAG_SPEC: spec.spec_id,
@@ -277,7 +277,7 @@ def is_clustered(f: DataFile, spec_id: str) -> bool:
     return t.get(TAG_SPEC) == spec_id and TAG_KEY_MIN in t and TAG_KEY_MAX in t
 
 
-def _key_range(f: DataFile) -> tuple[int, int]:
+def key_range(f: DataFile) -> tuple[int, int]:
     return int(f.tags[TAG_KEY_MIN]), int(f.tags[TAG_KEY_MAX])
 
 
@@ -296,16 +296,9 @@ def find_spec(files: Sequence[DataFile], columns: Sequence[str], curve: str) -> 
     return best
 
 
-def group_id(files: Sequence[DataFile]) -> str:
-    digest = hashlib.sha256("\n".join(sorted(f.path for f in files)).encode())
-    return digest.hexdigest()[:16]
-
-
-# -- file sizes ----------------------------------------------------------------------------
-
-
 ROW_SAMPLE = 65_536
 """Rows encoded to estimate the size of a clustered row."""
+
 TILE_FILL = (0.7, 1.1)
 """A full partition is cut into one file per tile when its tiles would hold this share
 of the target size (the tiling was made for the file count of the largest partition)."""
@@ -337,7 +330,7 @@ def sized_segments(
     """Base segments re-counted in files of at most the target size, by the encoded size
     of a row. With a tiling, tiles about the target size become one file each, and
     larger ones (grown by appends) the same number of equal files each, so the cuts
-    fall on the tiles' edges and halves (:func:`lakelog.maintenance.sort.file_cuts`)."""
+    fall on the tiles' edges and halves (:func:`lakelog.maintenance.clustering.sort.file_cuts`)."""
     if row_bytes <= 0:
         return list(segments)
     out = []
@@ -358,232 +351,14 @@ def sized_segments(
     return out
 
 
-# -- planning one partition ------------------------------------------------------------
-
-
-class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """The group of one partition and how its ordered rows are cut into files."""
-
-    group: FileGroup
-    segments: tuple[Segment, ...]
-    fresh_bytes: int
-    full: bool
-
-
-def _out_files(nbytes: float, target: int) -> int:
-    return max(1, round(nbytes / target))
-
-
-def _full(
-    partition: dict[str, str | None], files: Sequence[DataFile], target: int, fresh: int
-) -> PartitionPlan:
-    nbytes = sum(f.size_bytes for f in files)
-    n = _out_files(nbytes, target)
-    seg = Segment(key_start=0, key_end=KEY_MAX, rows=sum(f.num_rows for f in files), files=n)
-    group = FileGroup(
-        group_id=group_id(files), partition=partition, files=tuple(files), estimated_output_files=n
-    )
-    return PartitionPlan(group=group, segments=(seg,), fresh_bytes=fresh, full=True)
-
-
-@dataclass
-class _Unit:
-    """Overlap-closed run of base files: the smallest key range a run rewrites."""
-
-    start: int
-    kmax: int
-    files: list[DataFile]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(f.size_bytes for f in self.files)
-
-    @property
-    def rows(self) -> int:
-        return sum(f.num_rows for f in self.files)
-
-
-def plan_partition(
-    partition: dict[str, str | None],
-    files: Sequence[DataFile],
-    spec_id: str,
-    *,
-    target_file_size: int,
-    incremental: bool,
-    max_rewrite_ratio: float,
-    min_delta_bytes: int,
-    key_bits: int,
-    fresh_keys: Callable[[Sequence[DataFile]], npt.NDArray[np.uint64]],
-) -> PartitionPlan | None:
-    """Plan one partition; ``None`` when it needs nothing.
-
-    ``fresh_keys`` returns the sorted keys of the rows of the given (fresh)
-    files; it is called only when the run is incremental and has to choose
-    key ranges.
-    """
-    if not files:
+def load_spec(storage: Storage, f: DataFile, schema: pa.Schema) -> ClusterSpec | None:
+    """The spec stored in the footer of a clustered file (None if unreadable)."""
+    try:
+        with storage.arrow_filesystem().open_input_file(storage.full(f.path)) as src:
+            meta = pq.read_metadata(src).metadata or {}
+        raw = meta.get(FOOTER_KEY.encode())
+        if raw is None:
+            return None
+        return ClusterSpec.from_footer(raw, schema)
+    except (OSError, ValueError, KeyError, zlib.error, pa.ArrowException):
         return None
-    if not incremental:
-        return _full(partition, files, target_file_size, sum(f.size_bytes for f in files))
-    clustered = [f for f in files if is_clustered(f, spec_id)]
-    fresh = [f for f in files if not is_clustered(f, spec_id)]
-    fresh_bytes = sum(f.size_bytes for f in fresh)
-    if not fresh:
-        return None
-    total = sum(f.size_bytes for f in files)
-    base = [f for f in clustered if f.tags.get(TAG_TIER) != "delta"]
-    delta = [f for f in clustered if f.tags.get(TAG_TIER) == "delta"]
-    if not base or max_rewrite_ratio * fresh_bytes >= total:
-        return _full(partition, files, target_file_size, fresh_bytes)
-
-    units: list[_Unit] = []
-    for f in sorted(base, key=_key_range):
-        lo, hi = _key_range(f)
-        if units and lo <= units[-1].kmax:
-            units[-1].files.append(f)
-            units[-1].kmax = max(units[-1].kmax, hi)
-        else:
-            units.append(_Unit(start=lo, kmax=hi, files=[f]))
-    units[0].start = 0
-    starts = np.array([u.start for u in units], dtype=np.uint64)
-    ends = [*(int(x) for x in starts[1:]), KEY_MAX]
-    nu = len(units)
-    keys = fresh_keys(fresh)
-    cut = np.searchsorted(keys, starts, side="left")
-    fresh_in = np.diff(np.append(cut, len(keys))).astype(np.float64)
-
-    # Blocks: units linked by the delta files spanning them. A block is the smallest
-    # range a run can merge without leaving part of a delta file behind.
-    spans = []
-    for f in delta:
-        lo, hi = _key_range(f)
-        first = max(0, int(np.searchsorted(starts, np.uint64(lo), side="right")) - 1)
-        last = max(0, int(np.searchsorted(starts, np.uint64(hi), side="right")) - 1)
-        spans.append((first, last, f))
-    block_of = np.arange(nu)
-    reach = np.arange(nu)
-    for first, last, _ in spans:
-        reach[first] = max(reach[first], last)
-    block_id, end = -1, -1
-    for u in range(nu):
-        if u > end:
-            block_id += 1
-        end = max(end, int(reach[u]))
-        block_of[u] = block_id
-    nblocks = block_id + 1
-    base_rows = np.zeros(nblocks)
-    base_bytes = np.zeros(nblocks)
-    pending = np.zeros(nblocks)
-    delta_bytes = np.zeros(nblocks)
-    for u, unit in enumerate(units):
-        base_rows[block_of[u]] += unit.rows
-        base_bytes[block_of[u]] += unit.nbytes
-        pending[block_of[u]] += fresh_in[u]
-    for first, _, f in spans:
-        pending[block_of[first]] += f.num_rows
-        delta_bytes[block_of[first]] += f.size_bytes
-
-    # A block is merged once its pending rows (new + delta) reach 1 / (ratio - 2) of its
-    # base rows: new bytes are written once as delta, then merged at a cost of at most
-    # (ratio - 1) bytes each, so the amortized cost stays near ``ratio`` per new byte.
-    # The densest blocks go first; at most MAX_RUN_FRACTION of the partition per run
-    # (but always at least one block, so a run makes progress).
-    density = pending / (base_rows + 1.0)
-    threshold = 1.0 / max(max_rewrite_ratio - 2.0, 1e-9)
-    cap = max((max_rewrite_ratio - 1.0) * fresh_bytes, MAX_RUN_FRACTION * total)
-    chosen = np.zeros(nblocks, dtype=bool)
-    spent = 0.0
-    for blk in np.argsort(-density, kind="stable"):
-        if density[blk] < threshold:
-            break
-        cost = base_bytes[blk] + delta_bytes[blk]
-        if spent > 0 and spent + cost > cap:
-            continue
-        chosen[blk] = True
-        spent += cost
-    selected = chosen[block_of]
-
-    row_bytes = float(base_bytes.sum()) / max(1.0, float(base_rows.sum()))  # as clustered
-    grid = _delta_grid(starts, fresh_in[~selected].sum() * row_bytes, min_delta_bytes, key_bits)
-    segments: list[Segment] = []
-    i = 0
-    while i < nu:
-        k = i
-        while k + 1 < nu and selected[k + 1] == selected[i]:
-            k += 1
-        if selected[i]:
-            blocks = set(block_of[i : k + 1].tolist())
-            moved = float(fresh_in[i : k + 1].sum()) + sum(
-                f.num_rows for first, _, f in spans if block_of[first] in blocks
-            )
-            rows = sum(units[u].rows for u in range(i, k + 1)) + moved
-            nbytes = sum(units[u].nbytes for u in range(i, k + 1)) + moved * row_bytes
-            segments.append(
-                Segment(
-                    key_start=int(starts[i]),
-                    key_end=ends[k],
-                    rows=round(rows),
-                    files=_out_files(nbytes, target_file_size),
-                    tier="base",
-                )
-            )
-        else:
-            bounds = [u for u in range(i + 1, k + 1) if u in grid]
-            for a, b in zip([i, *bounds], [*(u - 1 for u in bounds), k], strict=True):
-                segments.append(
-                    Segment(
-                        key_start=int(starts[a]),
-                        key_end=ends[b],
-                        rows=int(fresh_in[a : b + 1].sum()),
-                        files=1,
-                        tier="delta",
-                    )
-                )
-        i = k + 1
-    inputs = list(fresh)
-    for u, unit in enumerate(units):
-        if selected[u]:
-            inputs.extend(unit.files)
-    inputs.extend(f for first, _, f in spans if selected[first])
-    # Delta files pile up in each grid cell between merges: once DELTA_FANIN of them lie
-    # in one delta segment, they are rewritten with its new rows into one file.
-    for seg in segments:
-        if seg.tier != "delta":
-            continue
-        inside = [
-            f
-            for first, last, f in spans
-            if not selected[first]
-            and int(starts[first]) >= seg.key_start
-            and ends[last] <= seg.key_end
-        ]
-        if len(inside) >= DELTA_FANIN:
-            inputs.extend(inside)
-    inputs = list({f.path: f for f in inputs}.values())  # each file once, in order
-    group = FileGroup(
-        group_id=group_id(inputs),
-        partition=partition,
-        files=tuple(inputs),
-        estimated_output_files=sum(s.files for s in segments if s.rows > 0),
-    )
-    return PartitionPlan(group=group, segments=tuple(segments), fresh_bytes=fresh_bytes, full=False)
-
-
-def _delta_grid(
-    starts: npt.NDArray[np.uint64], nbytes: float, min_bytes: int, key_bits: int
-) -> set[int]:
-    """Units where delta files may start: the unit start nearest each point of an aligned
-    grid of ``2**level`` equal key ranges, with ``level`` such that a range holds about
-    ``min_bytes`` of new rows. Grids of different runs nest, so delta files of different
-    runs share their edges and blocks stay local."""
-    regions = max(1.0, nbytes / max(1, min_bytes))
-    level = min(key_bits, max(0, int(np.floor(np.log2(regions)))))
-    if level == 0 or len(starts) < 2:
-        return set()
-    points = np.arange(1, 1 << level, dtype=np.float64) * float(2 ** (key_bits - level))
-    pos = np.searchsorted(starts.astype(np.float64), points)
-    pos = np.clip(pos, 1, len(starts) - 1)
-    left = starts[pos - 1].astype(np.float64)
-    right = starts[pos].astype(np.float64)
-    nearest = np.where(points - left < right - points, pos - 1, pos)
-    return {int(u) for u in nearest if u > 0}

@@ -1,4 +1,4 @@
-"""Pure planners: snapshot in, plan out (no I/O beyond the snapshot).
+"""The compaction planner: snapshot in, plan out (no I/O beyond the snapshot).
 
 :func:`plan_compaction` picks the *candidates* (files below ``min_file_size``,
 by default 75% of the target, or below 75% of ``target_rows``), groups them by
@@ -23,57 +23,29 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidArgumentError, UnsupportedFormatError
-from ..io.writer import check_codec
-from ..log.actions import DataFile, decode_schema, encode_schema
-from ..log.files import data_files
-from ..log.snapshot import Snapshot
-from ..partitioning import partition_dir
-from ..properties import get_float, get_int, get_str
-from .partition_filter import partition_matcher
+from ...errors import InvalidArgumentError, UnsupportedFormatError
+from ...io.writer import check_codec
+from ...log.actions import DataFile, decode_schema, encode_schema
+from ...log.files import data_files
+from ...log.snapshot import Snapshot
+from ...partitioning import partition_dir
+from ...properties import get_float, get_int, get_str
+from ..clustering.spec import TAG_SPEC
+from ..groups import FileGroup
+from ..options import positive_int
+from ..partition_filter import partition_matcher
 
 __all__ = [
     "PLAN_FORMAT",
     "CompactionOptions",
     "CompactionPlan",
-    "FileGroup",
     "bin_pack",
-    "partition_matcher",
     "plan_compaction",
-    "positive_int",
     "resolve_options",
 ]
 
-CLUSTERING_SPEC_TAG = "lakelog.clustering.spec"
-"""Tag on files written by ``optimize`` (see ``lakelog.maintenance.cluster``)."""
-
 PLAN_FORMAT = 1
 """Version of the plan JSON this library writes and the newest it reads."""
-
-
-class FileGroup(msgspec.Struct, frozen=True, kw_only=True):
-    """Files of one partition rewritten together into new files.
-
-    ``group_id`` is derived from the source paths, so the same files always
-    make the same id (a worker or a retry can be matched to its group).
-    """
-
-    group_id: str
-    partition: dict[str, str | None]
-    files: tuple[DataFile, ...]
-    estimated_output_files: int = 1
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size_bytes for f in self.files)
-
-    @property
-    def num_rows(self) -> int:
-        return sum(f.num_rows for f in self.files)
-
-    @property
-    def paths(self) -> list[str]:
-        return [f.path for f in self.files]
 
 
 class CompactionOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -222,25 +194,6 @@ def _human(n: int) -> str:
     return f"{x:.1f} TiB"
 
 
-# -- validation -----------------------------------------------------------------
-
-
-MAX_INT_OPTION = 2**63 - 1
-"""Largest count or size option: what a 64-bit integer holds (Arrow compares sizes
-and row counts as int64; a larger Python int would overflow there)."""
-
-
-def positive_int(name: str, value: Any, *, unit: str = "") -> int:
-    """``value`` as an int in 1..:data:`MAX_INT_OPTION`, or :class:`InvalidArgumentError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_INT_OPTION:
-        raise InvalidArgumentError(
-            f"expected {name} to be an integer from 1 to 2**63 - 1"
-            f"{f' ({unit})' if unit else ''}, found {value!r}; pass a whole number in "
-            f"that range."
-        )
-    return value
-
-
 def resolve_options(
     snapshot: Snapshot,
     *,
@@ -288,9 +241,6 @@ def resolve_options(
         row_group_size=row_group_size,
         compression=codec,
     )
-
-
-# -- bin-packing ------------------------------------------------------------------
 
 
 def bin_pack(
@@ -356,7 +306,7 @@ def _candidates(snapshot: Snapshot, options: CompactionOptions) -> list[DataFile
     here without their order would undo the layout.
     """
     ft = snapshot.file_table
-    clustered = pc.match_substring(ft.column("tags"), f'"{CLUSTERING_SPEC_TAG}"')
+    clustered = pc.match_substring(ft.column("tags"), f'"{TAG_SPEC}"')
     mask: pc.Expression | None = None
     if pc.any(clustered).as_py():
         ft = ft.filter(pc.invert(pc.fill_null(clustered, False)))

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 from . import curves
 from .sort import KEY_MAX, Segment, file_cuts
 
@@ -260,7 +260,7 @@ def _slab_table(cuts: tuple[int, ...], bits: int) -> npt.NDArray[np.uint16]:
 @dataclass(frozen=True)
 class TiledCurve:
     """A tiling's keys as a curve over ranks. Hashable and pure, so
-    :func:`lakelog.maintenance.curves.grid_keys` keeps a table of every cell's key for
+    :func:`lakelog.maintenance.clustering.curves.grid_keys` keeps a table of every cell's key for
     small grids, shared by every spec with this tiling."""
 
     tiling: Tiling

@@ -46,21 +46,21 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from .. import leases
-from .._failpoints import failpoint
-from ..errors import InvalidArgumentError, VersionExpiredError
-from ..leases import LEASE_DIR, LeaseRecord, lease_ids_in, lease_path, read_leases
-from ..log.commits import LOG_DIR, list_log
-from ..log.snapshot import load_snapshot
-from ..partitioning import STAGING_DIR, hidden_name
-from ..properties import get_float
-from ..storage import FileInfo, Storage, normalize_uri
-from .cleanup_report import VacuumReport
+from ... import leases
+from ..._failpoints import failpoint
+from ...errors import InvalidArgumentError, VersionExpiredError
+from ...leases import LEASE_DIR, LeaseRecord, lease_ids_in, lease_path, read_leases
+from ...log.commits import LOG_DIR, list_log
+from ...log.snapshot import load_snapshot
+from ...partitioning import STAGING_DIR, hidden_name
+from ...properties import get_float
+from ...storage import FileInfo, Storage, normalize_uri
 from .expire import duration_seconds
 from .logscan import read_changes
+from .report import VacuumReport
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ...table import Table
 
 __all__ = ["normalize_path", "referenced_paths", "vacuum"]
 

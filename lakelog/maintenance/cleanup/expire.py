@@ -23,20 +23,20 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING
 
-from .._failpoints import failpoint
-from ..errors import InvalidArgumentError, VersionExpiredError
-from ..log.actions import ExpireVersions
-from ..log.commits import LogListing, commit_path, list_log, read_header
-from ..log.expiry_marks import prune_marks, write_mark
-from ..log.manifests import ManifestHeader, manifest_path, write_manifest
-from ..log.snapshot import load_snapshot
-from ..properties import get_float, get_int
-from ..storage import Storage
-from .cleanup_report import ExpireReport
+from ..._failpoints import failpoint
+from ...errors import InvalidArgumentError, VersionExpiredError
+from ...log.actions import ExpireVersions
+from ...log.commits import LogListing, commit_path, list_log, read_header
+from ...log.expiry_marks import prune_marks, write_mark
+from ...log.manifests import ManifestHeader, manifest_path, write_manifest
+from ...log.snapshot import load_snapshot
+from ...properties import get_float, get_int
+from ...storage import Storage
 from .logscan import read_changes
+from .report import ExpireReport
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ...table import Table
 
 __all__ = ["duration_seconds", "expire_snapshots", "resolve_oldest"]
 

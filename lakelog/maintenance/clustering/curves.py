@@ -32,7 +32,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 __all__ = [
     "DEFAULT_MAX_BITS",
@@ -342,7 +342,8 @@ def _numeric_rank(
         return np.searchsorted(b, v, side="right").astype(np.int64, copy=False)
     lo, hi = float(b[0]), float(b[-1])
     scale = grid / (hi - lo) if hi > lo else math.inf
-    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(scale)):
+    # a range wider than the float maximum (hi - lo overflows) scales to 0: binary search
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(scale) and scale > 0):
         return np.searchsorted(b, v, side="right").astype(np.int64, copy=False)
 
     def cell(x: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
@@ -482,7 +483,7 @@ def _curve_table(fn: _Curve, ndim: int, bits: int) -> U64Array:
 def grid_keys(cols: Sequence[U64Array], bits: int, fn: _Curve) -> U64Array:
     """``fn(cols, bits)`` for many rows: through a cached table of every cell when the grid
     is small, else in cache-sized blocks. ``fn`` must be hashable and pure (curves, and
-    :class:`lakelog.maintenance.tiling.TiledCurve`)."""
+    :class:`lakelog.maintenance.clustering.tiling.TiledCurve`)."""
     return _curve(cols, bits, fn)
 
 

@@ -37,9 +37,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InvalidArgumentError
-from ..io.writer import RollingWriter
-from ..log.actions import AddFile
+from ...errors import InvalidArgumentError
+from ...io.writer import RollingWriter
+from ...log.actions import AddFile
 
 __all__ = [
     "KEY_MAX",

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..log.actions import FORMAT_VERSION, AddFile, ExpireVersions, RemoveFile
-from ..log.commits import commit_path, decode_commit
-from ..storage import Storage
+from ...log.actions import FORMAT_VERSION, AddFile, ExpireVersions, RemoveFile
+from ...log.commits import commit_path, decode_commit
+from ...storage import Storage
 
 __all__ = ["FileChanges", "read_changes"]
 

@@ -1,0 +1,333 @@
+"""The one executor: rewrite a plan's groups in a thread pool, then commit them.
+
+Groups run in parallel up to ``max_concurrent_groups`` threads (pyarrow
+releases the GIL while decoding and encoding), largest first; reads of all
+groups share one :class:`~lakelog.maintenance.pacing.TokenBucket` when
+``max_bytes_per_second`` is set, and report progress through it. Results are
+committed once at the end, or, with partial progress, every
+``groups_per_commit`` groups as they finish (so a long run that dies keeps
+what it committed).
+
+What rewriting a group means is the caller's: a :data:`GroupRunner`
+(compaction's bin-packed rewrite, clustering's sort). If a group fails, the
+run stops: running groups are told to stop (their next read raises), every
+uncommitted output is deleted, and the error propagates (commits already made
+with partial progress stay).
+
+:func:`execute_groups` is the whole step for a plan made now or loaded from
+JSON: it drops the groups whose sources are gone since the plan's read version,
+takes the run's writer lease and calls :func:`run_groups`.
+
+Crash and pause points (:mod:`lakelog._failpoints`) for tests:
+``rewrite:group-written`` (a group's files are written, not committed) and
+``rewrite:before-commit`` (a batch of groups is about to commit).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._failpoints import failpoint, pausepoint
+from ..errors import InvalidArgumentError, LakelogError
+from ..leases import Lease
+from ..log.snapshot import Snapshot
+from ..transaction import CommitResult
+from .commit import commit_rewrite, delete_outputs
+from .groups import FileGroup, GroupResult, RewritePlan
+from .options import ExecutionOptions
+from .pacing import Pacer, TokenBucket
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = [
+    "GroupRunner",
+    "Progress",
+    "ProgressCallback",
+    "RunOutcome",
+    "check_plan_table",
+    "execute_groups",
+    "live_groups",
+    "run_groups",
+]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run is: groups finished and source bytes read, of the totals."""
+
+    groups_done: int
+    groups_total: int
+    bytes_done: int
+    bytes_total: int
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+GroupRunner = Callable[[FileGroup, Pacer], GroupResult]
+"""Rewrites one group, reading its sources through the given pacer (which paces the
+run's reads, counts progress and raises once the run is stopping)."""
+
+
+class _Stopped(LakelogError):
+    """Internal: a group was told to stop because another one failed."""
+
+
+class _Tracker:
+    """Counts progress across groups and stops them when the run fails."""
+
+    def __init__(
+        self, groups: Sequence[FileGroup], callback: ProgressCallback | None, pacer: Pacer | None
+    ) -> None:
+        self.callback = callback
+        self.pacer = pacer
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._groups_total = len(groups)
+        self._bytes_total = sum(g.total_bytes for g in groups)
+        self._groups_done = 0
+        self._bytes_done = 0
+
+    def _report(self) -> None:
+        if self.callback is not None:
+            self.callback(
+                Progress(self._groups_done, self._groups_total, self._bytes_done, self._bytes_total)
+            )
+
+    def read(self, nbytes: int) -> None:
+        if self.stop.is_set():
+            raise _Stopped("stopped because another group failed")
+        if self.pacer is not None:
+            self.pacer.acquire(nbytes)
+        with self._lock:
+            self._bytes_done += nbytes
+            self._report()
+
+    def group_done(self, group: FileGroup, counted: int) -> None:
+        with self._lock:
+            self._groups_done += 1
+            self._bytes_done += max(0, group.total_bytes - counted)
+            self._report()
+
+
+class _GroupPacer:
+    """The pacer one group's reads go through: pacing, progress and stop checks."""
+
+    def __init__(self, tracker: _Tracker) -> None:
+        self.tracker = tracker
+        self.counted = 0
+
+    def acquire(self, nbytes: int) -> None:
+        self.tracker.read(nbytes)
+        self.counted += nbytes
+
+
+@dataclass
+class RunOutcome:
+    """What :func:`run_groups` committed and abandoned."""
+
+    commits: list[CommitResult] = field(default_factory=list)
+    committed: list[GroupResult] = field(default_factory=list)
+    abandoned: list[str] = field(default_factory=list)
+    paced_seconds: float = 0.0
+
+    def commit_batch(
+        self,
+        table: Table,
+        plan: RewritePlan,
+        batch: list[GroupResult],
+        *,
+        operation: str,
+        parameters: Mapping[str, Any] | None,
+        read_snapshot: Snapshot,
+        lease: Lease | None = None,
+    ) -> None:
+        """Commit finished groups and record what landed and what was abandoned."""
+        result, abandoned = commit_rewrite(
+            table,
+            plan,
+            batch,
+            operation=operation,
+            parameters=parameters,
+            read_snapshot=read_snapshot,
+            lease=lease,
+        )
+        self.abandoned.extend(abandoned)
+        if result is not None:
+            self.commits.append(result)
+            self.committed.extend(r for r in batch if r.group_id not in abandoned)
+
+
+def run_groups(
+    table: Table,
+    plan: RewritePlan,
+    run_group: GroupRunner,
+    *,
+    execution: ExecutionOptions,
+    read_snapshot: Snapshot,
+    progress: ProgressCallback | None = None,
+    operation: str = "COMPACT",
+    parameters: Mapping[str, Any] | None = None,
+    groups: Sequence[FileGroup] | None = None,
+    lease: Lease | None = None,
+    on_failure: Callable[[FileGroup, Exception], None] | None = None,
+    on_abort: Callable[[], None] | None = None,
+) -> RunOutcome:
+    """Rewrite ``groups`` (default: all of the plan's) with ``run_group`` in threads and
+    commit them (see the module doc).
+
+    ``execution.groups_per_commit=None`` makes one commit at the end; a number
+    commits as soon as that many groups have finished (partial progress).
+    ``lease``: the run's writer lease (output names carry it; every commit checks it).
+    ``on_failure``: when given, a group whose runner raises is handed to it and the
+    run goes on without it (the Spark executor: a group that failed after Spark's
+    retries); otherwise the run stops and the error propagates. ``on_abort`` is
+    called when the run stops on an error (the Spark executor cancels its jobs).
+    """
+    groups_per_commit = execution.groups_per_commit
+    rate = execution.max_bytes_per_second
+    todo = sorted(plan.groups if groups is None else groups, key=lambda g: -g.total_bytes)
+    bucket = TokenBucket(rate) if rate else None
+    tracker = _Tracker(todo, progress, bucket)
+    outcome = RunOutcome()
+    pending: list[GroupResult] = []
+    consumed: set[str] = set()
+
+    def commit_batch(batch: list[GroupResult]) -> None:
+        pausepoint("rewrite:before-commit")
+        outcome.commit_batch(
+            table,
+            plan,
+            batch,
+            operation=operation,
+            parameters=parameters,
+            read_snapshot=read_snapshot,
+            lease=lease,
+        )
+
+    def run(group: FileGroup) -> GroupResult:
+        pacer = _GroupPacer(tracker)
+        result = run_group(group, pacer)
+        failpoint("rewrite:group-written")
+        tracker.group_done(group, pacer.counted)
+        return result
+
+    workers = max(1, min(execution.max_concurrent_groups, len(todo)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakelog-rewrite") as pool:
+        futures: dict[Future[GroupResult], FileGroup] = {pool.submit(run, g): g for g in todo}
+        try:
+            remaining = set(futures)
+            while remaining:
+                done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    error = fut.exception()
+                    if error is not None and on_failure is not None:
+                        if not isinstance(error, Exception):
+                            raise error
+                        consumed.add(futures[fut].group_id)
+                        on_failure(futures[fut], error)
+                        continue
+                    r = fut.result()
+                    consumed.add(r.group_id)
+                    pending.append(r)
+                while groups_per_commit is not None and len(pending) >= groups_per_commit:
+                    batch, pending[:] = pending[:groups_per_commit], pending[groups_per_commit:]
+                    commit_batch(batch)
+            if pending:
+                batch, pending[:] = list(pending), []
+                commit_batch(batch)
+        except BaseException:
+            tracker.stop.set()
+            for fut in futures:
+                fut.cancel()
+            if on_abort is not None:
+                on_abort()
+            wait(list(futures))
+            # a batch whose commit failed is not in ``pending``: commit_rewrite deleted its
+            # outputs (conflict) or must keep them (unknown outcome); the rest goes
+            leftovers = list(pending)
+            for fut in futures:
+                if fut.cancelled() or fut.exception() is not None:
+                    continue
+                r = fut.result()
+                if r.group_id not in consumed:
+                    leftovers.append(r)
+            delete_outputs(table.storage, leftovers)
+            raise
+    outcome.paced_seconds = bucket.waited_seconds if bucket is not None else 0.0
+    return outcome
+
+
+# -- a whole plan ------------------------------------------------------------------------
+
+
+def check_plan_table(table: Table, plan: RewritePlan) -> None:
+    """Refuse a (saved) plan made for another table."""
+    if plan.table_id != table.metadata.table_id:
+        raise InvalidArgumentError(
+            f"expected a plan made for table {table.metadata.table_id} ({table.uri}), found "
+            f"one for table {plan.table_id}; plan again on this table."
+        )
+
+
+def live_groups(table: Table, plan: RewritePlan) -> tuple[Snapshot, list[FileGroup], list[str]]:
+    """The snapshot at the plan's read version, the groups whose sources are all still
+    live in the latest version, and the ids of the others (*stale*: a saved plan made
+    from an older version, whose sources a later commit removed)."""
+    latest = table.snapshot()
+    if latest.version == plan.read_version:
+        return latest, list(plan.groups), []
+    live = {f.path for f in latest.files()}
+    stale = [g.group_id for g in plan.groups if any(f.path not in live for f in g.files)]
+    todo = [g for g in plan.groups if g.group_id not in stale]
+    return table.snapshot(plan.read_version), todo, stale
+
+
+def execute_groups(
+    table: Table,
+    plan: RewritePlan,
+    make_runner: Callable[[str], GroupRunner],
+    *,
+    execution: ExecutionOptions,
+    operation: str,
+    parameters: Mapping[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+    read_snapshot: Snapshot | None = None,
+) -> RunOutcome:
+    """Execute ``plan`` on ``table``: its live groups, under one writer lease.
+
+    ``make_runner`` receives the lease id (output names carry it) and returns the
+    group runner. ``read_snapshot`` (the snapshot the plan was just made from)
+    skips the staleness check; without it, stale groups are reported as abandoned
+    instead of being rewritten in vain.
+    """
+    check_plan_table(table, plan)
+    stale: list[str] = []
+    if read_snapshot is None:
+        read_snapshot, todo, stale = live_groups(table, plan)
+    else:
+        todo = list(plan.groups)
+    outcome = RunOutcome()
+    if todo:
+        with Lease.acquire(
+            table.storage, operation=operation, properties=table.properties
+        ) as lease:
+            outcome = run_groups(
+                table,
+                plan,
+                make_runner(lease.lease_id),
+                execution=execution,
+                read_snapshot=read_snapshot,
+                progress=progress,
+                operation=operation,
+                parameters=parameters,
+                groups=todo,
+                lease=lease,
+            )
+    outcome.abandoned[:0] = stale
+    return outcome

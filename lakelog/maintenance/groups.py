@@ -1,0 +1,79 @@
+"""The unit of every rewrite: a group of files, what rewriting it produced, and what a plan is.
+
+A plan (compaction or clustering) is a read version plus groups. Each
+:class:`FileGroup` is rewritten on its own, by any worker, into a
+:class:`GroupResult` (files written, not committed); the commit step swaps
+sources for outputs. Groups of one plan never share a source file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from ..log.actions import AddFile, DataFile
+
+__all__ = ["FileGroup", "GroupResult", "RewritePlan"]
+
+
+class FileGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """Files of one partition rewritten together into new files.
+
+    ``group_id`` is derived from the source paths, so the same files always
+    make the same id (a worker or a retry can be matched to its group).
+    """
+
+    group_id: str
+    partition: dict[str, str | None]
+    files: tuple[DataFile, ...]
+    estimated_output_files: int = 1
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(f.num_rows for f in self.files)
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+
+class GroupResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one group's rewrite produced: files written but not yet committed."""
+
+    group_id: str
+    added: tuple[AddFile, ...]
+    bytes_read: int
+    bytes_written: int
+    num_rows: int
+    duration_s: float = 0.0
+    spilled_runs: int = 0
+    """Sorted runs a clustering rewrite spilled to disk (0 when it sorted in memory)."""
+
+
+class RewritePlan(Protocol):
+    """What the executor, the commit and the report need of a plan (compaction or clustering)."""
+
+    @property
+    def table_id(self) -> str: ...
+    @property
+    def read_version(self) -> int: ...
+    @property
+    def groups(self) -> Sequence[FileGroup]: ...
+    @property
+    def snapshot_file_count(self) -> int: ...
+    @property
+    def snapshot_total_bytes(self) -> int: ...
+    @property
+    def options(self) -> Any: ...
+    @property
+    def estimated_after_file_count(self) -> int: ...
+    @property
+    def source_file_count(self) -> int: ...
+    @property
+    def source_bytes(self) -> int: ...
