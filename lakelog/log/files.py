@@ -138,14 +138,24 @@ class ReplayState(msgspec.Struct):
         self.timestamp_ms = commit.header.timestamp_ms
 
     def files(self) -> pa.Table:
+        """The live file set: the base's rows still live, then the files added."""
+        return self.split()[0]
+
+    def split(self) -> tuple[pa.Table, pa.BooleanArray | None, pa.Table | None]:
+        """The live file set, the mask of the base rows it keeps (None: all), and the
+        added files' table (None: none), so derived per-file columns (typed
+        statistics) can be carried over from the base instead of rebuilt."""
         base = self.base
+        keep: pa.BooleanArray | None = None
         drop = self.removed | self.added.keys()
         if drop and base.num_rows:
-            mask = pc.is_in(base.column("path"), value_set=pa.array(list(drop), pa.string()))
-            base = base.filter(pc.invert(mask))
+            hit = pc.is_in(base.column("path"), value_set=pa.array(list(drop), pa.string()))
+            keep = pc.invert(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit)
+            base = base.filter(keep)
         if not self.added:
-            return base
-        return pa.concat_tables([base, files_from_adds(list(self.added.values()))])
+            return base, keep, None
+        added = files_from_adds(list(self.added.values()))
+        return pa.concat_tables([base, added]), keep, added
 
 
 def replay(

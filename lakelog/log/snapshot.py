@@ -14,9 +14,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import datetime as dt
+import itertools
 from collections.abc import Iterator, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,12 +35,8 @@ from ..errors import (
     VersionExpiredError,
     VersionNotFoundError,
 )
-from ..stats import (
-    file_guarantee,
-    filter_is_null_sensitive,
-    normalize_filter,
-    referenced_columns,
-)
+from ..filters import FileStatsColumns, Predicate, Unknown, parse_filter, prune_mask, to_expression
+from ..stats import file_guarantee, filter_is_null_sensitive, referenced_columns
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
 from .commits import (
@@ -52,6 +49,7 @@ from .commits import (
     read_header,
     read_tail,
 )
+from .file_index import concat_stats_columns, filter_stats_columns, stats_columns
 from .files import FILES_SCHEMA, ReplayState, data_files
 from .manifests import read_hint, read_hint_oldest, read_manifest, read_manifest_header
 
@@ -72,6 +70,7 @@ class Snapshot:
         metadata: Metadata,
         files: pa.Table,
         oldest_version: int = 0,
+        carry: _Carry | None = None,
     ) -> None:
         if metadata.format_version > FORMAT_VERSION:
             raise UnsupportedFormatError(
@@ -85,6 +84,7 @@ class Snapshot:
         self.file_table = files
         self.oldest_version = oldest_version
         """Oldest readable version as of this version (0: nothing expired)."""
+        self._carry = carry
 
     def __repr__(self) -> str:
         return (
@@ -138,17 +138,50 @@ class Snapshot:
     def _all_files(self) -> tuple[DataFile, ...]:
         return tuple(data_files(self.file_table))
 
+    @cached_property
+    def stats_columns(self) -> FileStatsColumns:
+        """Typed partition values and statistics of every live file, one row per file
+        in ``file_table`` order: what pruning compares. Built once per snapshot from
+        the log's JSON columns, or carried over from the snapshot this one advanced
+        from (its rows still live, then the added files')."""
+        carry, self._carry = self._carry, None
+        if carry is not None and carry.schema.equals(self.schema):
+            return concat_stats_columns(
+                carry.columns
+                if carry.keep is None
+                else filter_stats_columns(carry.columns, carry.keep),
+                None
+                if carry.added is None
+                else stats_columns(carry.added, self.schema, self.partition_by),
+            )
+        return stats_columns(self.file_table, self.schema, self.partition_by)
+
+    def _filter(self, filter: Any) -> tuple[Predicate | None, pc.Expression | None]:
+        """A filter as lakelog's predicate (for pruning) and as a row expression."""
+        pred = parse_filter(filter, self.schema)
+        if pred is None:
+            return None, None
+        return pred, filter if isinstance(filter, pc.Expression) else to_expression(pred)
+
     def files(self, filter: Any = None) -> list[DataFile]:
         """Live data files, pruned by partition values and min/max stats.
 
-        ``filter`` is a :class:`pyarrow.compute.Expression` or DNF tuples; a
-        file is kept unless its stats prove no row can match.
+        ``filter``: a :class:`pyarrow.compute.Expression`, DNF tuples, or a SQL-like
+        string such as ``"day = '2026-11-02' and sensor between 10 and 20"`` (see
+        :mod:`lakelog.filters`). A file is kept unless its partition values or
+        statistics prove no row can match. Pruning is a few vectorized comparisons
+        over :attr:`stats_columns`; :class:`DataFile` objects are built only for the
+        files returned.
         """
-        expr = normalize_filter(filter)
-        files = self._all_files
-        if expr is None:
-            return list(files)
-        return self._prune(files, expr)
+        pred, expr = self._filter(filter)
+        if pred is None or expr is None:
+            return list(self._all_files)
+        if isinstance(pred, Unknown):  # a shape lakelog does not model: pyarrow decides
+            return self._prune(self._all_files, expr)
+        keep = prune_mask(pred, self.stats_columns)
+        if "_all_files" in self.__dict__:
+            return list(itertools.compress(self._all_files, keep.to_pylist()))
+        return data_files(self.file_table.filter(keep))
 
     def _prune(self, files: Sequence[DataFile], expr: pc.Expression) -> list[DataFile]:
         schema = self.schema
@@ -175,7 +208,7 @@ class Snapshot:
 
     def file_urls(self, filter: Any = None) -> list[str]:
         """Full URLs of the live files (for engines such as Spark)."""
-        if normalize_filter(filter) is None:  # straight from the path column
+        if filter is None:  # straight from the path column
             prefix = self.storage.url("") + "/"
             return [prefix + p for p in self.file_table.column("path").to_pylist()]
         return [self.storage.url(f.path) for f in self.files(filter)]
@@ -212,7 +245,7 @@ class Snapshot:
 
         A referenced data file deleted outside lakelog is a :class:`DataFileMissingError`.
         """
-        expr = normalize_filter(filter)
+        _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         dataset = self.dataset(expr)
         with self._reading():
@@ -228,7 +261,7 @@ class Snapshot:
                 f"expected batch_size to be an integer > 0 (rows), found {batch_size!r}; "
                 f"pass a whole number of rows such as batch_size=65536."
             )
-        expr = normalize_filter(filter)
+        _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         return self._stream(self.dataset(expr), cols, expr, batch_size)
 
@@ -299,19 +332,33 @@ def _empty_state() -> tuple[Metadata | None, pa.Table]:
     return None, FILES_SCHEMA.empty_table()
 
 
-def _finish(storage: Storage, state: ReplayState) -> Snapshot:
+class _Carry(NamedTuple):
+    """Typed columns of the snapshot a new one advanced from, to derive its own."""
+
+    schema: pa.Schema
+    columns: FileStatsColumns
+    keep: pa.BooleanArray | None
+    added: pa.Table | None
+
+
+def _finish(storage: Storage, state: ReplayState, base: Snapshot | None = None) -> Snapshot:
     if state.metadata is None:
         raise CorruptLogError(
             f"expected a metadata action at or before version {state.version} of "
             f"{storage.uri}, found none; the log is damaged."
         )
+    files, keep, added = state.split()
+    carry = None
+    if base is not None and "stats_columns" in base.__dict__:
+        carry = _Carry(base.schema, base.stats_columns, keep, added)
     return Snapshot(
         storage,
         version=state.version,
         timestamp_ms=state.timestamp_ms,
         metadata=state.metadata,
-        files=state.files(),
+        files=files,
         oldest_version=state.oldest_version,
+        carry=carry,
     )
 
 
@@ -474,7 +521,7 @@ def advance(snapshot: Snapshot, commits: Sequence[Commit]) -> Snapshot:
     )
     for c in commits:
         state.apply(c)
-    return _finish(snapshot.storage, state)
+    return _finish(snapshot.storage, state, snapshot)
 
 
 def version_as_of(storage: Storage, when: dt.datetime | int) -> int:

@@ -405,8 +405,11 @@ def test_files_dataset_and_columns(many_files: tuple[lakelog.Table, pa.Table]) -
         snap.to_arrow(columns=["id", "nope"])
     with pytest.raises(InvalidArgumentError):
         snap.to_arrow(filter=pc.field("nope") == 1)
+    assert snap.files(filter="id < 30") == snap.files([("id", "<", 30)])  # SQL-like text
     with pytest.raises(InvalidArgumentError):
-        snap.files(filter="id > 3")
+        snap.files(filter=42)
+    with pytest.raises(InvalidArgumentError, match="nope"):
+        snap.files(filter="nope > 3")
 
 
 def test_reads_never_list_folders(tmp_path: Path) -> None:

@@ -1,0 +1,178 @@
+"""Typed columns of a file set: partition values and statistics in the table's own types.
+
+The file set keeps partition values and statistics as JSON text per file (the
+version-1 manifest and commit form). Pruning needs them as typed Arrow arrays, one
+row per file, so a filter is a handful of vectorized comparisons instead of one
+expression per file. This module builds those arrays from the JSON columns in one
+pass of Arrow's JSON reader (C++, multi-threaded): no Python per file.
+
+Conversions follow ``docs/format.md`` ("Statistics"): numbers as numbers, strings
+as strings, dates, times and timestamps as their integer physical value, decimals as
+strings. A value that does not convert leaves that column's bounds unknown (null),
+which keeps files: pruning stays conservative whatever the log holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from ..filters import FileStatsColumns
+
+__all__ = ["concat_stats_columns", "filter_stats_columns", "stats_columns"]
+
+log = logging.getLogger("lakelog")
+
+_BLOCK = 1 << 24
+
+
+def _bounds_type(t: pa.DataType) -> pa.DataType | None:
+    """The JSON-side type of a column's bounds (None: the column has no bounds)."""
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return t
+    if pa.types.is_floating(t):
+        return pa.float64()
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_decimal(t):
+        return pa.string()
+    if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
+        return pa.int64()
+    return None
+
+
+def _to_type(values: pa.Array, t: pa.DataType, *, physical: bool = True) -> pa.Array | None:
+    """Values in the column's type, or None when they do not convert. ``physical``:
+    temporal values are integers (statistics), else their string form (partitions)."""
+    try:
+        if physical and (pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)):
+            storage = pa.int32() if t.bit_width == 32 else pa.int64()
+            return values.cast(storage).cast(t)
+        return values.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        log.debug("statistics of a %s column do not convert (%s); treated as unknown", t, e)
+        return None
+
+
+def _read_lines(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
+    """Parse a column of JSON objects (null = ``{}``) into a table of ``schema``."""
+    text = pc.fill_null(column.cast(pa.large_string()), "{}").combine_chunks()
+    empty, newline = pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
+    lines = pc.binary_join_element_wise(text, empty, newline)
+    offsets = np.frombuffer(
+        lines.buffers()[1], dtype=np.int64, count=len(lines) + 1, offset=lines.offset * 8
+    )
+    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    return pj.read_json(
+        pa.BufferReader(data),
+        read_options=pj.ReadOptions(block_size=_BLOCK),
+        parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+    )
+
+
+def _bounded(schema: pa.Schema, partition_by: tuple[str, ...]) -> dict[str, pa.DataType]:
+    """Columns that can have bounds, with the JSON-side type of their bounds."""
+    return {
+        f.name: bt
+        for f in schema
+        if f.name not in partition_by and (bt := _bounds_type(f.type)) is not None
+    }
+
+
+def _field(table: pa.Table, struct: str, name: str) -> pa.Array:
+    return pc.struct_field(table.column(struct).combine_chunks(), name)
+
+
+def stats_columns(
+    files: pa.Table, schema: pa.Schema, partition_by: tuple[str, ...]
+) -> FileStatsColumns:
+    """Typed partition values, bounds and null counts of every file of ``files``
+    (a table of :data:`~lakelog.log.files.FILES_SCHEMA`), one row per file."""
+    n = files.num_rows
+    partition: dict[str, pa.Array] = {}
+    if not n:  # typed empty columns, so that concatenating keeps every column
+        none = pa.array([], pa.int64())
+        return FileStatsColumns(
+            num_rows=none,
+            partition={c: pa.array([], schema.field(c).type) for c in partition_by},
+            min={c: pa.array([], schema.field(c).type) for c in _bounded(schema, partition_by)},
+            max={c: pa.array([], schema.field(c).type) for c in _bounded(schema, partition_by)},
+            null_count={f.name: none for f in schema if f.name not in partition_by},
+        )
+    if partition_by:
+        text = pa.schema([pa.field(c, pa.string()) for c in partition_by])
+        parsed = _read_lines(files.column("partition"), text)
+        for c in partition_by:
+            typed = _to_type(
+                parsed.column(c).combine_chunks(), schema.field(c).type, physical=False
+            )
+            if typed is not None:
+                partition[c] = typed
+    bounds = _bounded(schema, partition_by)
+    counted = [f.name for f in schema if f.name not in partition_by]
+    mins: dict[str, pa.Array] = {}
+    maxs: dict[str, pa.Array] = {}
+    nulls: dict[str, pa.Array] = {}
+    if bounds or counted:
+        struct_of = pa.struct([pa.field(name, bt) for name, bt in bounds.items()])
+        stats_schema = pa.schema(
+            [
+                pa.field("min", struct_of),
+                pa.field("max", struct_of),
+                pa.field("null_count", pa.struct([pa.field(c, pa.int64()) for c in counted])),
+            ]
+        )
+        parsed = _read_lines(files.column("stats"), stats_schema)
+        for name in bounds:
+            t = schema.field(name).type
+            lo = _to_type(_field(parsed, "min", name), t)
+            hi = _to_type(_field(parsed, "max", name), t)
+            if lo is not None and hi is not None:
+                mins[name], maxs[name] = lo, hi
+        for name in counted:
+            nulls[name] = _field(parsed, "null_count", name)
+    return FileStatsColumns(
+        num_rows=files.column("num_rows").combine_chunks(),
+        partition=partition,
+        min=mins,
+        max=maxs,
+        null_count=nulls,
+    )
+
+
+def filter_stats_columns(columns: FileStatsColumns, keep: pa.BooleanArray) -> FileStatsColumns:
+    """The rows of ``columns`` where ``keep`` is true."""
+
+    def sub(arrays: Mapping[str, pa.Array]) -> dict[str, pa.Array]:
+        return {name: a.filter(keep) for name, a in arrays.items()}
+
+    return FileStatsColumns(
+        num_rows=columns.num_rows.filter(keep),
+        partition=sub(columns.partition),
+        min=sub(columns.min),
+        max=sub(columns.max),
+        null_count=sub(columns.null_count),
+    )
+
+
+def concat_stats_columns(
+    first: FileStatsColumns, second: FileStatsColumns | None
+) -> FileStatsColumns:
+    """The rows of ``first`` then those of ``second``; a column either side lacks
+    (its bounds did not convert) is unknown for all rows."""
+    if second is None:
+        return first
+
+    def both(a: Mapping[str, pa.Array], b: Mapping[str, pa.Array]) -> dict[str, pa.Array]:
+        return {name: pa.concat_arrays([a[name], b[name]]) for name in a.keys() & b.keys()}
+
+    return FileStatsColumns(
+        num_rows=pa.concat_arrays([first.num_rows, second.num_rows]),
+        partition=both(first.partition, second.partition),
+        min=both(first.min, second.min),
+        max=both(first.max, second.max),
+        null_count=both(first.null_count, second.null_count),
+    )
