@@ -56,6 +56,7 @@ from .tree import (
     Or,
     Predicate,
     Unknown,
+    predicate_columns,
     to_expression,
 )
 
@@ -72,5 +73,6 @@ __all__ = [
     "Unknown",
     "parse_filter",
     "prune_mask",
+    "predicate_columns",
     "to_expression",
 ]

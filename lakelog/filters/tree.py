@@ -113,6 +113,18 @@ class FileStatsColumns:
     """column -> int64 null counts (null: unknown)"""
 
 
+def predicate_columns(pred: Predicate) -> frozenset[str]:
+    """Columns whose partition values or statistics pruning ``pred`` reads (an
+    :class:`Unknown` part reads none: it keeps every file)."""
+    if isinstance(pred, (Compare, In, IsNull)):
+        return frozenset((pred.column,))
+    if isinstance(pred, (And, Or)):
+        return frozenset().union(*(predicate_columns(p) for p in pred.parts))
+    if isinstance(pred, Not):
+        return predicate_columns(pred.part)
+    return frozenset()
+
+
 # -- row semantics ------------------------------------------------------------------------
 
 FUNCS: dict[str, Callable[..., pc.Expression]] = {

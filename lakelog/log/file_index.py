@@ -15,7 +15,7 @@ which keeps files: pruning stays conservative whatever the log holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -87,10 +87,19 @@ def _field(table: pa.Table, struct: str, name: str) -> pa.Array:
 
 
 def stats_columns(
-    files: pa.Table, schema: pa.Schema, partition_by: tuple[str, ...]
+    files: pa.Table,
+    schema: pa.Schema,
+    partition_by: tuple[str, ...],
+    *,
+    columns: Collection[str] | None = None,
 ) -> FileStatsColumns:
     """Typed partition values, bounds and null counts of every file of ``files``
-    (a table of :data:`~lakelog.log.files.FILES_SCHEMA`), one row per file."""
+    (a table of :data:`~lakelog.log.files.FILES_SCHEMA`), one row per file; only of
+    ``columns`` when given (a filter on partition columns parses no statistics)."""
+    if columns is not None:
+        wanted = set(columns)
+        partition_by = tuple(c for c in partition_by if c in wanted)
+        schema = pa.schema([f for f in schema if f.name in wanted])
     n = files.num_rows
     partition: dict[str, pa.Array] = {}
     if not n:  # typed empty columns, so that concatenating keeps every column

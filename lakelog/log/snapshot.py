@@ -35,7 +35,15 @@ from ..errors import (
     VersionExpiredError,
     VersionNotFoundError,
 )
-from ..filters import FileStatsColumns, Predicate, Unknown, parse_filter, prune_mask, to_expression
+from ..filters import (
+    FileStatsColumns,
+    Predicate,
+    Unknown,
+    parse_filter,
+    predicate_columns,
+    prune_mask,
+    to_expression,
+)
 from ..stats import file_guarantee, filter_is_null_sensitive, referenced_columns
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
@@ -56,6 +64,8 @@ from .manifests import read_hint, read_hint_oldest, read_manifest, read_manifest
 __all__ = ["Snapshot", "load_snapshot", "oldest_readable_version", "version_as_of"]
 
 _PRUNE_FS = pafs.LocalFileSystem()
+_COLUMN_SETS = 8
+"""Column sets whose typed columns a snapshot keeps before it starts over."""
 
 
 class Snapshot:
@@ -85,6 +95,7 @@ class Snapshot:
         self.oldest_version = oldest_version
         """Oldest readable version as of this version (0: nothing expired)."""
         self._carry = carry
+        self._built: dict[frozenset[str] | None, FileStatsColumns] = {}
 
     def __repr__(self) -> str:
         return (
@@ -144,17 +155,40 @@ class Snapshot:
         in ``file_table`` order: what pruning compares. Built once per snapshot from
         the log's JSON columns, or carried over from the snapshot this one advanced
         from (its rows still live, then the added files')."""
-        carry, self._carry = self._carry, None
-        if carry is not None and carry.schema.equals(self.schema):
-            return concat_stats_columns(
-                carry.columns
-                if carry.keep is None
-                else filter_stats_columns(carry.columns, carry.keep),
+        return self._columns(None)
+
+    def _columns_for(self, pred: Predicate) -> FileStatsColumns:
+        """The typed columns pruning ``pred`` needs: all of them once built, else only
+        the columns it refers to (a partition filter then parses no statistics)."""
+        if "stats_columns" in self.__dict__:
+            return self.stats_columns
+        return self._columns(predicate_columns(pred))
+
+    def _columns(self, names: frozenset[str] | None) -> FileStatsColumns:
+        """Typed columns of ``names`` (None: all), cached per column set; derived from
+        the carried columns of the previous snapshot when it had built them."""
+        cached = self._built.get(names)
+        if cached is not None:
+            return cached
+        carry = self._carry
+        base = None if carry is None else carry.columns.get(names)
+        if carry is not None and base is not None and carry.schema.equals(self.schema):
+            built = concat_stats_columns(
+                base if carry.keep is None else filter_stats_columns(base, carry.keep),
                 None
                 if carry.added is None
-                else stats_columns(carry.added, self.schema, self.partition_by),
+                else stats_columns(carry.added, self.schema, self.partition_by, columns=names),
             )
-        return stats_columns(self.file_table, self.schema, self.partition_by)
+        else:
+            built = stats_columns(self.file_table, self.schema, self.partition_by, columns=names)
+        if carry is not None:  # each carried set is used once: then let it go
+            carry.columns.pop(names, None)
+            if not carry.columns:
+                self._carry = None
+        if len(self._built) >= _COLUMN_SETS:
+            self._built.clear()
+        self._built[names] = built
+        return built
 
     def _filter(self, filter: Any) -> tuple[Predicate | None, pc.Expression | None]:
         """A filter as lakelog's predicate (for pruning) and as a row expression."""
@@ -178,7 +212,7 @@ class Snapshot:
             return list(self._all_files)
         if isinstance(pred, Unknown):  # a shape lakelog does not model: pyarrow decides
             return self._prune(self._all_files, expr)
-        keep = prune_mask(pred, self.stats_columns)
+        keep = prune_mask(pred, self._columns_for(pred))
         if "_all_files" in self.__dict__:
             return list(itertools.compress(self._all_files, keep.to_pylist()))
         return data_files(self.file_table.filter(keep))
@@ -333,10 +367,11 @@ def _empty_state() -> tuple[Metadata | None, pa.Table]:
 
 
 class _Carry(NamedTuple):
-    """Typed columns of the snapshot a new one advanced from, to derive its own."""
+    """Typed columns the snapshot a new one advanced from had built (by column set,
+    None: all), to derive its own from: the base rows ``keep`` selects, then ``added``."""
 
     schema: pa.Schema
-    columns: FileStatsColumns
+    columns: dict[frozenset[str] | None, FileStatsColumns]
     keep: pa.BooleanArray | None
     added: pa.Table | None
 
@@ -349,8 +384,8 @@ def _finish(storage: Storage, state: ReplayState, base: Snapshot | None = None) 
         )
     files, keep, added = state.split()
     carry = None
-    if base is not None and "stats_columns" in base.__dict__:
-        carry = _Carry(base.schema, base.stats_columns, keep, added)
+    if base is not None and base._built:
+        carry = _Carry(base.schema, dict(base._built), keep, added)
     return Snapshot(
         storage,
         version=state.version,
