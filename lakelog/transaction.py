@@ -277,9 +277,15 @@ class Transaction:
                 base, winners = self._restart(), []  # winners were expired meanwhile
                 version, parent_ts = base.version + 1, base.timestamp_ms
                 continue
-            for c in new:
-                if c.header.txn_id == self.txn_id:
-                    return self._landed(c, base, winners, attempt)
+            mine = next((c for c in new if c.header.txn_id == self.txn_id), None)
+            if mine is not None:  # an earlier put whose outcome was unknown did land
+                if self._readable(mine):
+                    before = [c for c in new if c.header.version < mine.header.version]
+                    return self._landed(mine, base, [*winners, *before], attempt)
+                self._withdraw(mine.header.version)
+                base, winners = self._restart(), []
+                version, parent_ts = base.version + 1, base.timestamp_ms
+                continue
             winners.extend(new)
             # the rebase callback first (it may drop actions, e.g. abandoned groups),
             # then the conflict rules on what is left
