@@ -15,7 +15,15 @@ from ..errors import InvalidArgumentError
 from ..maintenance.clustering.planner import ClusterPlan
 from ..maintenance.clustering.run import execute_cluster_plan, optimize_report, prepare_optimize
 from ..maintenance.options import execution_options
-from .common import add_table_args, human_bytes, open_from_args, parse_size, print_json
+from .common import (
+    add_run_args,
+    add_table_args,
+    count_arg,
+    human_bytes,
+    open_from_args,
+    print_json,
+    size_arg,
+)
 from .maintenance import (
     partition_filter_of,
     progress_bar,
@@ -34,23 +42,6 @@ def _columns(text: str) -> list[str]:
     return cols
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
-    return value
-
-
-def _size(text: str) -> int:
-    value = parse_size(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a size > 0, found {text!r}")
-    return value
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "optimize",
@@ -65,10 +56,10 @@ def register(sub: Any) -> None:
     which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
     which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
     g.add_argument("--curve", choices=("hilbert", "zorder"), default=None)
-    g.add_argument("--target-file-size", type=_size, metavar="SIZE", help="e.g. 128MiB")
-    g.add_argument("--max-group-bytes", type=_size, metavar="SIZE", help="in-memory sort budget")
+    g.add_argument("--target-file-size", type=size_arg, metavar="SIZE", help="e.g. 128MiB")
+    g.add_argument("--max-group-bytes", type=size_arg, metavar="SIZE", help="in-memory sort budget")
     g.add_argument("--compression", default=None, help="codec of the new files")
-    g.add_argument("--row-group-size", type=_count, default=None, metavar="ROWS")
+    g.add_argument("--row-group-size", type=count_arg, default=None, metavar="ROWS")
     g.add_argument(
         "--partition",
         action="append",
@@ -77,37 +68,7 @@ def register(sub: Any) -> None:
         help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
     )
     g.add_argument("--full", action="store_true", help="recluster everything (new boundaries)")
-    g = p.add_argument_group("execution")
-    g.add_argument(
-        "--max-concurrent-groups",
-        type=_count,
-        default=None,
-        metavar="N",
-        help="groups clustered in parallel (default 2)",
-    )
-    g.add_argument(
-        "--max-bytes-per-second",
-        type=_size,
-        metavar="SIZE",
-        help="pace reads to this rate in total, e.g. 50MiB",
-    )
-    g.add_argument(
-        "--partial-progress",
-        action="store_true",
-        help="commit every lakelog.compaction.groups_per_commit groups",
-    )
-    g = p.add_argument_group("plans")
-    g.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
-    g.add_argument("--plan-out", metavar="FILE", help="save the plan as JSON")
-    g.add_argument(
-        "--plan", metavar="FILE", help="execute a plan saved with --plan-out instead of planning"
-    )
-    g.add_argument(
-        "--verbose",
-        "-v",
-        action="store_true",
-        help="with --dry-run, list every source file of the plan",
-    )
+    add_run_args(p, verb="clustered")
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser(

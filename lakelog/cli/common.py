@@ -14,13 +14,16 @@ from ..errors import InvalidArgumentError
 from ..table import Table, open_table
 
 __all__ = [
+    "add_run_args",
     "add_table_args",
+    "count_arg",
     "human_bytes",
     "open_from_args",
     "parse_duration",
     "parse_size",
     "print_json",
     "print_rows",
+    "size_arg",
 ]
 
 
@@ -129,3 +132,57 @@ def parse_duration(text: str) -> dt.timedelta:
     if not m:
         raise argparse.ArgumentTypeError(f"expected a duration like 7d, 12h or 30m, found {text!r}")
     return dt.timedelta(seconds=float(m.group(1)) * _SECONDS[(m.group(2) or "s").lower()])
+
+
+def count_arg(text: str) -> int:
+    """argparse type: a whole number > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
+    return value
+
+
+def size_arg(text: str) -> int:
+    """argparse type: a size > 0 such as ``128MiB``."""
+    value = parse_size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size > 0, found {text!r}")
+    return value
+
+
+def add_run_args(p: argparse.ArgumentParser, *, verb: str) -> None:
+    """The execution and plan options every rewrite command (compact, optimize) takes;
+    ``verb`` says what happens to a group ("rewritten", "clustered")."""
+    g = p.add_argument_group("execution")
+    g.add_argument(
+        "--max-concurrent-groups",
+        type=count_arg,
+        metavar="N",
+        help=f"groups {verb} in parallel (default 2)",
+    )
+    g.add_argument(
+        "--max-bytes-per-second",
+        type=size_arg,
+        metavar="SIZE",
+        help="pace reads to this rate in total, e.g. 50MiB",
+    )
+    g.add_argument(
+        "--partial-progress",
+        action="store_true",
+        help="commit every lakelog.compaction.groups_per_commit groups",
+    )
+    g = p.add_argument_group("plans")
+    g.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
+    g.add_argument("--plan-out", metavar="FILE", help="save the plan as JSON")
+    g.add_argument(
+        "--plan", metavar="FILE", help="execute a plan saved with --plan-out instead of planning"
+    )
+    g.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="with --dry-run, list every source file of the plan",
+    )

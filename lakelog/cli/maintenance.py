@@ -18,7 +18,15 @@ from ..maintenance.compaction.run import dry_run_report, execute_plan
 from ..maintenance.executor import Progress
 from ..maintenance.options import execution_options
 from ..partitioning import typed_partition_value
-from .common import add_table_args, human_bytes, open_from_args, parse_size, print_json
+from .common import (
+    add_run_args,
+    add_table_args,
+    count_arg,
+    human_bytes,
+    open_from_args,
+    print_json,
+    size_arg,
+)
 from .messages import one_line
 
 if TYPE_CHECKING:
@@ -45,23 +53,6 @@ _PLANNING_OPTIONS = (
 )
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
-    return value
-
-
-def _size(text: str) -> int:
-    value = parse_size(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a size > 0, found {text!r}")
-    return value
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "compact",
@@ -74,25 +65,25 @@ def register(sub: Any) -> None:
     g = p.add_argument_group("planning")
     g.add_argument(
         "--target-file-size",
-        type=_size,
+        type=size_arg,
         metavar="SIZE",
         help="output file size, e.g. 128MiB (default: lakelog.target_file_size)",
     )
     g.add_argument(
         "--target-rows",
-        type=_count,
+        type=count_arg,
         metavar="N",
         help="rows per output file (alone: pack by rows; with a size: either bound)",
     )
     g.add_argument(
         "--min-file-size",
-        type=_size,
+        type=size_arg,
         metavar="SIZE",
         help="files below this are candidates (default: 75%% of the target)",
     )
     g.add_argument(
         "--min-input-files",
-        type=_count,
+        type=count_arg,
         metavar="N",
         help="rewrite groups of at least N files (default 2)",
     )
@@ -107,38 +98,12 @@ def register(sub: Any) -> None:
         "--compression", metavar="CODEC", help="codec of the new files (default: the table's)"
     )
     g.add_argument(
-        "--row-group-size", type=_count, metavar="ROWS", help="rows per row group of the new files"
+        "--row-group-size",
+        type=count_arg,
+        metavar="ROWS",
+        help="rows per row group of the new files",
     )
-    g = p.add_argument_group("execution")
-    g.add_argument(
-        "--max-concurrent-groups",
-        type=_count,
-        metavar="N",
-        help="groups rewritten in parallel (default 2)",
-    )
-    g.add_argument(
-        "--max-bytes-per-second",
-        type=_size,
-        metavar="SIZE",
-        help="pace reads to this rate in total, e.g. 50MiB",
-    )
-    g.add_argument(
-        "--partial-progress",
-        action="store_true",
-        help="commit every lakelog.compaction.groups_per_commit groups",
-    )
-    g = p.add_argument_group("plans")
-    g.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
-    g.add_argument("--plan-out", metavar="FILE", help="save the plan as JSON")
-    g.add_argument(
-        "--plan", metavar="FILE", help="execute a plan saved with --plan-out instead of planning"
-    )
-    g.add_argument(
-        "--verbose",
-        "-v",
-        action="store_true",
-        help="with --dry-run, list every source file of the plan",
-    )
+    add_run_args(p, verb="rewritten")
     p.set_defaults(func=cmd_compact)
 
 
