@@ -8,10 +8,11 @@ of the id domain keeps about 1% of the files) and ``value``. The same files,
 added by the same ``--log-commits`` (1,000) commits, are written
 
 * as a lakelog table through the public API (``create_table`` +
-  ``Table.commit_files``; the writer leaves whatever manifests it leaves), with
-  ``lakelog.manifest_interval`` set to half the commits while building, so
-  manifests sit at the middle and at the last data commit, then set back to
-  the default 10 in one more commit (the head: one commit past a manifest);
+  ``Table.commit_files``), with lakelog's default of a manifest every 10
+  versions: version-2 manifests, each written incrementally (a root plus the
+  leaves that changed), so there are manifests at the middle and at the last
+  data commit; then one more commit setting ``lakelog.manifest_interval`` to
+  its default (the head: one commit past a manifest);
 * as a Delta log (``_delta_log.write_delta_log``, schema and partition column
   patched into version 0) with delta-rs's own checkpoints at the middle and at
   the last data commit, and the same empty head commit.
@@ -21,8 +22,10 @@ same file set and the same distance to a manifest / checkpoint on both sides.
 Measured, side by side in one run (delta-rs in brackets):
 
 * cold open of the latest version, in a fresh process: ``lakelog.open_table``
-  [``DeltaTable(path)``], and then the full file list ``snapshot.files()``
-  [``file_uris()``];
+  [``DeltaTable(path)``], and then the full file list: ``snapshot.file_urls()``
+  [``file_uris()``], the same answer (one URL per file), and
+  ``snapshot.files()`` (a ``DataFile`` with partition values and statistics per
+  file, which delta-rs has no counterpart for);
 * one-partition plan ``snapshot.files([("day", "=", d)])``
   [``file_uris(file_pruning_predicate=[("day", "=", d)])``], warm (same
   process, after one warm-up call) and cold (fresh process: open + plan);
@@ -31,7 +34,7 @@ Measured, side by side in one run (delta-rs in brackets):
   it; also delta-rs pruning in Rust, ``file_uris(file_pruning_predicate=)``];
 * time travel to the middle version, cold: ``load_snapshot(storage, v)`` +
   ``files()`` [``DeltaTable(path, version=v)`` + ``file_uris()``];
-* small append commits (``--commits``, 200; ``--full``: 1,000) on a hard-linked
+* small append commits (``--commits``, 1,000) on a hard-linked
   copy of each table and of a 1,000-file table (the baseline): latency
   p50 / p99 / max of ``Table.append`` [``write_deltalake(DeltaTable,
   mode="append")``] of the same 10-row batch, and log bytes written per commit
@@ -45,8 +48,8 @@ means a fresh interpreter (imports excluded from the time); the OS page cache
 is warm.
 
     nice -n 10 python benchmarks/bench_scale.py            # 100k and 1M files
-    python benchmarks/bench_scale.py --quick               # 10k and 100k, ~40 s
-    python benchmarks/bench_scale.py --full                # + 10M, 1,000 commits
+    python benchmarks/bench_scale.py --quick               # 10k and 100k, ~1 min
+    python benchmarks/bench_scale.py --full                # + 10M files
 
 Generated logs are cached under ``benchmarks/data/scale/`` (git-ignored),
 keyed by the parameters and the lakelog version; ``--rebuild`` regenerates
@@ -97,7 +100,7 @@ ROWS_PER_FILE = 10_000
 FIRST_DAY = dt.date(2000, 1, 1)
 DEFAULT_INTERVAL = 10
 """``lakelog.manifest_interval`` of the finished table (lakelog's default)."""
-GENERATOR = 1
+GENERATOR = 3
 """Bump when the generated logs change, to invalidate the cache."""
 
 SCHEMA = pa.schema(
@@ -202,12 +205,7 @@ def build_lakelog(path: Path, shape: Shape) -> None:
     """The lakelog table, written by lakelog's own writer (public API only)."""
     import lakelog
 
-    table = lakelog.create_table(
-        str(path),
-        SCHEMA,
-        partition_by=["day"],
-        properties={"lakelog.manifest_interval": shape.mid},
-    )
+    table = lakelog.create_table(str(path), SCHEMA, partition_by=["day"])
     commits = scale_commits(shape.n_files, shape.n_commits)
     next(commits)  # version 0: the creation above
     for v in range(1, shape.n_commits + 1):
@@ -309,6 +307,9 @@ def lakelog_cold(uri: str, what: str, arg: Any = None) -> dict[str, Any]:
         t_open, snap = _timed(lambda: _latest(uri))
         t_files, files = _timed(snap.files)
         return {"open": t_open, "open_files": t_open + t_files, "files": len(files)}
+    if what == "open_urls":
+        seconds, urls = _timed(lambda: _latest(uri).file_urls())
+        return {"seconds": seconds, "files": len(urls)}
     if what == "partition":
         seconds, files = _timed(lambda: _latest(uri).files([("day", "=", arg)]))
         return {"seconds": seconds, "files": len(files)}
@@ -535,9 +536,21 @@ def measure_reads(res: Results, shape: Shape, paths: dict[str, Path], runs: int)
         if n != size:
             raise AssertionError(f"latest version: {n} files, expected {size}")
     res.add(size, "cold open (latest)", a["open"], b["open"])
+    u = _median_cold("lakelog_cold", ll, "open_urls", None, runs)
+    if u["files"] != size:
+        raise AssertionError(f"latest version: {u['files']} URLs, expected {size}")
     res.add(
         size,
-        "cold open + all files",
+        "cold open + all file URLs",
+        u["seconds"],
+        b["open_files"],
+        ll_rss=u["rss"],
+        dl_rss=b["rss"],
+        files=f"{size:,}",
+    )
+    res.add(
+        size,
+        "cold open + all DataFiles (delta-rs: URLs)",
         a["open_files"],
         b["open_files"],
         ll_rss=a["rss"],
@@ -658,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     mode.add_argument("--full", action="store_true", help="+ 10M files, 1,000 appends")
     ap.add_argument("--sizes", default=None, help="comma-separated live file counts")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement (median)")
-    ap.add_argument("--commits", type=int, default=None, help="appends per table (200)")
+    ap.add_argument("--commits", type=int, default=None, help="appends per table (1000)")
     ap.add_argument("--log-commits", type=int, default=None, help="commits building a log (1000)")
     ap.add_argument("--data", default=str(BENCH_DIR / "data" / "scale"))
     ap.add_argument("--rebuild", action="store_true", help="regenerate the cached logs")
@@ -666,11 +679,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     if args.quick:
-        sizes, n_appends, log_commits = [10_000, 100_000], 20, 100
+        sizes, n_appends, log_commits = [10_000, 100_000], 40, 100
     elif args.full:
         sizes, n_appends, log_commits = [100_000, 1_000_000, 10_000_000], 1_000, 1_000
     else:
-        sizes, n_appends, log_commits = [100_000, 1_000_000], 200, 1_000
+        sizes, n_appends, log_commits = [100_000, 1_000_000], 1_000, 1_000
     if args.sizes:
         sizes = [int(s) for s in args.sizes.split(",")]
     n_appends = args.commits or n_appends

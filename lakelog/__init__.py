@@ -9,13 +9,17 @@
 """
 
 from .__about__ import __version__
+from .changes import ChangeResult, FileChange, MergeReport
 from .errors import (
+    AppVersionCommittedError,
     CommitConflictError,
     CorruptLogError,
     DataFileMissingError,
+    DeltaViewError,
     InvalidArgumentError,
     LakelogError,
     LeaseExpiredError,
+    MissingDependencyError,
     SchemaMismatchError,
     StorageNotSupportedError,
     TableExistsError,
@@ -24,21 +28,34 @@ from .errors import (
     VersionExpiredError,
     VersionNotFoundError,
 )
+from .interop.convert import convert
+from .interop.delta import (
+    delta_view_status,
+    disable_delta_view,
+    enable_delta_view,
+    sync_delta_view,
+)
 from .log.actions import DataFile, FileStats
 from .log.snapshot import Snapshot
 from .table import Table, create_table, open_table, write_table
 from .transaction import CommitResult
 
 __all__ = [
+    "AppVersionCommittedError",
+    "ChangeResult",
     "CommitConflictError",
     "CommitResult",
     "CorruptLogError",
     "DataFile",
     "DataFileMissingError",
+    "DeltaViewError",
+    "FileChange",
     "FileStats",
     "InvalidArgumentError",
     "LakelogError",
     "LeaseExpiredError",
+    "MergeReport",
+    "MissingDependencyError",
     "SchemaMismatchError",
     "Snapshot",
     "StorageNotSupportedError",
@@ -49,7 +66,12 @@ __all__ = [
     "VersionExpiredError",
     "VersionNotFoundError",
     "__version__",
+    "convert",
     "create_table",
+    "delta_view_status",
+    "disable_delta_view",
+    "enable_delta_view",
     "open_table",
+    "sync_delta_view",
     "write_table",
 ]

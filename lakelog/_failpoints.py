@@ -9,8 +9,9 @@ Set ``LAKELOG_PAUSE_AT=<name>:<path>`` (comma-separated pairs allowed; the
 path follows the last ``:``, so names may hold ``:``) and the process, on
 reaching ``pausepoint("<name>")``, creates ``<path>.paused`` and then waits
 until ``<path>`` exists (at most 60 s), so a test can run another process in
-exactly that window and then let it go on. Each named pause fires once per
-process.
+exactly that window and then let it go on. Each pause (a name with its path)
+fires once per process, so tests in one process that pause at the same name with
+their own paths do not disarm each other.
 
 Unset, either costs one dictionary lookup.
 """
@@ -23,7 +24,7 @@ import time
 
 __all__ = ["failpoint", "pausepoint"]
 
-_PAUSED: set[str] = set()
+_PAUSED: set[tuple[str, str]] = set()
 
 
 def failpoint(name: str) -> None:
@@ -34,12 +35,12 @@ def failpoint(name: str) -> None:
 
 def pausepoint(name: str) -> None:
     wanted = os.environ.get("LAKELOG_PAUSE_AT")
-    if not wanted or name in _PAUSED:
+    if not wanted:
         return
     for pair in wanted.split(","):
         point, _, path = pair.rpartition(":")  # names may hold ":", the path not
-        if point == name and path:
-            _PAUSED.add(name)
+        if point == name and path and (name, path) not in _PAUSED:
+            _PAUSED.add((name, path))
             with open(f"{path}.paused", "w"):
                 pass
             deadline = time.monotonic() + 60

@@ -6,14 +6,18 @@ Every error says what was expected, what was found and what to do.
 from __future__ import annotations
 
 __all__ = [
+    "AppVersionCommittedError",
     "CommitConflictError",
     "CorruptLogError",
     "DataFileMissingError",
+    "DeltaViewError",
     "InvalidArgumentError",
     "LogGapError",
     "LakelogError",
     "LeaseExpiredError",
     "MaintenanceFailedError",
+    "MissingDependencyError",
+    "ManifestLeafError",
     "SchemaMismatchError",
     "SparkEnvironmentError",
     "StorageNotSupportedError",
@@ -60,6 +64,28 @@ class CommitConflictError(LakelogError):
         self.conflicting_files = conflicting_files
 
 
+class AppVersionCommittedError(CommitConflictError):
+    """Another commit recorded ``app_version`` (or a later one) of ``app_id`` first:
+    this transaction's batch is already in the table, so it did not commit.
+
+    ``winning_version`` is the commit that recorded ``recorded_version``. Writers that
+    take ``app_id``/``app_version`` catch it and report that commit as skipped."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        app_id: str,
+        app_version: int,
+        recorded_version: int,
+        winning_version: int,
+    ) -> None:
+        super().__init__(message, winning_version=winning_version)
+        self.app_id = app_id
+        self.app_version = app_version
+        self.recorded_version = recorded_version
+
+
 class SchemaMismatchError(LakelogError):
     """Data does not match the table schema."""
 
@@ -99,6 +125,15 @@ class LogGapError(CorruptLogError):
         super().__init__(message)
         self.missing = missing
         self.found = found
+
+
+class ManifestLeafError(CorruptLogError):
+    """A leaf of a version-2 manifest is missing or damaged. Readers then resolve the
+    version without that manifest (from an older one or by replay)."""
+
+    def __init__(self, message: str, *, leaf: str) -> None:
+        super().__init__(message)
+        self.leaf = leaf
 
 
 class StorageNotSupportedError(LakelogError):
@@ -149,3 +184,14 @@ class LeaseExpiredError(LakelogError):
         super().__init__(message)
         self.missing_files = missing_files
         self.expired_s = expired_s
+
+
+class DeltaViewError(LakelogError):
+    """The Delta-compatible view (``lakelog.delta_view``) cannot be written: the table
+    has a type Delta cannot express, or ``_delta_log/`` holds commits lakelog did not
+    write (see ``docs/delta-view.md``). The lakelog table itself is unaffected."""
+
+
+class MissingDependencyError(LakelogError, ImportError):
+    """An optional package a call needs (DuckDB, polars, pandas) is not installed;
+    the message names the ``pip install`` that fixes it."""

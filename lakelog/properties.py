@@ -150,6 +150,13 @@ PROPERTIES: dict[str, Property] = {
             "lakelog.manifest_interval", "int", "10", "write a manifest every N versions", low=1
         ),
         Property(
+            "lakelog.manifest.leaf_files",
+            "int",
+            "16384",
+            "files per leaf of a version-2 manifest",
+            low=1,
+        ),
+        Property(
             "lakelog.commit.max_attempts",
             "int",
             "100",
@@ -181,6 +188,43 @@ PROPERTIES: dict[str, Property] = {
             "zstd",
             "Parquet codec of new data files",
             choices=CODECS,
+        ),
+        # skipping inside files (lakelog/io/parquet_settings.py, docs/skipping.md)
+        Property(
+            "lakelog.parquet.page_index",
+            "bool",
+            "true",
+            "write the column and offset index (per-page statistics) in new data files",
+        ),
+        Property(
+            "lakelog.parquet.bloom_filter_columns",
+            "str",
+            "",
+            "comma-separated columns with a bloom filter in every row group of new data files",
+        ),
+        Property(
+            "lakelog.parquet.bloom_filter_fpp",
+            "float",
+            "0.01",
+            "false-positive probability each bloom filter is sized for",
+            low=0,
+            high=0.5,
+            low_open=True,
+        ),
+        Property(
+            "lakelog.parquet.bloom_filter_ndv",
+            "int",
+            "0",
+            "distinct values per row group each bloom filter is sized for "
+            "(0: counted from each file's first row group)",
+            low=0,
+        ),
+        Property(
+            "lakelog.parquet.data_page_size",
+            "int",
+            str(MiB),
+            "target encoded size of a Parquet data page in bytes",
+            low=1024,
         ),
         # compaction (Iceberg's defaults: candidates are files below 75% of the target)
         Property(
@@ -273,6 +317,13 @@ PROPERTIES: dict[str, Property] = {
             "600",
             "a writer's lease expires this many seconds after its last heartbeat",
             low=1,
+        ),
+        # the Delta-compatible view (lakelog/interop/delta/, docs/delta-view.md)
+        Property(
+            "lakelog.delta_view",
+            "bool",
+            "false",
+            "keep a Delta-compatible view of every version under _delta_log/",
         ),
     ]
 }

@@ -236,3 +236,15 @@ def utc_ms(value: dt.datetime) -> int:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.timezone.utc)
     return int(value.timestamp() * 1000)
+
+
+def filter_may_select_nan(expr: pc.Expression, schema: pa.Schema) -> bool:
+    """Whether ``expr`` may select NaN values of a floating-point column (``is_nan``,
+    ``!=``, a negation). Arrow's Parquet row-group statistics leave NaN out, and its
+    statistics test trusts them: ``f != 0`` over ``[0.0, NaN]`` given to a scan (or to
+    ``ParquetFileFragment.subset(filter=...)``) returns nothing (pyarrow 26). Readers
+    filter such reads after the scan instead."""
+    text = str(expr)
+    if not any(tok in text for tok in ("is_nan", "!=", "invert", "not_equal")):
+        return False
+    return any(pa.types.is_floating(f.type) and f.name in text for f in schema)

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from ._failpoints import failpoint
 from .errors import (
+    AppVersionCommittedError,
     CommitConflictError,
     InvalidArgumentError,
     LakelogError,
@@ -20,24 +21,45 @@ from .errors import (
     TableExistsError,
     TableNotFoundError,
 )
+from .io.parquet_settings import check_parquet_properties, parquet_options
 from .io.schema import check_data_columns, check_schema, conform, duplicate_columns, to_reader
 from .io.writer import WriteOptions, check_codec, write_files
 from .leases import Lease
-from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, encode_schema
+from .log.actions import (
+    Action,
+    AddFile,
+    AppTransaction,
+    Commit,
+    CommitHeader,
+    Metadata,
+    encode_schema,
+)
 from .log.commits import commit_path, decode_commit, decode_header, list_log, read_tail
 from .log.manifests import read_hint
 from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
 from .partitioning import check_partition_columns, partition_string
 from .properties import get_int, get_str, validate_properties
 from .storage import Storage
-from .transaction import CommitResult, Kind, Rebase, Transaction
+from .transaction import (
+    CommitResult,
+    Kind,
+    Rebase,
+    Transaction,
+    app_commit,
+    app_transaction,
+    check_app_versions,
+    skipped_result,
+)
 
 __all__ = ["Table", "create_table", "open_table", "write_table"]
 
 if TYPE_CHECKING:
+    from .changes import ChangeResult, MergeReport
+    from .inspect import TableInspect
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
     from .maintenance.clustering.layout import ClusteringReport
     from .maintenance.report import MaintenanceReport
+    from .upgrade import UpgradeReport
 
 WriteMode = Literal["append", "overwrite", "error"]
 
@@ -195,12 +217,18 @@ class Table:
             row_group_size=row_group_size or get_int(props, "lakelog.row_group_size"),
             compression=check_codec(compression or get_str(props, "lakelog.compression")),
             tags=dict(tags or {}),
+            parquet=parquet_options(props),
         )
 
-    def _write(self, data: Any, lease: Lease) -> tuple[list[AddFile], int]:
+    def _write(
+        self, data: Any, lease: Lease, *, schema: pa.Schema | None = None
+    ) -> tuple[list[AddFile], int]:
+        """Write ``data`` as files of ``schema`` (default: the table's, checked here;
+        a given one was checked by :func:`~lakelog.changes.schema.plan_write`)."""
         reader = to_reader(data)
-        schema = self.schema
-        check_schema(reader.schema, schema)
+        if schema is None:
+            schema = self.schema
+            check_schema(reader.schema, schema)
         batches = (conform(b, schema) for b in reader if b.num_rows)
         adds = write_files(
             self.storage,
@@ -212,18 +240,53 @@ class Table:
         )
         return adds, sum(a.num_rows for a in adds)
 
-    def append(self, data: Any) -> CommitResult:
-        """Add rows (a Table, RecordBatch, RecordBatchReader or batches) in one commit."""
+    def append(
+        self,
+        data: Any,
+        *,
+        schema_mode: Literal["strict", "merge"] = "strict",
+        app_id: str | None = None,
+        app_version: int | None = None,
+    ) -> CommitResult:
+        """Add rows (a Table, RecordBatch, RecordBatchReader or batches) in one commit.
+
+        ``schema_mode="merge"`` evolves the schema in the same commit: the data's new
+        columns are added (nullable), columns it holds in a wider type are widened, and
+        columns it lacks are written as nulls (see ``docs/schema-evolution.md``).
+
+        ``app_id``/``app_version`` make the append exactly-once: it commits only if
+        ``app_version`` is newer than the version recorded for ``app_id``, atomically with
+        the rows; otherwise (a retried batch, or the same batch racing) nothing is written
+        and the result is the commit that recorded it, with ``skipped=True``.
+        """
+        from .changes.schema import check_schema_mode, plan_write
+
+        check_schema_mode(schema_mode)
+        app = app_transaction(app_id, app_version)
         snap = self._snapshot
+        if app is not None or schema_mode != "strict":
+            snap = self.refresh()._snapshot  # decide on the latest schema and app versions
+        done = skipped_result(snap, app, operation="APPEND")
+        if done is not None:
+            return done
         with Lease.acquire(self.storage, operation="APPEND", properties=snap.properties) as lease:
-            adds, rows = self._write(data, lease)
+            reader = to_reader(data)
+            plan = plan_write(snap, reader.schema, schema_mode)
+            adds, rows = self._write(reader, lease, schema=plan.schema)
             failpoint("append:before-commit")
+            actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+            actions += adds
+            parameters = plan.parameters()
+            if app is not None:
+                actions.append(app)
+                parameters.update(app_id=app.app_id, app_version=app.app_version)
             try:
                 return self.commit(
-                    adds,
+                    actions,
                     operation="APPEND",
                     kind="append",
                     read_snapshot=snap,
+                    parameters=parameters,
                     metrics={
                         "num_files": len(adds),
                         "num_rows": rows,
@@ -231,19 +294,59 @@ class Table:
                     },
                     lease=lease,
                 )
+            except AppVersionCommittedError as e:  # the same batch landed first
+                self.storage.delete([a.path for a in adds])
+                return CommitResult(
+                    version=app_commit(
+                        self.storage,
+                        e.app_id,
+                        e.app_version,
+                        recorded=e.recorded_version,
+                        recorded_at=e.winning_version if e.winning_version is not None else -1,
+                    ),
+                    attempts=0,
+                    operation="APPEND",
+                    skipped=True,
+                )
             except BaseException as e:
                 if _not_landed(e):
                     self.storage.delete([a.path for a in adds])
                 raise
 
     def overwrite(
-        self, data: Any, *, partitions: Sequence[Mapping[str, Any]] | None = None
+        self,
+        data: Any,
+        *,
+        partitions: Sequence[Mapping[str, Any]] | None = None,
+        where: Any = None,
+        schema_mode: Literal["strict", "merge"] = "strict",
     ) -> CommitResult:
         """Replace the whole table, or only the given partitions, with ``data``.
 
         ``partitions`` lists partition values, e.g. ``[{"date": date(2024, 1, 2)}]``;
-        every row of ``data`` must belong to one of them.
+        every row of ``data`` must belong to one of them. ``where`` (a predicate, as
+        for :meth:`delete`) replaces exactly the rows it matches, partitioned or not;
+        every row of ``data`` must match it (returns a :class:`~lakelog.changes.ChangeResult`).
+        ``schema_mode="merge"`` evolves the schema as for :meth:`append`.
         """
+        from .changes.schema import check_schema_mode, plan_write
+
+        check_schema_mode(schema_mode)
+        if where is not None:
+            if partitions is not None:
+                raise InvalidArgumentError(
+                    "expected partitions= or where=, found both; a predicate on the "
+                    "partition columns in where= says the same."
+                )
+            if schema_mode != "strict":
+                raise InvalidArgumentError(
+                    "expected schema_mode='strict' with where= (rows replaced by a "
+                    "predicate keep the table's schema), found 'merge'; evolve the schema "
+                    "first with add_columns() or widen_column()."
+                )
+            from .changes import overwrite_rows
+
+            return overwrite_rows(self, data, where)
         snap = self.refresh()._snapshot
         scope: list[dict[str, str | None]] | None = None
         if partitions is not None:
@@ -251,7 +354,9 @@ class Table:
         with Lease.acquire(
             self.storage, operation="OVERWRITE", properties=snap.properties
         ) as lease:
-            adds, rows = self._write(data, lease)
+            reader = to_reader(data)
+            plan = plan_write(snap, reader.schema, schema_mode)
+            adds, rows = self._write(reader, lease, schema=plan.schema)
             try:
                 if scope is not None:
                     keys = {tuple(sorted(p.items())) for p in scope}
@@ -270,14 +375,16 @@ class Table:
                     for f in snap.files()
                     if scope is None or {k: f.partition.get(k) for k in self.partition_by} in scope
                 ]
-                actions: list[Action] = [f.to_remove(deletion_ms=now) for f in replaced]
+                actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+                actions += [f.to_remove(deletion_ms=now) for f in replaced]
                 actions.extend(adds)
+                parameters = {"partitions": scope} if scope is not None else {}
                 return self.commit(
                     actions,
                     operation="OVERWRITE",
                     kind="overwrite",
                     read_snapshot=snap,
-                    parameters={"partitions": scope} if scope is not None else {},
+                    parameters={**parameters, **plan.parameters()},
                     metrics={
                         "num_files": len(adds),
                         "num_rows": rows,
@@ -301,12 +408,17 @@ class Table:
         parameters: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | None = None,
         lease: Lease | None = None,
+        app: AppTransaction | None = None,
     ) -> CommitResult:
         """Commit data files already written: add them, or (``overwrite``) replace
         every file live in ``read_snapshot`` with them. ``lease``: the writer lease
-        they were written under."""
+        they were written under; ``app``: the app version they are (exactly-once:
+        :class:`AppVersionCommittedError` if it is not newer than the recorded one)."""
         snap = read_snapshot or self._snapshot
         actions: list[Action] = list(adds)
+        if app is not None:
+            check_app_versions([app], snap.app_versions, snap.app_commits)
+            actions.append(app)
         metrics = dict(metrics or {})
         if mode == "overwrite":
             now = int(time.time() * 1000)
@@ -343,6 +455,63 @@ class Table:
             scope.append({k: partition_string(p[k]) for k in self.partition_by})
         return scope
 
+    # -- row-level changes (see lakelog.changes) -----------------------------------
+    def delete(self, where: Any, *, dry_run: bool = False) -> ChangeResult:
+        """Delete the rows matching ``where`` (a pyarrow Expression, DNF tuples or a
+        string such as ``"customer_id = 42"``; required: ``"true"`` deletes every row).
+
+        Only files whose statistics can match are read and only files holding a
+        matching row are rewritten, the rest of each kept row for row. Matching
+        nothing commits nothing (``result.committed`` is False). ``dry_run=True``
+        reports the files and rows that would change. See ``docs/changes.md``.
+        """
+        from .changes import delete_rows
+
+        return delete_rows(self, where, dry_run=dry_run)
+
+    def update(self, where: Any, *, set: Mapping[str, Any], dry_run: bool = False) -> ChangeResult:
+        """Set columns of the rows matching ``where``: ``set`` maps a column to a
+        value or a pyarrow Expression over the row's current values, checked against
+        the schema before anything is written. Rewrites like :meth:`delete`; updated
+        rows stay in place."""
+        from .changes import update_rows
+
+        return update_rows(self, where, set, dry_run=dry_run)
+
+    def merge(
+        self,
+        source: Any,
+        on: str | Sequence[str],
+        *,
+        when_matched: Literal["update", "delete", "ignore"] = "update",
+        when_not_matched: Literal["insert", "ignore"] = "insert",
+        when_not_matched_by_source: Literal["ignore", "delete"] = "ignore",
+        duplicates: Literal["error", "last", "first"] = "error",
+        dry_run: bool = False,
+    ) -> MergeReport:
+        """Upsert ``source`` (rows of the table's schema) by the key columns ``on``.
+
+        Matched target rows are updated in place, deleted or left alone
+        (``when_matched``); unmatched source rows are inserted or dropped
+        (``when_not_matched``); ``when_not_matched_by_source="delete"`` deletes
+        target rows no source row matches (and so reads every file). Source rows
+        sharing a key are an error unless ``duplicates`` is ``"last"`` or
+        ``"first"``. Only files that may hold a source key are read. The report
+        says rows inserted, updated, deleted and files rewritten.
+        """
+        from .changes import merge_rows
+
+        return merge_rows(
+            self,
+            source,
+            on,
+            when_matched=when_matched,
+            when_not_matched=when_not_matched,
+            when_not_matched_by_source=when_not_matched_by_source,
+            duplicates=duplicates,
+            dry_run=dry_run,
+        )
+
     def set_properties(self, properties: Mapping[str, Any]) -> CommitResult:
         """Change table properties (a metadata commit that conflicts with everything).
 
@@ -353,6 +522,7 @@ class Table:
         snap = self.refresh()._snapshot
         props = dict(snap.metadata.properties)
         props.update(changed)
+        check_parquet_properties(changed, snap.schema, snap.partition_by)
         md = Metadata(
             table_id=snap.metadata.table_id,
             schema=snap.metadata.schema,
@@ -368,6 +538,42 @@ class Table:
             read_snapshot=snap,
             parameters={"properties": changed},
         )
+
+    # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
+    def add_columns(self, columns: Any) -> CommitResult:
+        """Add nullable columns after the existing ones, in one metadata commit: a
+        ``pa.Field``, a list of them, a ``pa.Schema`` or ``{"name": pa.type()}``. Files
+        written before read them as null; nothing is rewritten."""
+        from .changes.schema import add_columns
+
+        return add_columns(self, columns)
+
+    def drop_columns(self, names: str | Sequence[str]) -> CommitResult:
+        """Remove columns (not partition columns) from the schema, in one metadata
+        commit. Files keep their values unread; a dropped name can be added back only
+        once no live file holds it (``docs/schema-evolution.md``)."""
+        from .changes.schema import drop_columns
+
+        return drop_columns(self, names)
+
+    def widen_column(self, name: str, type: pa.DataType) -> CommitResult:
+        """Change a column to a wider type (``int32`` -> ``int64``, ``float32`` ->
+        ``float64``, ...) in one metadata commit; older files are read converted."""
+        from .changes.schema import widen_column
+
+        return widen_column(self, name, type)
+
+    def restore(
+        self, version: int | None = None, *, as_of: dt.datetime | None = None
+    ) -> CommitResult:
+        """Make the latest version read exactly like ``version`` (or the version current
+        at ``as_of``) in one commit: its files and metadata come back, later files go.
+        Refuses, committing nothing, when expiry or vacuum already deleted files it
+        needs (:class:`DataFileMissingError` names them). ``skipped`` when the latest
+        version already reads like it. Recorded app versions stay."""
+        from .changes.restore import restore_table
+
+        return restore_table(self, version, as_of=as_of)
 
     # -- maintenance (see lakelog.maintenance) -------------------------------------
     # MAINTENANCE-METHODS (each maintenance module adds its delegating method here)
@@ -405,6 +611,15 @@ class Table:
         from .maintenance.cleanup.vacuum import vacuum
 
         return vacuum(self, older_than=older_than, dry_run=dry_run, force=force)
+
+    def upgrade(self) -> UpgradeReport:
+        """Move the table to format version 2 now: write a version-2 manifest (root and
+        leaves) at the latest version unless it has one. Commits nothing, so it never
+        conflicts with writers; tables otherwise move at their next manifest. See
+        :mod:`lakelog.upgrade` and ``docs/format.md``, "Upgrading a table"."""
+        from .upgrade import upgrade_table
+
+        return upgrade_table(self)
 
     def optimize(
         self,
@@ -516,6 +731,24 @@ class Table:
             dry_run=dry_run,
         )
 
+    # -- adopting files and metadata tables (lakelog.interop.convert, lakelog.inspect) --
+    def add_files(self, paths: Sequence[str] | str) -> CommitResult:
+        """Adopt Parquet files another tool wrote under the table's root (files, or
+        folders of them) in one append commit, after checking their schema and partition
+        folders; files already in the table are refused. See
+        :func:`lakelog.interop.convert.add_files`."""
+        from .interop.convert import add_files
+
+        return add_files(self, paths)
+
+    @property
+    def inspect(self) -> TableInspect:
+        """Metadata as pyarrow Tables: ``files()``, ``partitions()``, ``history()``,
+        ``snapshots()`` (see :mod:`lakelog.inspect`)."""
+        from .inspect import TableInspect
+
+        return TableInspect(self)
+
 
 def _not_landed(error: BaseException) -> bool:
     """Whether a failed write certainly committed nothing, so its new files can go.
@@ -555,6 +788,7 @@ def _create(
     adds: list[AddFile] | None,
     operation: str = "CREATE TABLE",
     lease: Lease | None = None,
+    app: AppTransaction | None = None,
 ) -> Table:
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
@@ -566,6 +800,7 @@ def _create(
             f"{duplicate_columns(schema)} more than once; rename the duplicates."
         )
     parts = check_partition_columns(schema, partition_by)
+    check_parquet_properties(validate_properties(properties or {}), schema, parts)
     listing = list_log(storage)
     if listing.commits or listing.manifests:
         raise TableExistsError(
@@ -582,13 +817,16 @@ def _create(
         created_ms=now,
     )
     actions: list[Action] = [md, *(adds or [])]
+    if app is not None:  # exactly-once ingest: the first batch creates the table
+        actions.append(app)
     txn = Transaction(
         storage,
         None,
         operation=operation,
         kind="metadata",
         actions=actions,
-        parameters={"partition_by": list(parts)},
+        parameters={"partition_by": list(parts)}
+        | ({} if app is None else {"app_id": app.app_id, "app_version": app.app_version}),
         before_put=None if lease is None else lease.before_put(lambda: txn.actions),
     )
     try:
@@ -620,16 +858,21 @@ def write_table(
     properties: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     single_writer: bool = False,
+    schema_mode: Literal["strict", "merge"] = "strict",
 ) -> CommitResult:
     """Write data to a table, creating it (with the data's schema) if needed.
 
     ``mode``: ``"append"`` adds rows, ``"overwrite"`` replaces all rows,
-    ``"error"`` refuses to write to an existing table.
+    ``"error"`` refuses to write to an existing table. ``schema_mode="merge"``
+    evolves an existing table's schema to take the data (see :meth:`Table.append`).
     """
     if mode not in ("append", "overwrite", "error"):
         raise InvalidArgumentError(
             f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
         )
+    from .changes.schema import check_schema_mode
+
+    check_schema_mode(schema_mode)
     props = validate_properties(properties or {})  # refused even if the table exists
     storage = _storage(uri, storage_options, single_writer)
     try:
@@ -641,6 +884,7 @@ def write_table(
         check_data_columns(reader.schema)
         schema = reader.schema.remove_metadata()
         parts = check_partition_columns(schema, partition_by)
+        check_parquet_properties(props, schema, parts)
         opts_table = _options_from(props)
         batches = (conform(b, schema) for b in reader if b.num_rows)
         lease = Lease.acquire(storage, operation="CREATE TABLE AS WRITE", properties=props)
@@ -710,8 +954,8 @@ def write_table(
             f"{list(partition_by)}; omit partition_by when writing to an existing table."
         )
     if mode == "append":
-        return table.append(data)
-    return table.overwrite(data)
+        return table.append(data, schema_mode=schema_mode)
+    return table.overwrite(data, schema_mode=schema_mode)
 
 
 def _options_from(props: Mapping[str, str]) -> WriteOptions:
@@ -719,4 +963,5 @@ def _options_from(props: Mapping[str, str]) -> WriteOptions:
         target_file_size=get_int(props, "lakelog.target_file_size"),
         row_group_size=get_int(props, "lakelog.row_group_size"),
         compression=check_codec(get_str(props, "lakelog.compression")),
+        parquet=parquet_options(props),
     )

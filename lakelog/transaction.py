@@ -18,8 +18,17 @@ Conflict rules (``kind``):
 * ``overwrite``/``delete``: conflicts when a winner added or removed files in
   the partitions it replaces (the whole table when unpartitioned), or removed
   one of the files it removes.
+* ``rowlevel``: a row-level change (delete, update, merge, overwrite with a
+  predicate): ``data_change=true`` remove+add of the files holding changed rows.
+  Conflicts when a winner removed one of the files it removes; its rebase
+  callback (:mod:`lakelog.changes.conflicts`) also reads the winners' added
+  rows that it would have matched. See ``docs/format.md``, "Conflict rules for
+  row-level changes".
 * ``metadata``: a schema, partitioning or property change; conflicts with
   every winner. And every transaction conflicts with a winning metadata change.
+* An ``app_txn`` action (exactly-once ingest) conflicts with a winner that recorded
+  the same app id at the same or a later version: :class:`AppVersionCommittedError`,
+  which writers report as a skipped write.
 * An expiry (an ``expire`` action, committed with kind ``append``) adds and
   removes no files: it conflicts with nothing but a metadata change, and no
   transaction conflicts with it.
@@ -45,26 +54,56 @@ from typing import Any, Literal
 
 from . import __about__
 from ._failpoints import failpoint, pausepoint
-from .errors import CommitConflictError, LakelogError, LogGapError
-from .log.actions import Action, AddFile, Commit, CommitHeader, Metadata, RemoveFile
+from .errors import (
+    AppVersionCommittedError,
+    CommitConflictError,
+    InvalidArgumentError,
+    LakelogError,
+    LogGapError,
+)
+from .log.actions import (
+    Action,
+    AddFile,
+    AppTransaction,
+    Commit,
+    CommitHeader,
+    Metadata,
+    RemoveFile,
+    required_format_version,
+)
 from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
 from .log.expiry_marks import marks_above, read_mark
 from .log.files import FILES_SCHEMA, replay
-from .log.manifests import ManifestHeader, write_manifest
-from .log.snapshot import Snapshot, advance, load_snapshot, oldest_readable_version
-from .properties import get_float, get_int
+from .log.snapshot import (
+    Snapshot,
+    advance,
+    load_snapshot,
+    oldest_readable_version,
+    write_checkpoint,
+)
+from .properties import get_bool, get_float, get_int
 from .storage import Storage
 
-__all__ = ["CommitResult", "Kind", "Transaction", "check_conflicts"]
+__all__ = [
+    "CommitResult",
+    "Kind",
+    "Transaction",
+    "app_commit",
+    "app_transaction",
+    "check_app_versions",
+    "check_conflicts",
+    "skipped_result",
+]
 
 log = logging.getLogger("lakelog")
 
-Kind = Literal["append", "rewrite", "overwrite", "delete", "metadata"]
+Kind = Literal["append", "rewrite", "overwrite", "delete", "metadata", "rowlevel"]
 
 Rebase = Callable[[Sequence[Commit], list[Action]], list[Action]]
 """Called with the winning commits and the current actions before a retry;
 returns the actions to commit instead (e.g. without abandoned groups) or
-raises :class:`CommitConflictError`."""
+raises :class:`CommitConflictError`. A callback object with a ``metrics``
+mapping updates the header's metrics with it (see ``Transaction._metrics``)."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +115,129 @@ class CommitResult:
     txn_id: str = ""
     operation: str = ""
     actions: tuple[Action, ...] = field(default=(), repr=False)
+    skipped: bool = False
+    """Nothing was committed: the work was already in the table (an app version
+    recorded before: ``version`` is then the commit that recorded it) or there was
+    nothing to change (``version`` is the latest)."""
 
 
 def _partition_key(partition: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
     return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
+
+
+# -- app transactions (exactly-once ingest; docs/format.md, "App transactions") --------
+
+MAX_APP_ID = 256
+
+
+def app_transaction(app_id: str | None, app_version: int | None) -> AppTransaction | None:
+    """The ``app_txn`` action of a write given ``app_id``/``app_version`` (None: neither)."""
+    if app_id is None and app_version is None:
+        return None
+    if app_id is None or app_version is None:
+        raise InvalidArgumentError(
+            f"expected app_id and app_version together (exactly-once ingest), found only "
+            f"{'app_id' if app_version is None else 'app_version'}; pass both, e.g. "
+            f"app_id='ingest-7', app_version=12."
+        )
+    if not isinstance(app_id, str) or not app_id or len(app_id) > MAX_APP_ID:
+        raise InvalidArgumentError(
+            f"expected app_id to be a non-empty string of at most {MAX_APP_ID} characters, "
+            f"found {app_id!r}"
+        )
+    if isinstance(app_version, bool) or not isinstance(app_version, int) or app_version < 0:
+        raise InvalidArgumentError(
+            f"expected app_version to be an integer >= 0 (a batch number), found {app_version!r}"
+        )
+    return AppTransaction(
+        app_id=app_id, app_version=app_version, timestamp_ms=int(time.time() * 1000)
+    )
+
+
+APP_SEARCH = 1000
+"""Commits read back, at most, to find the one that holds an older app version."""
+
+
+def skipped_result(
+    snapshot: Snapshot | None, app: AppTransaction | None, *, operation: str = ""
+) -> CommitResult | None:
+    """The result of a write whose app version ``snapshot`` already records (None: the
+    write is new): the commit that holds it, flagged ``skipped``."""
+    if snapshot is None or app is None:
+        return None
+    recorded = snapshot.app_versions.get(app.app_id)
+    if recorded is None or recorded < app.app_version:
+        return None
+    at = snapshot.app_commits.get(app.app_id, snapshot.version)
+    return CommitResult(
+        version=app_commit(
+            snapshot.storage, app.app_id, app.app_version, recorded=recorded, recorded_at=at
+        ),
+        attempts=0,
+        operation=operation,
+        skipped=True,
+    )
+
+
+def app_commit(
+    storage: Storage, app_id: str, app_version: int, *, recorded: int, recorded_at: int
+) -> int:
+    """The commit that holds ``app_version`` of ``app_id``, given the version ``recorded``
+    for it at commit ``recorded_at``: that commit when they are the same, else the
+    newest commit before it with the version (read back at most :data:`APP_SEARCH`
+    commits), else ``recorded_at`` (the version was never committed, or was expired)."""
+    if recorded == app_version:
+        return recorded_at
+    top = recorded_at - 1
+    low = max(0, recorded_at - APP_SEARCH)
+    while top >= low:
+        versions = list(range(top, max(low, top - 63) - 1, -1))
+        datas = storage.read_many([commit_path(v) for v in versions])
+        for v, data in zip(versions, datas, strict=True):
+            if data is None:  # expired (or damaged): no older commit to look at
+                return recorded_at
+            if b'"app_txn"' not in data:
+                continue
+            for a in decode_commit(data, v).actions:
+                if (
+                    isinstance(a, AppTransaction)
+                    and a.app_id == app_id
+                    and a.app_version == app_version
+                ):
+                    return v
+        top = versions[-1] - 1
+    return recorded_at
+
+
+def check_app_versions(
+    actions: Sequence[Action], recorded: Mapping[str, int], commits: Mapping[str, int]
+) -> None:
+    """Raise :class:`AppVersionCommittedError` if an ``app_txn`` of ``actions`` is not
+    newer than the version ``recorded`` for its app id (``commits``: which commit
+    recorded it)."""
+    for a in actions:
+        if not isinstance(a, AppTransaction):
+            continue
+        got = recorded.get(a.app_id)
+        if got is not None and got >= a.app_version:
+            v = commits.get(a.app_id, -1)
+            raise AppVersionCommittedError(
+                f"expected version {a.app_version} of app {a.app_id!r} to be newer than the "
+                f"one recorded, found version {got} recorded by commit {v}; the batch is "
+                f"already in the table, so nothing was committed.",
+                app_id=a.app_id,
+                app_version=a.app_version,
+                recorded_version=got,
+                winning_version=v,
+            )
+
+
+def _winner_apps(commit: Commit) -> tuple[dict[str, int], dict[str, int]]:
+    versions: dict[str, int] = {}
+    for a in commit.actions:
+        if isinstance(a, AppTransaction) and a.app_version > versions.get(a.app_id, -1):
+            versions[a.app_id] = a.app_version
+    return versions, dict.fromkeys(versions, commit.header.version)
 
 
 def check_conflicts(
@@ -100,6 +258,7 @@ def check_conflicts(
     )
     for w in winners:
         v = w.header.version
+        check_app_versions(actions, *_winner_apps(w))  # the same batch landed first
         for a in w.actions:
             if isinstance(a, Metadata):
                 raise CommitConflictError(
@@ -119,6 +278,15 @@ def check_conflicts(
         lost = sorted(
             a.path for a in w.actions if isinstance(a, RemoveFile) and a.path in my_removes
         )
+        if lost and kind == "rowlevel":
+            raise CommitConflictError(
+                f"expected files {lost[:5]}{' ...' if len(lost) > 5 else ''}, which this "
+                f"change rewrites, to still be live, found them removed by version {v} "
+                f"({w.header.operation}). Run the change again: it re-reads the table and "
+                f"rewrites the files that hold the rows now.",
+                winning_version=v,
+                conflicting_files=tuple(lost),
+            )
         if lost:
             raise CommitConflictError(
                 f"expected files {lost[:5]}{' ...' if len(lost) > 5 else ''} to still be live, "
@@ -182,6 +350,7 @@ class Transaction:
     def _header(self, version: int, parent_ts: int) -> CommitHeader:
         now = int(time.time() * 1000)
         return CommitHeader(
+            format_version=required_format_version(self.actions),
             version=version,
             timestamp_ms=max(now, parent_ts + 1),
             operation=self.operation,
@@ -189,11 +358,18 @@ class Transaction:
             read_version=self.read_snapshot.version if self.read_snapshot else None,
             txn_id=self.txn_id,
             engine=self.engine,
-            metrics=self.metrics,
+            metrics=self._metrics(),
         )
+
+    def _metrics(self) -> dict[str, Any]:
+        """The header's metrics; a rebase callback that changed the work (a row-level
+        change rewriting rows appended meanwhile) says how with a ``metrics`` mapping."""
+        extra = getattr(self.rebase, "metrics", None)
+        return {**self.metrics, **extra} if isinstance(extra, Mapping) else self.metrics
 
     def commit(self) -> CommitResult:
         """Commit with rebases and retries; returns where it landed."""
+        _check_views(self.actions, self.read_snapshot)
         snap = self.read_snapshot
         props = snap.properties if snap is not None else {}
         max_attempts = get_int(props, "lakelog.commit.max_attempts")
@@ -340,7 +516,7 @@ class Transaction:
         added = [a.path for a in commit.actions if isinstance(a, AddFile)]
         if not added:
             return True
-        live = set(load_snapshot(self.storage).file_table.column("path").to_pylist())
+        live = set(load_snapshot(self.storage).paths())
         return any(p in live for p in added)
 
     def _withdraw(self, version: int) -> None:
@@ -373,6 +549,7 @@ class Transaction:
                 f"since cannot be checked. {hint}"
             )
         fresh = load_snapshot(self.storage)
+        check_app_versions(self.actions, fresh.app_versions, fresh.app_commits)
         if fresh.metadata != read.metadata:
             raise CommitConflictError(
                 f"expected no concurrent table change, found the metadata (schema, "
@@ -381,7 +558,7 @@ class Transaction:
                 winning_version=fresh.version,
             )
         if self.kind == "rewrite":
-            live = set(fresh.file_table.column("path").to_pylist())
+            live = set(fresh.paths())
             lost = sorted(
                 a.path for a in self.actions if isinstance(a, RemoveFile) and a.path not in live
             )
@@ -422,6 +599,7 @@ class Transaction:
     ) -> CommitResult:
         version = commit.header.version
         self.landed_snapshot = self._write_manifest_if_due(commit, base, winners)
+        self._update_views(commit)
         return CommitResult(
             version=version,
             attempts=attempt,
@@ -429,6 +607,30 @@ class Transaction:
             operation=self.operation,
             actions=tuple(commit.actions),
         )
+
+    def _update_views(self, commit: Commit) -> None:
+        """After landing: the Delta view's entry of this version, if the table keeps a
+        view (``lakelog.delta_view``). It never fails the commit: an error is logged and
+        the next writer or ``lakelog delta-view sync`` writes the entry."""
+        snap = self.landed_snapshot
+        metadata = next((a for a in commit.actions if isinstance(a, Metadata)), None)
+        if snap is not None:
+            metadata = snap.metadata
+        elif metadata is None and self.read_snapshot is not None:
+            metadata = self.read_snapshot.metadata
+        if metadata is None or not get_bool(metadata.properties, "lakelog.delta_view"):
+            return
+        try:
+            from .interop.delta.view import after_commit
+
+            after_commit(self.storage, commit, snap)
+        except Exception as e:  # noqa: BLE001 - the commit landed; the view catches up later
+            log.warning(
+                "commit %d landed but writing its Delta view entry failed (the next writer "
+                "or `lakelog delta-view sync` writes it): %s",
+                commit.header.version,
+                e,
+            )
 
     def _write_manifest_if_due(
         self, commit: Commit, base: Snapshot | None, winners: list[Commit]
@@ -443,26 +645,39 @@ class Transaction:
                     version=st.version,
                     timestamp_ms=st.timestamp_ms,
                     metadata=st.metadata,
-                    files=st.files(),
+                    state=st,  # the whole replayed state (app versions too), not only files
                 )
             else:
                 known = [w for w in winners if w.header.version < commit.header.version]
                 snap = advance(base, [*known, commit])
                 if snap.version != commit.header.version:
                     return None
-            interval = get_int(snap.properties, "lakelog.manifest_interval")
-            if snap.version % interval == 0:
-                header = ManifestHeader(
-                    version=snap.version,
-                    timestamp_ms=snap.timestamp_ms,
-                    num_files=snap.num_files,
-                    metadata=snap.metadata,
-                    oldest_version=snap.oldest_version,
-                )
-                write_manifest(self.storage, header, snap.file_table)
-            return snap
-        except Exception as e:  # noqa: BLE001 - the commit landed; a manifest is an optimization
+        except Exception as e:  # noqa: BLE001 - the commit landed; the snapshot is a cache
             log.warning(
-                "commit %d landed but writing its manifest failed: %r", commit.header.version, e
+                "commit %d landed but its snapshot could not be built: %r",
+                commit.header.version,
+                e,
             )
             return None
+        if snap.version % get_int(snap.properties, "lakelog.manifest_interval") == 0:
+            try:  # incremental: only what changed since the last manifest is written
+                leaf_files = get_int(snap.properties, "lakelog.manifest.leaf_files")
+                snap = write_checkpoint(snap, leaf_files=leaf_files)
+            except Exception as e:  # noqa: BLE001 - the commit landed; a manifest is an optimization
+                log.warning(
+                    "commit %d landed but writing its manifest failed: %r",
+                    commit.header.version,
+                    e,
+                )
+        return snap
+
+
+def _check_views(actions: Sequence[Action], read: Snapshot | None) -> None:
+    """Before any put: refuse a metadata change that turns on (or keeps on) the Delta
+    view with a schema it cannot express, so the table stays unchanged."""
+    if any(
+        isinstance(a, Metadata) and get_bool(a.properties, "lakelog.delta_view") for a in actions
+    ):
+        from .interop.delta.view import check_view_metadata
+
+        check_view_metadata(list(actions), None if read is None else read.schema)

@@ -34,6 +34,12 @@ COMMAND_MODULES = (
     "lakelog.cli.maintenance",
     "lakelog.cli.cleanup",
     "lakelog.cli.cluster",
+    "lakelog.cli.upgrade",
+    "lakelog.cli.changes",
+    "lakelog.cli.restore",
+    "lakelog.cli.delta_view",
+    "lakelog.cli.metadata",
+    "lakelog.cli.adopt",
 )
 
 EXIT_STATUSES = """\

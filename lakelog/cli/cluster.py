@@ -24,6 +24,7 @@ from .common import (
     print_json,
     size_arg,
 )
+from .inspect import add_inspect_files_args, cmd_inspect_files
 from .maintenance import (
     partition_filter_of,
     progress_bar,
@@ -73,12 +74,16 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "inspect",
-        help="how well the layout skips data for some columns (file stats only)",
-        description="Average overlap depth per column and expected fraction of bytes read by "
-        "range queries of a given selectivity, from per-file min/max alone.",
+        help="skipping inside files (page index, bloom filters, row groups), or with "
+        "--columns how well the layout skips data for some columns",
+        description="Without --columns: per file and column, whether a page index and bloom "
+        "filters exist, and the row groups (see lakelog.cli.inspect). With --columns: average "
+        "overlap depth per column and expected fraction of bytes read by range queries of a "
+        "given selectivity, from per-file min/max alone.",
     )
     add_table_args(p)
-    p.add_argument("--columns", type=_columns, required=True, metavar="A,B")
+    p.add_argument("--columns", type=_columns, default=None, metavar="A,B")
+    add_inspect_files_args(p)
     p.add_argument("--version", type=int, default=None, help="inspect this version")
     p.add_argument("--selectivity", type=float, default=0.01, help="fraction of rows per query")
     p.add_argument("--plot", metavar="FILE.png", help="draw the files' boxes (two columns)")
@@ -180,6 +185,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.columns is None:
+        return cmd_inspect_files(args)
     table = open_from_args(args)
     if args.before_version is not None and not args.plot:
         raise InvalidArgumentError("expected --plot FILE.png with --before-version, found none")

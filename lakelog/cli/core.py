@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from .common import add_table_args, human_bytes, open_from_args, print_json, print_rows
+from .metadata import add_csv_arg, print_csv
 
 
 def register(sub: Any) -> None:
@@ -18,11 +19,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("history", help="commits, newest first")
     add_table_args(p)
     p.add_argument("--limit", type=int, default=None, help="at most this many commits")
+    add_csv_arg(p)
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("files", help="live data files of a version")
     add_table_args(p)
     p.add_argument("--version", type=int, default=None, help="files of this version")
+    p.add_argument("--filter", default=None, metavar="EXPR", help="only files that may match EXPR")
+    add_csv_arg(p)
     p.set_defaults(func=cmd_files)
 
 
@@ -68,6 +72,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     table = open_from_args(args)
+    if args.csv:  # the metadata table (lakelog.inspect), flattened
+        print_csv(table.inspect.history(limit=args.limit))
+        return 0
     rows = [
         {
             "version": h.version,
@@ -88,7 +95,10 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_files(args: argparse.Namespace) -> int:
     table = open_from_args(args)
-    files = table.snapshot(args.version).files()
+    if args.csv:  # the metadata table (lakelog.inspect), with statistics, flattened
+        print_csv(table.inspect.files(version=args.version, filter=args.filter))
+        return 0
+    files = table.snapshot(args.version).files(args.filter)
     rows = [
         {
             "path": f.path,

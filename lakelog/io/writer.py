@@ -3,17 +3,25 @@
 Memory is bounded by one row group per open partition: batches are buffered
 until ``row_group_size`` rows, written as one row group, and a file is closed
 once its size reaches ``target_file_size`` (or its row count ``target_rows``,
-when given: then row groups are also cut so no file exceeds it).
+when given: then row groups are also cut so no file exceeds it). A caller that
+knows better where a row group should end (clustering cuts them at key
+boundaries) ends one early with :meth:`RollingWriter.end_row_group`.
+
+What makes readers skip data inside a file is set by :class:`ParquetOptions`:
+the page index, bloom filters, the data page size, and ``sorting_columns``,
+which the writer makes true by sorting each row group before writing it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +34,10 @@ from ..stats import stats_from_metadata
 from ..storage import Storage
 
 __all__ = [
+    "BLOOM_TYPES",
     "CODECS",
+    "DATA_PAGE_SIZE",
+    "ParquetOptions",
     "RollingWriter",
     "WriteOptions",
     "check_codec",
@@ -35,6 +46,76 @@ __all__ = [
 ]
 
 CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+DATA_PAGE_SIZE = 1024 * 1024
+"""pyarrow's default target size of a data page (bytes, encoded)."""
+BLOOM_NDV_HEADROOM = 1.25
+"""Automatic bloom filter sizing: distinct values of a file's first row group times this."""
+
+
+def bloom_type_ok(t: pa.DataType) -> bool:
+    """Whether lakelog writes and reads bloom filters for a column of type ``t``.
+
+    Floats are left out: ``0.0 = -0.0`` holds but their bytes hash apart, so a
+    filter could answer "absent" for a matching row.
+    """
+    if pa.types.is_dictionary(t):
+        t = t.value_type  # type: ignore[attr-defined]
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+BLOOM_TYPES = "integers, strings, binary, dates (date32), timestamps and decimals"
+"""The column types :func:`bloom_type_ok` accepts, in words for messages."""
+
+
+class ParquetOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What a file carries so readers can skip inside it (see docs/skipping.md).
+
+    Filled from the ``lakelog.parquet.*`` table properties
+    (:func:`lakelog.io.parquet_settings.parquet_options`); a maintenance plan
+    carries it, so its files are written the same wherever the plan runs.
+    """
+
+    page_index: bool = True
+    """Write the column index and offset index (per-page min/max and locations)."""
+    data_page_size: int = DATA_PAGE_SIZE
+    """Target encoded size of a data page in bytes."""
+    bloom_filter_columns: tuple[str, ...] = ()
+    """Columns with a split-block bloom filter in every row group (those of the file
+    whose type :func:`bloom_type_ok` accepts; others are ignored)."""
+    bloom_filter_fpp: float = 0.01
+    """False-positive probability each filter is sized for."""
+    bloom_filter_ndv: int = 0
+    """Distinct values per row group each filter is sized for; 0: the distinct
+    values of the file's first row group (times 1.25), so filters fit the data."""
+    sorting_columns: tuple[str, ...] = ()
+    """Sort every row group by these columns (ascending, nulls last) and declare
+    them as the row group's ``sorting_columns``: the writer makes the claim true."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data_page_size, bool) or self.data_page_size <= 0:
+            raise InvalidArgumentError(
+                f"expected data_page_size > 0 bytes, found {self.data_page_size}"
+            )
+        if not 0 < self.bloom_filter_fpp < 1:
+            raise InvalidArgumentError(
+                f"expected a bloom filter false-positive probability in (0, 1), found "
+                f"{self.bloom_filter_fpp}"
+            )
+        if self.bloom_filter_ndv < 0:
+            raise InvalidArgumentError(
+                f"expected a bloom filter distinct count >= 0 (0: automatic), found "
+                f"{self.bloom_filter_ndv}"
+            )
 
 
 @dataclass(frozen=True)
@@ -48,6 +129,8 @@ class WriteOptions:
     target_rows: int | None = None
     use_dictionary: bool | tuple[str, ...] = True
     """Dictionary-encode every column (True), none (False) or only these."""
+    parquet: ParquetOptions = field(default_factory=ParquetOptions)
+    """Page index, bloom filters, page size and sorting of the files."""
 
     def __post_init__(self) -> None:
         if self.target_file_size <= 0:
@@ -123,12 +206,16 @@ class RollingWriter:
             if self._buffered_rows >= limit:
                 self._flush_row_group()
 
-    def _open(self) -> None:
+    def _open(self, first: pa.Table) -> None:
+        """Open the next file; ``first`` (its first row group) sizes the bloom filters."""
         name = f"{self.prefix}-{self._seq:05d}-{self.run_id}.parquet"
         self._seq += 1
         self._path = f"{self.folder}/{name}" if self.folder else name
-        self._sink = self.storage.open_output(self._path)
         codec = self.options.compression
+        pq_opts = self.options.parquet
+        sorting = self._sort_keys()
+        blooms = self._bloom_options(first)
+        self._sink = self.storage.open_output(self._path)
         self._writer = pq.ParquetWriter(
             self._sink,
             self.schema,
@@ -139,16 +226,53 @@ class RollingWriter:
                 if isinstance(self.options.use_dictionary, tuple)
                 else self.options.use_dictionary
             ),
+            write_page_index=pq_opts.page_index,
+            data_page_size=pq_opts.data_page_size,
+            sorting_columns=(
+                pq.SortingColumn.from_ordering(self.schema, sorting, null_placement="at_end")
+                if sorting
+                else None
+            ),
+            bloom_filter_options=blooms or None,
         )
         self._rows_in_file = 0
+
+    def _sort_keys(self) -> list[tuple[str, str]]:
+        names = self.schema.names
+        return [(c, "ascending") for c in self.options.parquet.sorting_columns if c in names]
+
+    def _bloom_options(self, first: pa.Table) -> dict[str, dict[str, float | int]]:
+        """pyarrow's ``bloom_filter_options`` for the bloom filter columns of this file."""
+        pq_opts = self.options.parquet
+        out: dict[str, dict[str, float | int]] = {}
+        for name in pq_opts.bloom_filter_columns:
+            i = self.schema.get_field_index(name)
+            if i < 0 or not bloom_type_ok(self.schema.field(i).type):
+                continue
+            ndv = pq_opts.bloom_filter_ndv
+            if ndv == 0:
+                distinct = pc.count_distinct(first.column(i), mode="only_valid").as_py()
+                ndv = max(1, math.ceil(int(distinct or 0) * BLOOM_NDV_HEADROOM))
+            # a row group holds at most its rows' distinct values (pyarrow's ndv is 32-bit)
+            ndv = min(ndv, self.options.row_group_size, 2**31 - 1)
+            out[name] = {"ndv": ndv, "fpp": pq_opts.bloom_filter_fpp}
+        return out
+
+    def end_row_group(self) -> None:
+        """End the current row group here (it is written at once, however few rows)."""
+        self._flush_row_group()
 
     def _flush_row_group(self) -> None:
         if not self._buffered_rows:
             return
-        if self._writer is None:
-            self._open()
-        assert self._writer is not None and self._sink is not None
         table = pa.Table.from_batches(self._buffer, schema=self.schema)
+        sorting = self._sort_keys()
+        if sorting:
+            keys = [(name, order, "at_end") for name, order in sorting]
+            table = table.take(pc.sort_indices(table, sort_keys=keys))
+        if self._writer is None:
+            self._open(table)
+        assert self._writer is not None and self._sink is not None
         self._writer.write_table(table, row_group_size=self._buffered_rows)
         self._rows_in_file += self._buffered_rows
         self._buffer, self._buffered_rows = [], 0

@@ -8,15 +8,18 @@ reordered or renamed. A reader refuses a ``format_version`` newer than
 from __future__ import annotations
 
 import base64
-from typing import Any, TypeAlias
+from collections.abc import Iterable
+from typing import Any, ClassVar, TypeAlias
 
 import msgspec
 import pyarrow as pa
 
 __all__ = [
+    "BASE_FORMAT_VERSION",
     "FORMAT_VERSION",
     "Action",
     "AddFile",
+    "AppTransaction",
     "Commit",
     "CommitHeader",
     "DataFile",
@@ -26,10 +29,16 @@ __all__ = [
     "RemoveFile",
     "decode_schema",
     "encode_schema",
+    "required_format_version",
 ]
 
-FORMAT_VERSION = 1
-"""The newest format version this library reads and the one it writes."""
+FORMAT_VERSION = 2
+"""The newest format version this library reads and writes (see ``docs/format.md``)."""
+
+BASE_FORMAT_VERSION = 1
+"""What an absent ``format_version`` means: the first version of the format. A header
+omits the field only when it is 1, so a version-1 reader never mistakes a version-2
+commit for one of its own."""
 
 
 class FileStats(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -100,13 +109,29 @@ class ExpireVersions(msgspec.Struct, tag="expire", frozen=True, kw_only=True):
     oldest_version: int
 
 
-Action: TypeAlias = Metadata | AddFile | RemoveFile | ExpireVersions
+class AppTransaction(msgspec.Struct, tag="app_txn", frozen=True, kw_only=True):
+    """The commit holds version ``app_version`` of application ``app_id``'s output.
+
+    Version 2. A commit with one lands only if ``app_version`` is above the version
+    recorded for ``app_id`` (exactly-once ingest; ``docs/format.md``, "App transactions").
+    """
+
+    FORMAT: ClassVar[int] = 2
+    app_id: str
+    app_version: int
+    timestamp_ms: int = 0
+
+
+Action: TypeAlias = Metadata | AddFile | RemoveFile | ExpireVersions | AppTransaction
 
 
 class CommitHeader(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Who committed what, when, on top of which version."""
+    """Who committed what, when, on top of which version.
 
-    format_version: int = FORMAT_VERSION
+    ``format_version`` is the newest format version the commit's actions need
+    (:func:`required_format_version`); absent means 1."""
+
+    format_version: int = BASE_FORMAT_VERSION
     version: int
     timestamp_ms: int
     operation: str
@@ -171,6 +196,24 @@ class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
             partition=self.partition,
             size_bytes=self.size_bytes,
         )
+
+
+def required_format_version(actions: Iterable[Action]) -> int:
+    """The format version a commit of ``actions`` needs: the highest any action needs.
+
+    An action type added in version 2 or later says so with a class-level ``FORMAT``;
+    a ``metadata`` action needs the table format version it declares. Plain adds,
+    removes and expiries need version 1, so a version-1 table stays readable by
+    version-1 readers until it is upgraded (``docs/format.md``, "Versioning")."""
+    need = BASE_FORMAT_VERSION
+    for a in actions:
+        need = max(need, a.format_version if isinstance(a, Metadata) else _format_of(a))
+    return need
+
+
+def _format_of(action: Action) -> int:
+    value = getattr(type(action), "FORMAT", BASE_FORMAT_VERSION)
+    return value if isinstance(value, int) else BASE_FORMAT_VERSION
 
 
 def encode_schema(schema: pa.Schema) -> str:

@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import CorruptLogError, LogGapError, UnsupportedFormatError
 from ..storage import Storage
-from .actions import FORMAT_VERSION, Action, Commit, CommitHeader
+from .actions import BASE_FORMAT_VERSION, FORMAT_VERSION, Action, Commit, CommitHeader
 
 __all__ = [
     "LOG_DIR",
@@ -45,7 +45,7 @@ class _HeaderOnly(msgspec.Struct):
 
 class _FormatProbe(msgspec.Struct):
     class _H(msgspec.Struct):
-        format_version: int = FORMAT_VERSION
+        format_version: int = BASE_FORMAT_VERSION
 
     header: _H
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
+from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,14 +26,25 @@ import pyarrow.json as pj
 
 from ..filters import FileStatsColumns
 
-__all__ = ["concat_stats_columns", "filter_stats_columns", "stats_columns"]
+__all__ = [
+    "bounded_columns",
+    "bounds_type",
+    "cast_lenient",
+    "concat_stats_columns",
+    "filter_stats_columns",
+    "parse_json_column",
+    "stats_columns",
+    "to_type",
+    "typed_partitions",
+    "typed_stats",
+]
 
 log = logging.getLogger("lakelog")
 
 _BLOCK = 1 << 24
 
 
-def _bounds_type(t: pa.DataType) -> pa.DataType | None:
+def bounds_type(t: pa.DataType) -> pa.DataType | None:
     """The JSON-side type of a column's bounds (None: the column has no bounds)."""
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return t
@@ -44,7 +57,7 @@ def _bounds_type(t: pa.DataType) -> pa.DataType | None:
     return None
 
 
-def _to_type(values: pa.Array, t: pa.DataType, *, physical: bool = True) -> pa.Array | None:
+def to_type(values: pa.Array, t: pa.DataType, *, physical: bool = True) -> pa.Array | None:
     """Values in the column's type, or None when they do not convert. ``physical``:
     temporal values are integers (statistics), else their string form (partitions)."""
     try:
@@ -57,9 +70,11 @@ def _to_type(values: pa.Array, t: pa.DataType, *, physical: bool = True) -> pa.A
         return None
 
 
-def _read_lines(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
+def parse_json_column(column: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
     """Parse a column of JSON objects (null = ``{}``) into a table of ``schema``."""
-    text = pc.fill_null(column.cast(pa.large_string()), "{}").combine_chunks()
+    text = pc.fill_null(column.cast(pa.large_string()), "{}")
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
     empty, newline = pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
     lines = pc.binary_join_element_wise(text, empty, newline)
     offsets = np.frombuffer(
@@ -73,17 +88,111 @@ def _read_lines(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
     )
 
 
-def _bounded(schema: pa.Schema, partition_by: tuple[str, ...]) -> dict[str, pa.DataType]:
+def bounded_columns(schema: pa.Schema, partition_by: tuple[str, ...]) -> dict[str, pa.DataType]:
     """Columns that can have bounds, with the JSON-side type of their bounds."""
     return {
         f.name: bt
         for f in schema
-        if f.name not in partition_by and (bt := _bounds_type(f.type)) is not None
+        if f.name not in partition_by and (bt := bounds_type(f.type)) is not None
     }
 
 
 def _field(table: pa.Table, struct: str, name: str) -> pa.Array:
     return pc.struct_field(table.column(struct).combine_chunks(), name)
+
+
+def _safe_parse(column: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
+    """:func:`parse_json_column`, or, when some value does not parse as its field's type
+    (a log written by hand or by another tool), the same with every such field null."""
+    try:
+        return parse_json_column(column, schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        log.debug("log JSON does not parse as %s (%s); parsing value by value", schema, e)
+    values = [
+        msgspec.json.decode(raw) if raw else {}
+        for raw in pc.fill_null(column.cast(pa.large_string()), "{}").to_pylist()
+    ]
+    return pa.table({f.name: _lenient([_get(v, f.name) for v in values], f.type) for f in schema})
+
+
+def _get(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def _lenient(values: list[Any], t: pa.DataType) -> pa.Array:
+    """Values as an array of ``t``; one that does not convert becomes null."""
+    if pa.types.is_struct(t):
+        fields = [_lenient([_get(v, f.name) for v in values], f.type) for f in t]
+        return pa.StructArray.from_arrays(fields, fields=list(t))
+    try:
+        return pa.array(values, t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        out = []
+        for v in values:
+            try:
+                out.append(pa.scalar(v, t).as_py())
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                out.append(None)
+        return pa.array(out, t)
+
+
+def cast_lenient(values: pa.Array, t: pa.DataType) -> pa.Array:
+    """``values`` cast to ``t``; values that do not convert become null."""
+    try:
+        return values.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        out = []
+        for v in values:
+            try:
+                out.append(pa.array([v.as_py()], values.type).cast(t)[0].as_py())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                out.append(None)
+        return pa.array(out, t)
+
+
+def typed_partitions(
+    column: pa.ChunkedArray | pa.Array, schema: pa.Schema, partition_by: Collection[str]
+) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
+    """Partition values of a column of JSON objects, as strings and in the columns' types
+    (a value that does not convert is null in the typed array)."""
+    text = pa.schema([pa.field(c, pa.string()) for c in partition_by])
+    parsed = _safe_parse(column, text)
+    strings = {c: parsed.column(c).combine_chunks() for c in partition_by}
+    typed = {c: cast_lenient(strings[c], schema.field(c).type) for c in partition_by}
+    return strings, typed
+
+
+def typed_stats(
+    column: pa.ChunkedArray | pa.Array, schema: pa.Schema, partition_by: tuple[str, ...]
+) -> tuple[dict[str, pa.Array], dict[str, pa.Array], dict[str, pa.Array]]:
+    """Bounds (in the columns' types) and null counts of a column of ``stats`` JSON, for
+    the non-partition columns of ``schema``. A column whose bounds do not convert is
+    left out of both bound dicts (unknown)."""
+    bounds = bounded_columns(schema, partition_by)
+    counted = [f.name for f in schema if f.name not in partition_by]
+    mins: dict[str, pa.Array] = {}
+    maxs: dict[str, pa.Array] = {}
+    nulls: dict[str, pa.Array] = {}
+    if not bounds and not counted:
+        return mins, maxs, nulls
+    struct_of = pa.struct([pa.field(name, bt) for name, bt in bounds.items()])
+    stats_schema = pa.schema(
+        [
+            pa.field("min", struct_of),
+            pa.field("max", struct_of),
+            pa.field("null_count", pa.struct([pa.field(c, pa.int64()) for c in counted])),
+        ]
+    )
+    parsed = _safe_parse(column, stats_schema)
+    for name in bounds:
+        t = schema.field(name).type
+        lo = to_type(_field(parsed, "min", name), t)
+        hi = to_type(_field(parsed, "max", name), t)
+        if lo is not None and hi is not None:
+            mins[name], maxs[name] = lo, hi
+    for name in counted:
+        nulls[name] = _field(parsed, "null_count", name)
+    return mins, maxs, nulls
 
 
 def stats_columns(
@@ -101,48 +210,23 @@ def stats_columns(
         partition_by = tuple(c for c in partition_by if c in wanted)
         schema = pa.schema([f for f in schema if f.name in wanted])
     n = files.num_rows
-    partition: dict[str, pa.Array] = {}
     if not n:  # typed empty columns, so that concatenating keeps every column
         none = pa.array([], pa.int64())
         return FileStatsColumns(
             num_rows=none,
             partition={c: pa.array([], schema.field(c).type) for c in partition_by},
-            min={c: pa.array([], schema.field(c).type) for c in _bounded(schema, partition_by)},
-            max={c: pa.array([], schema.field(c).type) for c in _bounded(schema, partition_by)},
+            min={
+                c: pa.array([], schema.field(c).type) for c in bounded_columns(schema, partition_by)
+            },
+            max={
+                c: pa.array([], schema.field(c).type) for c in bounded_columns(schema, partition_by)
+            },
             null_count={f.name: none for f in schema if f.name not in partition_by},
         )
+    partition: dict[str, pa.Array] = {}
     if partition_by:
-        text = pa.schema([pa.field(c, pa.string()) for c in partition_by])
-        parsed = _read_lines(files.column("partition"), text)
-        for c in partition_by:
-            typed = _to_type(
-                parsed.column(c).combine_chunks(), schema.field(c).type, physical=False
-            )
-            if typed is not None:
-                partition[c] = typed
-    bounds = _bounded(schema, partition_by)
-    counted = [f.name for f in schema if f.name not in partition_by]
-    mins: dict[str, pa.Array] = {}
-    maxs: dict[str, pa.Array] = {}
-    nulls: dict[str, pa.Array] = {}
-    if bounds or counted:
-        struct_of = pa.struct([pa.field(name, bt) for name, bt in bounds.items()])
-        stats_schema = pa.schema(
-            [
-                pa.field("min", struct_of),
-                pa.field("max", struct_of),
-                pa.field("null_count", pa.struct([pa.field(c, pa.int64()) for c in counted])),
-            ]
-        )
-        parsed = _read_lines(files.column("stats"), stats_schema)
-        for name in bounds:
-            t = schema.field(name).type
-            lo = _to_type(_field(parsed, "min", name), t)
-            hi = _to_type(_field(parsed, "max", name), t)
-            if lo is not None and hi is not None:
-                mins[name], maxs[name] = lo, hi
-        for name in counted:
-            nulls[name] = _field(parsed, "null_count", name)
+        _, partition = typed_partitions(files.column("partition"), schema, partition_by)
+    mins, maxs, nulls = typed_stats(files.column("stats"), schema, partition_by)
     return FileStatsColumns(
         num_rows=files.column("num_rows").combine_chunks(),
         partition=partition,

@@ -7,6 +7,7 @@ only when asked for.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,7 +15,16 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .actions import AddFile, Commit, DataFile, ExpireVersions, FileStats, Metadata, RemoveFile
+from .actions import (
+    AddFile,
+    AppTransaction,
+    Commit,
+    DataFile,
+    ExpireVersions,
+    FileStats,
+    Metadata,
+    RemoveFile,
+)
 
 __all__ = ["FILES_SCHEMA", "ReplayState", "data_files", "files_from_adds", "replay"]
 
@@ -99,55 +109,91 @@ def _json_objects(column: pa.ChunkedArray, decoder: msgspec.json.Decoder[Any]) -
 
 
 class ReplayState(msgspec.Struct):
-    """Mutable accumulator used while replaying commits over a base file set."""
+    """Mutable accumulator used while replaying commits over a base file set.
+
+    The base is a version-1 file table (:data:`FILES_SCHEMA`) or a version-2 root
+    (``lakelog.log.manifests.Root``, whose leaves are read only when needed). The
+    commits since the base are summarized as the *tail*: ``added`` (files added and
+    live, by path) and ``removed`` (paths removed since, with the partition the remove
+    named): a base row is live unless its path is in either. Advancing a snapshot
+    copies this state (:meth:`copy`: containers are copied, so fields added here are
+    carried over) and applies the new commits: O(change).
+    """
 
     metadata: Metadata | None
-    base: pa.Table
+    base: Any
+    """A :data:`FILES_SCHEMA` table, or a version-2 root."""
     added: dict[str, AddFile]
-    removed: set[str]
+    removed: dict[str, dict[str, str | None]]
+    """Paths removed since the base (not added again), with the remove's partition."""
     version: int
     timestamp_ms: int
     oldest_version: int = 0
     """Oldest readable version as recorded by expiry actions (0: nothing expired)."""
+    app_versions: dict[str, int] = {}
+    """Recorded version of each app id (``app_txn`` actions; format.md, "App transactions")."""
+    app_commits: dict[str, int] = {}
+    """The commit that recorded each app id's version."""
 
     @classmethod
     def start(
         cls,
         metadata: Metadata | None,
-        base: pa.Table,
+        base: Any,
         version: int,
         timestamp_ms: int,
         oldest_version: int = 0,
     ) -> ReplayState:
-        return cls(metadata, base, {}, set(), version, timestamp_ms, oldest_version)
+        return cls(metadata, base, {}, {}, version, timestamp_ms, oldest_version)
+
+    def copy(self) -> ReplayState:
+        """An independent copy (dicts, sets and lists are copied one level deep)."""
+        values: dict[str, Any] = {
+            name: copy.copy(value) if isinstance(value, (dict, set, list)) else value
+            for name, value in msgspec.structs.asdict(self).items()
+        }
+        return ReplayState(**values)
 
     def apply(self, commit: Commit) -> None:
         for action in commit.actions:
             if isinstance(action, AddFile):
                 self.added[action.path] = action
-                self.removed.discard(action.path)
+                self.removed.pop(action.path, None)
             elif isinstance(action, RemoveFile):
                 # the path may also be in the base (added again after a manifest)
-                self.added.pop(action.path, None)
-                self.removed.add(action.path)
+                was = self.added.pop(action.path, None)
+                hint = action.partition or (was.partition if was is not None else {})
+                self.removed[action.path] = dict(hint)
             elif isinstance(action, ExpireVersions):
                 self.oldest_version = max(self.oldest_version, action.oldest_version)
+            elif isinstance(action, AppTransaction):
+                if action.app_version > self.app_versions.get(action.app_id, -1):
+                    self.app_versions[action.app_id] = action.app_version
+                    self.app_commits[action.app_id] = commit.header.version
             else:
                 self.metadata = action
         self.version = commit.header.version
         self.timestamp_ms = commit.header.timestamp_ms
 
+    def dead(self) -> dict[str, dict[str, str | None]]:
+        """Paths whose base row (if any) is no longer live, with a partition hint."""
+        out = {path: a.partition for path, a in self.added.items()}
+        out.update(self.removed)
+        return out
+
     def files(self) -> pa.Table:
-        """The live file set: the base's rows still live, then the files added."""
+        """The live file set (of a :data:`FILES_SCHEMA` base): the base's rows still
+        live, then the files added."""
         return self.split()[0]
 
     def split(self) -> tuple[pa.Table, pa.BooleanArray | None, pa.Table | None]:
-        """The live file set, the mask of the base rows it keeps (None: all), and the
-        added files' table (None: none), so derived per-file columns (typed
-        statistics) can be carried over from the base instead of rebuilt."""
+        """The live file set (of a :data:`FILES_SCHEMA` base), the mask of the base rows
+        it keeps (None: all), and the added files' table (None: none)."""
         base = self.base
+        if not isinstance(base, pa.Table):
+            raise TypeError("split() needs a version-1 base; resolve a Snapshot instead")
         keep: pa.BooleanArray | None = None
-        drop = self.removed | self.added.keys()
+        drop = self.removed.keys() | self.added.keys()
         if drop and base.num_rows:
             hit = pc.is_in(base.column("path"), value_set=pa.array(list(drop), pa.string()))
             keep = pc.invert(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit)
@@ -160,7 +206,7 @@ class ReplayState(msgspec.Struct):
 
 def replay(
     metadata: Metadata | None,
-    base: pa.Table,
+    base: Any,
     version: int,
     timestamp_ms: int,
     commits: Iterable[Commit],

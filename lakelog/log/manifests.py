@@ -1,42 +1,73 @@
-"""Snapshot manifests: the full live file set as of one version, in Parquet.
+"""Manifests: the live file set as of one version, in Parquet.
 
-``_lakelog/<version:020d>.manifest.parquet`` holds one row per live file
-(:data:`FILES_SCHEMA`) and, in the Parquet key-value metadata under
-``lakelog``, a JSON header with the version, its timestamp and the table
-metadata. ``_lakelog/_last_manifest`` is a hint naming the newest manifest.
-A manifest or hint that is missing or damaged is skipped, never trusted.
+``_lakelog/<version:020d>.manifest.parquet`` holds, in the Parquet key-value
+metadata under ``lakelog``, a JSON header (:class:`ManifestHeader`) whose
+``format_version`` says its layout (``docs/format.md``):
+
+* **version 1**: one row per live file (:data:`~.files.FILES_SCHEMA`, JSON columns);
+* **version 2**: a *root*, one row per leaf (:mod:`.leaves`) with the positions of the
+  leaf's rows no longer live and a typed summary of the leaf for pruning.
+
+``_lakelog/_last_manifest`` is a hint naming the newest manifest. A manifest or hint
+that is missing or damaged is skipped, never trusted.
 """
 
 from __future__ import annotations
 
 import io
+import threading
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import CorruptLogError, UnsupportedFormatError
+from ..filters import FileStatsColumns
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Metadata
 from .commits import LOG_DIR
+from .file_index import bounded_columns
 from .files import FILES_SCHEMA
+from .leaves import conform, struct_fields
 
 __all__ = [
     "LAST_MANIFEST",
+    "ROOT_FORMAT",
     "Manifest",
+    "ManifestHeader",
+    "Root",
+    "encode_manifest",
+    "encode_root",
     "manifest_path",
     "read_hint",
     "read_hint_oldest",
     "read_manifest",
     "read_manifest_header",
+    "read_root",
+    "replace_root",
+    "root_leaves",
+    "root_schema",
+    "summary_types",
+    "write_hint",
     "write_manifest",
+    "write_root",
 ]
 
 LAST_MANIFEST = f"{LOG_DIR}/_last_manifest"
+ROOT_FORMAT = 2
+"""Manifest layout version of roots (version 1 is the flat layout)."""
 _META_KEY = b"lakelog"
+_V2_FIELDS = ("num_rows", "num_bytes", "num_leaves")
 
 
 class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """The header of a manifest. New fields get defaults (format.md, "The root"); a
+    writer fills them from the state it replayed (see ``lakelog.log.checkpoint``)."""
+
     format_version: int = FORMAT_VERSION
     version: int
     timestamp_ms: int
@@ -44,9 +75,21 @@ class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
     metadata: Metadata
     oldest_version: int = 0
     """Oldest readable version as of this version (see ``ExpireVersions``)."""
+    num_rows: int | None = None
+    """Version 2: rows of the live files."""
+    num_bytes: int | None = None
+    """Version 2: bytes of the live files."""
+    num_leaves: int | None = None
+    """Version 2: rows of the root."""
+    app_versions: dict[str, int] = {}
+    """Recorded version of each app id as of this version (format.md, "App transactions")."""
+    app_commits: dict[str, int] = {}
+    """The commit that recorded each app id's version."""
 
 
 class Manifest(msgspec.Struct, frozen=True):
+    """A version-1 manifest: the header and the live files, one row each."""
+
     header: ManifestHeader
     files: pa.Table
 
@@ -60,29 +103,39 @@ def manifest_path(version: int) -> str:
     return f"{LOG_DIR}/{version:020d}.manifest.parquet"
 
 
+# -- version 1 --------------------------------------------------------------------------
+
+
+def _v1_header(header: ManifestHeader) -> bytes:
+    raw = msgspec.to_builtins(header)
+    raw["format_version"] = 1
+    for name in _V2_FIELDS:
+        raw.pop(name, None)
+    return msgspec.json.encode(raw)
+
+
 def encode_manifest(header: ManifestHeader, files: pa.Table) -> bytes:
-    table = files.cast(FILES_SCHEMA).replace_schema_metadata(
-        {_META_KEY: msgspec.json.encode(header)}
-    )
+    """A version-1 manifest (its header says ``format_version: 1``, its layout)."""
+    table = files.cast(FILES_SCHEMA).replace_schema_metadata({_META_KEY: _v1_header(header)})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", row_group_size=65536)
     return buf.getvalue()
 
 
 def write_manifest(storage: Storage, header: ManifestHeader, files: pa.Table) -> None:
-    """Write a manifest, then advance the hint if this one is newer."""
+    """Write a version-1 manifest, then advance the hint if this one is newer."""
     storage.write_bytes(manifest_path(header.version), encode_manifest(header, files))
+    write_hint(storage, header.version, header.oldest_version)
+
+
+def write_hint(storage: Storage, version: int, oldest_version: int) -> None:
+    """Advance ``_last_manifest`` to ``version`` if that is newer than what it says."""
     hint = read_hint(storage)
-    if hint is None or hint < header.version:
-        hint_bytes = msgspec.json.encode(_Hint(header.version, header.oldest_version))
-        storage.write_bytes(LAST_MANIFEST, hint_bytes)
+    if hint is None or hint < version:
+        storage.write_bytes(LAST_MANIFEST, msgspec.json.encode(_Hint(version, oldest_version)))
 
 
-def read_manifest(storage: Storage, version: int) -> Manifest:
-    """Read and check one manifest.
-
-    :class:`FileNotFoundError` if absent, :class:`CorruptLogError` if damaged.
-    """
+def _read_parquet(storage: Storage, version: int) -> tuple[pa.Table, ManifestHeader]:
     data = storage.read_bytes(manifest_path(version))
     try:
         # One file from memory: read it in this thread. pq.read_table would go through
@@ -102,17 +155,42 @@ def read_manifest(storage: Storage, version: int) -> Manifest:
             f"expected manifest format version <= {FORMAT_VERSION}, found "
             f"{header.format_version} in {manifest_path(version)}; upgrade lakelog."
         )
-    if header.version != version or header.num_files != table.num_rows:
+    if header.version != version:
+        raise CorruptLogError(
+            f"expected manifest {manifest_path(version)} to hold version {version}, found "
+            f"version {header.version}"
+        )
+    return table.replace_schema_metadata(None), header
+
+
+def read_manifest(storage: Storage, version: int) -> Manifest | Root:
+    """Read and check one manifest: a :class:`Manifest` (version 1) or a :class:`Root`.
+
+    :class:`FileNotFoundError` if absent, :class:`CorruptLogError` if damaged,
+    :class:`UnsupportedFormatError` if newer than this reader.
+    """
+    table, header = _read_parquet(storage, version)
+    if header.format_version >= ROOT_FORMAT:
+        return Root.check(header, table, manifest_path(version))
+    if header.num_files != table.num_rows:
         raise CorruptLogError(
             f"expected manifest {manifest_path(version)} to hold version {version} with "
-            f"{header.num_files} files, found version {header.version} with "
-            f"{table.num_rows} rows"
+            f"{header.num_files} files, found {table.num_rows} rows"
         )
     try:
-        files = table.replace_schema_metadata(None).select(FILES_SCHEMA.names).cast(FILES_SCHEMA)
+        files = table.select(FILES_SCHEMA.names).cast(FILES_SCHEMA)
     except (pa.ArrowException, KeyError) as e:
         raise CorruptLogError(f"manifest {manifest_path(version)} has a wrong schema: {e}") from e
     return Manifest(header, files)
+
+
+def read_root(storage: Storage, version: int) -> Root | None:
+    """The version-2 root at ``version``, None if there is none (or a version-1 one)."""
+    try:
+        got = read_manifest(storage, version)
+    except (FileNotFoundError, CorruptLogError):
+        return None
+    return got if isinstance(got, Root) else None
 
 
 def read_manifest_header(storage: Storage, version: int) -> ManifestHeader | None:
@@ -147,3 +225,196 @@ def _read_hint(storage: Storage) -> _Hint | None:
         return msgspec.json.decode(storage.read_bytes(LAST_MANIFEST), type=_Hint)
     except (FileNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+# -- version 2: roots -------------------------------------------------------------------
+
+
+def summary_types(
+    schema: pa.Schema, partition_by: Sequence[str]
+) -> tuple[pa.StructType, pa.StructType]:
+    """Struct types of a root's ``min``/``max`` (partition columns, then the columns with
+    bounds, in their types) and ``null_count`` (every column, int64)."""
+    bounds = [schema.field(c) for c in partition_by]
+    bounds += [
+        pa.field(c, schema.field(c).type) for c in bounded_columns(schema, tuple(partition_by))
+    ]
+    counts = [pa.field(c, pa.int64()) for c in partition_by]
+    counts += [pa.field(f.name, pa.int64()) for f in schema if f.name not in partition_by]
+    return pa.struct(bounds), pa.struct(counts)
+
+
+def root_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
+    """Columns of a root for a table of ``schema`` (format.md, "The root")."""
+    bounds, counts = summary_types(schema, partition_by)
+    fields = [
+        pa.field("leaf", pa.string(), nullable=False),
+        pa.field("leaf_files", pa.int64(), nullable=False),
+        pa.field("removed", pa.list_(pa.int32())),
+        pa.field("live_files", pa.int64(), nullable=False),
+        pa.field("live_rows", pa.int64(), nullable=False),
+        pa.field("live_bytes", pa.int64(), nullable=False),
+        pa.field("path_min", pa.string()),
+        pa.field("path_max", pa.string()),
+        pa.field("num_rows", pa.int64(), nullable=False),
+    ]
+    if bounds.num_fields:
+        fields += [pa.field("min", bounds), pa.field("max", bounds)]
+    if counts.num_fields:
+        fields.append(pa.field("null_count", counts))
+    return pa.schema(fields)
+
+
+class Root:
+    """A version-2 manifest in memory: its header and one row per leaf (immutable)."""
+
+    _REQUIRED = ("leaf", "leaf_files", "removed", "live_files", "live_rows", "live_bytes")
+
+    def __init__(self, header: ManifestHeader, entries: pa.Table) -> None:
+        self.header = header
+        self.entries = entries.combine_chunks()
+        self.leaves: list[str] = self.entries.column("leaf").to_pylist()
+        self._removed: list[Any] | None = None
+        self._summary: dict[Any, FileStatsColumns] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def check(cls, header: ManifestHeader, table: pa.Table, where: str) -> Root:
+        missing = [c for c in cls._REQUIRED if c not in table.column_names]
+        if missing or (header.num_leaves is not None and header.num_leaves != table.num_rows):
+            raise CorruptLogError(
+                f"expected manifest root {where} to list {header.num_leaves} leaves with the "
+                f"columns of format.md, found {table.num_rows} rows"
+                + (f" and no column {missing}" if missing else "")
+            )
+        root = cls(header, table)
+        if int(pc.sum(root.entries.column("live_files")).as_py() or 0) != header.num_files:
+            raise CorruptLogError(
+                f"expected manifest root {where} to count {header.num_files} live files, "
+                f"found its leaves counting {pc.sum(root.entries.column('live_files'))}"
+            )
+        return root
+
+    @property
+    def version(self) -> int:
+        return self.header.version
+
+    def __len__(self) -> int:
+        return len(self.leaves)
+
+    def removed(self, i: int) -> np.ndarray:
+        """Positions of leaf ``i``'s rows that are not live as of this root."""
+        if self._removed is None:
+            self._removed = self.entries.column("removed").to_pylist()
+        got = self._removed[i]
+        return np.asarray(got or (), dtype=np.int64)
+
+    def live_counts(self) -> tuple[int, int, int]:
+        """Live files, rows and bytes (from the root alone)."""
+        return tuple(  # type: ignore[return-value]
+            int(pc.sum(self.entries.column(c)).as_py() or 0)
+            for c in ("live_files", "live_rows", "live_bytes")
+        )
+
+    def summary_columns(
+        self,
+        schema: pa.Schema,
+        partition_by: tuple[str, ...],
+        names: frozenset[str] | None,
+        key: str,
+    ) -> FileStatsColumns:
+        """The leaves' summaries as pruning columns, one row per leaf: partition columns
+        as ranges (``min``/``max``), so the pruner treats them like statistics."""
+        with self._lock:
+            got = self._summary.get((key, names))
+            if got is not None:
+                return got
+        bounds, counts = summary_types(schema, partition_by)
+        mins = struct_fields(self.entries, "min")
+        maxs = struct_fields(self.entries, "max")
+        nulls = struct_fields(self.entries, "null_count")
+        lo: dict[str, pa.Array] = {}
+        hi: dict[str, pa.Array] = {}
+        nc: dict[str, pa.Array] = {}
+        for f in bounds:
+            if names is None or f.name in names:
+                a, b = conform(mins.get(f.name), f.type), conform(maxs.get(f.name), f.type)
+                if a is not None and b is not None:
+                    lo[f.name], hi[f.name] = a, b
+        # The pruner asks "may hold a value" as null_count != num_rows, per file. Over a
+        # leaf, with rows + files as the base: a partition column has one if some file's
+        # value is not null (its null_count counts files), another column if not every
+        # row is null; 0-row files then prune as they do one by one.
+        rows = self.entries.column("num_rows").combine_chunks()
+        files = self.entries.column("leaf_files").combine_chunks()
+        base = pc.add(rows, files)
+        for f in counts:
+            if names is None or f.name in names:
+                c = conform(nulls.get(f.name), pa.int64())
+                if c is not None:
+                    full = files if f.name in partition_by else rows
+                    nc[f.name] = pc.if_else(pc.equal(c, full), base, c)
+        built = FileStatsColumns(
+            num_rows=base,
+            partition={},
+            min=lo,
+            max=hi,
+            null_count=nc,
+        )
+        with self._lock:
+            if len(self._summary) >= 8:
+                self._summary.clear()
+            self._summary[(key, names)] = built
+        return built
+
+
+def encode_root(header: ManifestHeader, entries: pa.Table) -> bytes:
+    header = msgspec.structs.replace(header, format_version=max(ROOT_FORMAT, header.format_version))
+    table = entries.replace_schema_metadata({_META_KEY: msgspec.json.encode(header)})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", row_group_size=max(1, entries.num_rows))
+    return buf.getvalue()
+
+
+def write_root(storage: Storage, root: Root) -> bool:
+    """Put a root if absent, then advance the hint. A version-1 manifest at the same
+    version is replaced (atomically); an existing root is kept (returns False)."""
+    path = manifest_path(root.version)
+    data = encode_root(root.header, root.entries)
+    try:
+        storage.put_if_absent(path, data)
+    except FileExistsError:
+        existing = read_manifest_header(storage, root.version)
+        if existing is not None and existing.format_version >= ROOT_FORMAT:
+            return False
+        storage.write_bytes(path, data)
+    write_hint(storage, root.version, root.header.oldest_version)
+    return True
+
+
+def root_leaves(storage: Storage, versions: Sequence[int]) -> dict[int, list[str]]:
+    """The leaves each version-2 root at ``versions`` lists (read concurrently on object
+    stores; only the ``leaf`` column). Versions without a readable root are left out."""
+    out: dict[int, list[str]] = {}
+    versions = list(versions)
+    for start in range(0, len(versions), 64):
+        chunk = versions[start : start + 64]
+        got = storage.read_many([manifest_path(v) for v in chunk])
+        for v, data in zip(chunk, got, strict=True):
+            if data is None:
+                continue
+            try:
+                f = pq.ParquetFile(pa.BufferReader(data))
+                raw = (f.schema_arrow.metadata or {}).get(_META_KEY)
+                header = None if raw is None else msgspec.json.decode(raw, type=ManifestHeader)
+                if header is None or header.format_version < ROOT_FORMAT:
+                    continue
+                out[v] = f.read(columns=["leaf"], use_threads=False).column("leaf").to_pylist()
+            except (pa.ArrowException, ValueError, KeyError, msgspec.DecodeError, OSError):
+                continue
+    return out
+
+
+def replace_root(storage: Storage, root: Root) -> None:
+    """Overwrite the root at its version (a writer repairing its own root)."""
+    storage.write_bytes(manifest_path(root.version), encode_root(root.header, root.entries))

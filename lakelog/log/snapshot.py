@@ -14,10 +14,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import datetime as dt
-import itertools
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +30,7 @@ from ..errors import (
     InvalidArgumentError,
     LakelogError,
     LogGapError,
+    ManifestLeafError,
     TableNotFoundError,
     UnsupportedFormatError,
     VersionExpiredError,
@@ -41,12 +42,18 @@ from ..filters import (
     Unknown,
     parse_filter,
     predicate_columns,
-    prune_mask,
     to_expression,
 )
-from ..stats import file_guarantee, filter_is_null_sensitive, referenced_columns
+from ..io.skipping import prune_fragments, wants_footers
+from ..stats import (
+    file_guarantee,
+    filter_is_null_sensitive,
+    filter_may_select_nan,
+    referenced_columns,
+)
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
+from .checkpoint import carried_fields, checkpoint, snapshot_state
 from .commits import (
     TAIL_MAX_BATCH,
     LogListing,
@@ -57,15 +64,29 @@ from .commits import (
     read_header,
     read_tail,
 )
-from .file_index import concat_stats_columns, filter_stats_columns, stats_columns
-from .files import FILES_SCHEMA, ReplayState, data_files
-from .manifests import read_hint, read_hint_oldest, read_manifest, read_manifest_header
+from .files import FILES_SCHEMA, ReplayState
+from .fileset import FileSet, FlatBlock
+from .manifests import (
+    Manifest,
+    read_hint,
+    read_hint_oldest,
+    read_manifest,
+    read_manifest_header,
+)
 
-__all__ = ["Snapshot", "load_snapshot", "oldest_readable_version", "version_as_of"]
+__all__ = [
+    "Snapshot",
+    "advance",
+    "load_snapshot",
+    "oldest_readable_version",
+    "version_as_of",
+    "write_checkpoint",
+]
+
+log = logging.getLogger("lakelog")
 
 _PRUNE_FS = pafs.LocalFileSystem()
-_COLUMN_SETS = 8
-"""Column sets whose typed columns a snapshot keeps before it starts over."""
+_T = TypeVar("_T")
 
 
 class Snapshot:
@@ -78,10 +99,12 @@ class Snapshot:
         version: int,
         timestamp_ms: int,
         metadata: Metadata,
-        files: pa.Table,
+        files: pa.Table | None = None,
         oldest_version: int = 0,
-        carry: _Carry | None = None,
+        state: ReplayState | None = None,
     ) -> None:
+        """``files``: the live files as a :data:`FILES_SCHEMA` table; or ``state``: the
+        replayed state (a base, version-1 table or version-2 root, and the tail)."""
         if metadata.format_version > FORMAT_VERSION:
             raise UnsupportedFormatError(
                 f"expected table format version <= {FORMAT_VERSION}, found "
@@ -91,11 +114,18 @@ class Snapshot:
         self.version = version
         self.timestamp_ms = timestamp_ms
         self.metadata = metadata
-        self.file_table = files
         self.oldest_version = oldest_version
         """Oldest readable version as of this version (0: nothing expired)."""
-        self._carry = carry
-        self._built: dict[frozenset[str] | None, FileStatsColumns] = {}
+        if state is None:
+            base = FlatBlock(files if files is not None else FILES_SCHEMA.empty_table())
+            state = ReplayState.start(metadata, base, version, timestamp_ms, oldest_version)
+        elif isinstance(state.base, pa.Table):
+            state.base = FlatBlock(state.base)
+        self._state = state
+        self._fileset: FileSet | None = None
+        self._cache: dict[str, Any] = {}
+        self._avoid: frozenset[int] = frozenset()
+        """Manifests found unusable (a leaf missing) after they were read."""
 
     def __repr__(self) -> str:
         return (
@@ -127,16 +157,31 @@ class Snapshot:
         return self.metadata.table_id
 
     @property
+    def app_versions(self) -> dict[str, int]:
+        """The recorded version of each app id as of this version (exactly-once ingest:
+        ``append(..., app_id=, app_version=)``; ``docs/format.md``, "App transactions")."""
+        return dict(self._state.app_versions)
+
+    @property
+    def app_commits(self) -> dict[str, int]:
+        """The version of the commit that recorded each app id's version."""
+        return dict(self._state.app_commits)
+
+    @property
     def num_files(self) -> int:
-        return int(self.file_table.num_rows)
+        return self._counts()[0]
 
     @property
     def num_rows(self) -> int:
-        return int(pc.sum(self.file_table.column("num_rows")).as_py() or 0)
+        return self._counts()[1]
 
     @property
     def total_bytes(self) -> int:
-        return int(pc.sum(self.file_table.column("size_bytes")).as_py() or 0)
+        return self._counts()[2]
+
+    def _counts(self) -> tuple[int, int, int]:
+        """Live files, rows and bytes: from the manifest root and the tail."""
+        return self._cached("counts", lambda fs: fs.counts())
 
     @cached_property
     def file_schema(self) -> pa.Schema:
@@ -145,50 +190,62 @@ class Snapshot:
         return pa.schema(keep, metadata=self.schema.metadata)
 
     # -- files -----------------------------------------------------------------
-    @cached_property
-    def _all_files(self) -> tuple[DataFile, ...]:
-        return tuple(data_files(self.file_table))
+    def _files(self) -> FileSet:
+        if self._fileset is None:
+            st = self._state
+            self._fileset = FileSet(
+                self.storage, self.metadata, self.schema, st.base, st.added, st.removed
+            )
+        return self._fileset
 
-    @cached_property
+    def _use(self, fn: Callable[[FileSet], _T]) -> _T:
+        """``fn`` over the live files. A manifest leaf found missing or damaged makes
+        its manifest unusable: the version is resolved again without it, once per
+        manifest, as for any damaged manifest (``docs/format.md``)."""
+        for _ in range(8):
+            try:
+                return fn(self._files())
+            except ManifestLeafError as e:
+                root = self._files().root
+                if root is None:
+                    raise
+                log.warning(
+                    "manifest of version %d of %s is unusable (%s); resolving version %d "
+                    "without it",
+                    root.version,
+                    self.storage.uri,
+                    e,
+                    self.version,
+                )
+                self._avoid |= {root.version}
+                fresh = load_snapshot(self.storage, self.version, avoid=self._avoid)
+                self._state, self._fileset = fresh._state, None
+        return fn(self._files())
+
+    def _cached(self, name: str, fn: Callable[[FileSet], _T]) -> _T:
+        if name not in self._cache:
+            self._cache[name] = self._use(fn)
+        return self._cache[name]  # type: ignore[no-any-return]
+
+    @property
+    def file_table(self) -> pa.Table:
+        """Every live file as one :data:`FILES_SCHEMA` table (JSON columns). Built on
+        first use from every leaf: prefer :meth:`files` with a filter, or :meth:`paths`."""
+        return self._cached("file_table", lambda fs: fs.file_table())
+
+    def paths(self) -> list[str]:
+        """Root-relative paths of the live files."""
+        return list(self._cached("paths", lambda fs: fs.paths()))
+
+    @property
+    def _all_files(self) -> tuple[DataFile, ...]:
+        return self._cached("all_files", lambda fs: tuple(fs.files(None, None)))
+
+    @property
     def stats_columns(self) -> FileStatsColumns:
         """Typed partition values and statistics of every live file, one row per file
-        in ``file_table`` order: what pruning compares. Built once per snapshot from
-        the log's JSON columns, or carried over from the snapshot this one advanced
-        from (its rows still live, then the added files')."""
-        return self._columns(None)
-
-    def _columns_for(self, pred: Predicate) -> FileStatsColumns:
-        """The typed columns pruning ``pred`` needs: all of them once built, else only
-        the columns it refers to (a partition filter then parses no statistics)."""
-        if "stats_columns" in self.__dict__:
-            return self.stats_columns
-        return self._columns(predicate_columns(pred))
-
-    def _columns(self, names: frozenset[str] | None) -> FileStatsColumns:
-        """Typed columns of ``names`` (None: all), cached per column set; derived from
-        the carried columns of the previous snapshot when it had built them."""
-        cached = self._built.get(names)
-        if cached is not None:
-            return cached
-        carry = self._carry
-        base = None if carry is None else carry.columns.get(names)
-        if carry is not None and base is not None and carry.schema.equals(self.schema):
-            built = concat_stats_columns(
-                base if carry.keep is None else filter_stats_columns(base, carry.keep),
-                None
-                if carry.added is None
-                else stats_columns(carry.added, self.schema, self.partition_by, columns=names),
-            )
-        else:
-            built = stats_columns(self.file_table, self.schema, self.partition_by, columns=names)
-        if carry is not None:  # each carried set is used once: then let it go
-            carry.columns.pop(names, None)
-            if not carry.columns:
-                self._carry = None
-        if len(self._built) >= _COLUMN_SETS:
-            self._built.clear()
-        self._built[names] = built
-        return built
+        in ``file_table`` order: what pruning compares."""
+        return self._cached("stats_columns", lambda fs: fs.stats_columns(None))
 
     def _filter(self, filter: Any) -> tuple[Predicate | None, pc.Expression | None]:
         """A filter as lakelog's predicate (for pruning) and as a row expression."""
@@ -203,19 +260,18 @@ class Snapshot:
         ``filter``: a :class:`pyarrow.compute.Expression`, DNF tuples, or a SQL-like
         string such as ``"day = '2026-11-02' and sensor between 10 and 20"`` (see
         :mod:`lakelog.filters`). A file is kept unless its partition values or
-        statistics prove no row can match. Pruning is a few vectorized comparisons
-        over :attr:`stats_columns`; :class:`DataFile` objects are built only for the
-        files returned.
+        statistics prove no row can match. Pruning is a few vectorized comparisons:
+        over the summaries of the manifest's leaves first (only the leaves that can
+        match are read), then over the files' typed columns; :class:`DataFile`
+        objects are built only for the files returned.
         """
         pred, expr = self._filter(filter)
         if pred is None or expr is None:
             return list(self._all_files)
         if isinstance(pred, Unknown):  # a shape lakelog does not model: pyarrow decides
             return self._prune(self._all_files, expr)
-        keep = prune_mask(pred, self._columns_for(pred))
-        if "_all_files" in self.__dict__:
-            return list(itertools.compress(self._all_files, keep.to_pylist()))
-        return data_files(self.file_table.filter(keep))
+        names = predicate_columns(pred)
+        return self._use(lambda fs: fs.files(pred, names))
 
     def _prune(self, files: Sequence[DataFile], expr: pc.Expression) -> list[DataFile]:
         schema = self.schema
@@ -242,9 +298,9 @@ class Snapshot:
 
     def file_urls(self, filter: Any = None) -> list[str]:
         """Full URLs of the live files (for engines such as Spark)."""
-        if filter is None:  # straight from the path column
+        if filter is None:  # straight from the paths
             prefix = self.storage.url("") + "/"
-            return [prefix + p for p in self.file_table.column("path").to_pylist()]
+            return [prefix + p for p in self.paths()]
         return [self.storage.url(f.path) for f in self.files(filter)]
 
     # -- reading ---------------------------------------------------------------
@@ -252,9 +308,12 @@ class Snapshot:
         """A pyarrow Dataset over exactly this snapshot's files.
 
         Each fragment carries its partition values and (null-safe) min/max
-        ranges, so pyarrow prunes too; ``filter`` pre-prunes the file list.
-        Reading it directly gives pyarrow's own errors (a missing file is a bare
-        ``FileNotFoundError``); :meth:`to_arrow` and :meth:`to_batches` type them.
+        ranges, so pyarrow prunes too; ``filter`` pre-prunes the file list, and,
+        when it constrains a data column, the row groups inside the files by their
+        statistics and bloom filters (:mod:`lakelog.io.skipping`; a file gone
+        missing is then a :class:`DataFileMissingError`). Reading it directly gives
+        pyarrow's own errors (a missing file is a bare ``FileNotFoundError``);
+        :meth:`to_arrow` and :meth:`to_batches` type them.
         """
         files = self.files(filter)
         schema = self.schema
@@ -272,6 +331,12 @@ class Snapshot:
                     file_size=f.size_bytes,
                 )
             )
+        pred, expr = self._filter(filter)
+        if expr is not None and wants_footers(pred, self.partition_by):
+            try:
+                frags = prune_fragments(self.storage, frags, pred, expr, schema)  # type: ignore[arg-type]
+            except FileNotFoundError as e:
+                raise self._missing_file(e) from e
         return ds.FileSystemDataset(frags, schema, fmt, fs)
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: Any = None) -> pa.Table:
@@ -283,6 +348,10 @@ class Snapshot:
         cols = self._check_columns(columns)
         dataset = self.dataset(expr)
         with self._reading():
+            if expr is not None and filter_may_select_nan(expr, self.schema):
+                wide = _with_filter_columns(cols, expr, self.schema)
+                got = dataset.to_table(columns=wide).filter(expr)
+                return got if cols is None else got.select(cols)
             return dataset.to_table(columns=cols, filter=expr)
 
     def to_batches(
@@ -307,7 +376,15 @@ class Snapshot:
         batch_size: int,
     ) -> Iterator[pa.RecordBatch]:
         with self._reading():
-            yield from dataset.to_batches(columns=columns, filter=expr, batch_size=batch_size)
+            if expr is None or not filter_may_select_nan(expr, self.schema):
+                yield from dataset.to_batches(columns=columns, filter=expr, batch_size=batch_size)
+                return
+            wide = _with_filter_columns(columns, expr, self.schema)
+            for batch in dataset.to_batches(columns=wide, batch_size=batch_size):
+                got = pa.Table.from_batches([batch]).filter(expr)
+                if columns is not None:
+                    got = got.select(columns)
+                yield from got.to_batches()
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
@@ -358,6 +435,38 @@ class Snapshot:
             )
         return list(columns)
 
+    # -- other engines (lakelog.interop.engines; docs/reading.md) -----------------
+    def to_duckdb(self, con: Any = None, *, name: str, filter: Any = None) -> Any:
+        """Register this snapshot on a DuckDB connection (None: DuckDB's default one) as
+        the view ``name`` and return its relation. Filters of queries on it prune files
+        and row groups through lakelog; ``filter`` limits the view to matching rows."""
+        from ..interop.engines import to_duckdb
+
+        return to_duckdb(self, con, name=name, filter=filter)
+
+    def to_polars(self, *, columns: Sequence[str] | None = None, filter: Any = None) -> Any:
+        """This snapshot as a polars LazyFrame whose filters prune through lakelog."""
+        from ..interop.engines import to_polars
+
+        return to_polars(self, columns=columns, filter=filter)
+
+    def to_pandas(
+        self, *, columns: Sequence[str] | None = None, filter: Any = None, **options: Any
+    ) -> Any:
+        """The matching rows as a pandas DataFrame (``options``: ``Table.to_pandas``)."""
+        from ..interop.engines import to_pandas
+
+        return to_pandas(self, columns=columns, filter=filter, **options)
+
+
+def _with_filter_columns(
+    columns: list[str] | None, expr: pc.Expression, schema: pa.Schema
+) -> list[str] | None:
+    """``columns`` plus those ``expr`` may refer to (to filter after the scan)."""
+    if columns is None:
+        return None
+    return [*columns, *(c for c in referenced_columns(expr, schema.names) if c not in columns)]
+
 
 # -- resolution -----------------------------------------------------------------
 
@@ -366,34 +475,19 @@ def _empty_state() -> tuple[Metadata | None, pa.Table]:
     return None, FILES_SCHEMA.empty_table()
 
 
-class _Carry(NamedTuple):
-    """Typed columns the snapshot a new one advanced from had built (by column set,
-    None: all), to derive its own from: the base rows ``keep`` selects, then ``added``."""
-
-    schema: pa.Schema
-    columns: dict[frozenset[str] | None, FileStatsColumns]
-    keep: pa.BooleanArray | None
-    added: pa.Table | None
-
-
-def _finish(storage: Storage, state: ReplayState, base: Snapshot | None = None) -> Snapshot:
+def _finish(storage: Storage, state: ReplayState) -> Snapshot:
     if state.metadata is None:
         raise CorruptLogError(
             f"expected a metadata action at or before version {state.version} of "
             f"{storage.uri}, found none; the log is damaged."
         )
-    files, keep, added = state.split()
-    carry = None
-    if base is not None and base._built:
-        carry = _Carry(base.schema, dict(base._built), keep, added)
     return Snapshot(
         storage,
         version=state.version,
         timestamp_ms=state.timestamp_ms,
         metadata=state.metadata,
-        files=files,
         oldest_version=state.oldest_version,
-        carry=carry,
+        state=state,
     )
 
 
@@ -421,12 +515,18 @@ def _replay_forward(storage: Storage, state: ReplayState, upto: int | None) -> R
 
 
 def _from_manifest(storage: Storage, version: int) -> ReplayState | None:
+    """The state a manifest holds (a version-1 file table or a version-2 root, whose
+    leaves are read later), None if it is missing or damaged."""
     try:
         m = read_manifest(storage, version)
     except (FileNotFoundError, CorruptLogError):
         return None
     h = m.header
-    return ReplayState.start(h.metadata, m.files, h.version, h.timestamp_ms, h.oldest_version)
+    base = FlatBlock(m.files) if isinstance(m, Manifest) else m
+    state = ReplayState.start(h.metadata, base, h.version, h.timestamp_ms, h.oldest_version)
+    for name in carried_fields():
+        setattr(state, name, getattr(h, name))
+    return state
 
 
 def oldest_readable_version(storage: Storage, listing: LogListing | None = None) -> int:
@@ -482,12 +582,17 @@ def _check_not_expired(storage: Storage, version: int, listing: LogListing) -> N
 
 
 def load_snapshot(
-    storage: Storage, version: int | None = None, *, listing: LogListing | None = None
+    storage: Storage,
+    version: int | None = None,
+    *,
+    listing: LogListing | None = None,
+    avoid: frozenset[int] = frozenset(),
 ) -> Snapshot:
-    """Resolve the latest snapshot, or the one at ``version``."""
+    """Resolve the latest snapshot, or the one at ``version``; ``avoid``: versions whose
+    manifest was found unusable after it was read (a leaf missing)."""
     if version is None:
         hint = read_hint(storage)
-        if hint is not None:
+        if hint is not None and hint not in avoid:
             state = _from_manifest(storage, hint)
             if state is not None:
                 try:
@@ -519,7 +624,7 @@ def load_snapshot(
     # newest usable manifest at or below the version, with every later commit present
     idx = bisect.bisect_right(listing.manifests, version)
     for m in reversed(listing.manifests[:idx]):
-        if any(v not in commits for v in range(m + 1, version + 1)):
+        if m in avoid or any(v not in commits for v in range(m + 1, version + 1)):
             continue
         state = _from_manifest(storage, m)
         if state is not None:
@@ -544,19 +649,32 @@ def load_snapshot(
 
 
 def advance(snapshot: Snapshot, commits: Sequence[Commit]) -> Snapshot:
-    """The snapshot after applying later commits (pure)."""
+    """The snapshot after applying later commits (pure; O(change): the manifest and
+    leaves are shared, only the tail of changes since them grows)."""
     if not commits:
         return snapshot
-    state = ReplayState.start(
-        snapshot.metadata,
-        snapshot.file_table,
-        snapshot.version,
-        snapshot.timestamp_ms,
-        snapshot.oldest_version,
-    )
+    state = snapshot._state.copy()
     for c in commits:
         state.apply(c)
-    return _finish(snapshot.storage, state, snapshot)
+    return _finish(snapshot.storage, state)
+
+
+def write_checkpoint(
+    snapshot: Snapshot, *, leaf_files: int, format_version: int | None = None
+) -> Snapshot:
+    """Write the manifest of the snapshot's version (a version-2 root and the leaves it
+    needs, built incrementally: ``lakelog.log.checkpoint``) and return the same snapshot
+    resolved from it, so that later commits advance from the new root."""
+    root = checkpoint(
+        snapshot.storage,
+        snapshot._files(),
+        snapshot._state,
+        leaf_files=leaf_files,
+        format_version=format_version,
+    )
+    if root is None:
+        return snapshot
+    return _finish(snapshot.storage, snapshot_state(snapshot._state, root))
 
 
 def version_as_of(storage: Storage, when: dt.datetime | int) -> int:

@@ -16,8 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import SchemaMismatchError
-from ..io.schema import check_schema, conform
+from ..io.schema import conform, file_columns
 from ..log.actions import DataFile
 from ..storage import Storage
 from .pacing import Pacer
@@ -159,14 +158,9 @@ def read_ahead(source: Iterator[pa.RecordBatch], *, depth: int = 2) -> Iterator[
 
 
 def _check_source(found: pa.Schema, expected: pa.Schema, path: str) -> None:
-    try:
-        check_schema(
-            pa.schema([found.field(n) for n in expected.names if n in found.names]), expected
-        )
-    except SchemaMismatchError as e:
-        raise SchemaMismatchError(
-            f"expected data file {path} to hold the table's columns, found otherwise: {e}"
-        ) from e
+    # columns added after the file was written read as nulls, narrower types widen
+    # (docs/format.md, "Schema evolution"); anything else is a foreign file
+    file_columns(found, expected, path=path)
 
 
 def dataset_of(storage: Storage, files: Sequence[DataFile], schema: pa.Schema) -> ds.Dataset:

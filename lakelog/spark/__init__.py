@@ -4,6 +4,7 @@
   filter, and hands the explicit file list to Spark's native Parquet reader.
 * :func:`plan_read` does the same without building a DataFrame, so the
   snapshot, the pruning and the exact file URLs can be inspected.
+* :func:`history` gives the commit history as a DataFrame.
 * :func:`write` writes a DataFrame with Spark's native Parquet writer and
   commits it as one atomic lakelog commit.
 * :func:`compact` and :func:`optimize` run compaction and clustering as Spark
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .maintenance import compact, optimize
-from .read import ReadPlan, plan_read, read
+from .read import ReadPlan, history, plan_read, read
 from .write import STAGING_DIR, write
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = [
     "STAGING_DIR",
     "ReadPlan",
     "compact",
+    "history",
     "optimize",
     "plan_read",
     "read",

@@ -332,6 +332,7 @@ def cluster_large_group(
                         row_group_size=options.row_group_size,
                         compression=options.compression,
                         lease_id=lease_id,
+                        parquet=options.parquet,
                     )
                 )
             )

@@ -5,15 +5,17 @@ through Python workers as Arrow batches, so they are slower than
 :func:`lakelog.spark.read` (Spark's native vectorized Parquet reader) and
 :func:`lakelog.spark.write` (Spark's native Parquet writer):
 
-* reads: each Spark task reads one data file with pyarrow and adds the
-  partition columns; ``versionAsOf`` / ``timestampAsOf`` select a version;
-  nothing is pruned (a Python data source that implements filter pushdown
-  fails unless ``spark.sql.python.filterPushdown.enabled`` is set), so use
-  :func:`lakelog.spark.read` for selective queries;
+* reads: the filters Spark pushes down prune files through lakelog's pruning
+  (``spark.sql.python.filterPushdown.enabled``, which :func:`register` turns on;
+  Spark still applies every filter to the rows); each Spark task reads a bin of
+  files (``maxPartitionBytes``, default 128 MiB, each file counting 4 MiB more for
+  opening it, as Spark's own reader does) with pyarrow through fsspec, so it needs
+  no Hadoop filesystem: ``s3://`` tables work with ``storageOptions``;
+  ``versionAsOf`` / ``timestampAsOf`` select a version;
 * writes: each task writes its rows with lakelog's own Parquet writer; the
   driver commits every task's files in one commit, or deletes them on abort.
 
-Options: ``path`` (or ``load(path)``/``save(path)``), ``versionAsOf``,
+Options: ``path`` (or ``load(path)``/``save(path)``), ``versionAsOf``, ``maxPartitionBytes``,
 ``timestampAsOf`` (ISO 8601), ``partitionBy`` (comma-separated, when a write
 creates the table), ``storageOptions`` (JSON object for fsspec).
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pyarrow as pa
@@ -49,6 +51,7 @@ from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import check_partition_columns, partition_scalar
 from ..storage import Storage
 from ..table import Table, _create, _options_from
+from .pushdown import translate_pushed
 from .read import _resolve
 from .schema import check_dataframe_schema, to_arrow_schema, to_arrow_type, to_spark_schema
 
@@ -59,10 +62,19 @@ if TYPE_CHECKING:
 __all__ = ["LakelogDataSource", "register"]
 
 _ADDS = msgspec.json.Decoder(list[AddFile])
+_FILES = msgspec.json.Encoder()
+_FILES_DEC = msgspec.json.Decoder(list[DataFile])
+
+
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+_OPEN_COST = 4 << 20
+_PARTITION_BYTES = 128 << 20
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``lakelog`` format with a session."""
+    """Register the ``lakelog`` format with a session, and turn on Spark's filter
+    pushdown for Python data sources (without it, Spark refuses a source that prunes)."""
+    spark.conf.set(_PUSHDOWN_CONF, "true")
     spark.dataSource.register(LakelogDataSource)
 
 
@@ -118,29 +130,64 @@ class _Reader(DataSourceReader):  # type: ignore[misc]
         self.partition_by = snap.partition_by
         self.version = snap.version
 
+    def pushFilters(self, filters: list[Any]) -> list[Any]:
+        """Keep the filters lakelog can prune files with; give every filter back, so
+        Spark still applies it to the rows read (pruning is by whole files)."""
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
+        self.pruning = translate_pushed(filters, schema)
+        return list(filters)
+
     def partitions(self) -> Sequence[InputPartition]:
         storage = Storage(self.uri, self.storage_options)
         snap = load_snapshot(storage, self.version)
-        return [InputPartition(msgspec.json.encode(f)) for f in snap.files()]
+        files = snap.files(getattr(self, "pruning", None))
+        limit = _partition_bytes(self.options)
+        bins: list[list[DataFile]] = []
+        size = limit
+        for f in files:  # consecutive files, as Spark bins its own file splits
+            cost = f.size_bytes + _OPEN_COST
+            if size + cost > limit and (not bins or bins[-1]):
+                bins.append([])
+                size = 0
+            bins[-1].append(f)
+            size += cost
+        # no files (all pruned): one empty partition, as Spark reads None otherwise
+        return [InputPartition(_FILES.encode(b)) for b in bins if b] or [
+            InputPartition(_FILES.encode([]))
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        f = msgspec.json.decode(partition.value, type=DataFile)
         storage = Storage(self.uri, self.storage_options)
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
         file_schema = pa.schema([x for x in schema if x.name not in self.partition_by])
         spark_types = [to_arrow_type(t) for t in (x.dataType for x in to_spark_schema(schema))]
-        with storage.open_input(f.path) as fh:
-            pf = pq.ParquetFile(fh)
-            for batch in pf.iter_batches(columns=file_schema.names):
-                arrays = []
-                for field, t in zip(schema, spark_types, strict=True):
-                    if field.name in self.partition_by:
-                        value = partition_scalar(f.partition.get(field.name), field.type)
-                        col = pa.array([value.as_py()] * batch.num_rows, field.type)
-                    else:
-                        col = batch.column(field.name)
-                    arrays.append(col.cast(t) if col.type != t else col)
-                yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
+        for f in _FILES_DEC.decode(partition.value):
+            with storage.open_input(f.path) as fh:
+                pf = pq.ParquetFile(fh)
+                for batch in pf.iter_batches(columns=file_schema.names):
+                    arrays = []
+                    for field, t in zip(schema, spark_types, strict=True):
+                        if field.name in self.partition_by:
+                            value = partition_scalar(f.partition.get(field.name), field.type)
+                            col = pa.array([value.as_py()] * batch.num_rows, field.type)
+                        elif field.name in batch.schema.names:
+                            col = batch.column(field.name)
+                        else:  # added after the file was written (format.md, "Schema evolution")
+                            col = pa.nulls(batch.num_rows, field.type)
+                        arrays.append(col.cast(t) if col.type != t else col)
+                    yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
+
+
+def _partition_bytes(options: Mapping[str, str]) -> int:
+    raw = _opt(options, "maxPartitionBytes")
+    if raw is None:
+        return _PARTITION_BYTES
+    if not raw.strip().isdigit() or int(raw) <= 0:
+        raise InvalidArgumentError(
+            f"expected option maxPartitionBytes to be a whole number of bytes > 0, found "
+            f"{raw!r}; for example .option('maxPartitionBytes', str(128 << 20))"
+        )
+    return int(raw)
 
 
 class _Commit(WriterCommitMessage):  # type: ignore[misc]

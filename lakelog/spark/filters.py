@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["check_filter", "translate_filter"]
+__all__ = ["check_filter", "connect_pruning", "translate_filter"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -65,13 +65,14 @@ def translate_filter(
 ) -> pc.Expression | None:
     """Pruning expression for ``filter`` over a table of ``schema`` (None: prune nothing).
 
-    Needs a classic (py4j) session; with Spark Connect nothing is pruned.
+    With a classic (py4j) session, Spark's analyzed plan is translated. With Spark
+    Connect, whose plans a client cannot reach, see :func:`connect_pruning`.
     """
     empty = spark.createDataFrame([], spark_schema)
     filtered = empty.where(filter)
     jdf = getattr(filtered, "_jdf", None)
     if jdf is None:  # Spark Connect: the plan is not reachable from Python
-        return None
+        return connect_pruning(filter, schema)
     plan = jdf.queryExecution().analyzed()
     if plan.getClass().getSimpleName() != "Filter":
         return None
@@ -318,3 +319,56 @@ def _compare(op: str, f: pc.Expression, value: pa.Scalar) -> pc.Expression:
     if op == ">":
         return f > value
     return f >= value
+
+
+def connect_pruning(filter: Any, schema: pa.Schema) -> pc.Expression:
+    """Pruning for a Spark Connect client: the top-level AND terms of a SQL string that
+    lakelog's own SQL-like parser reads and that mean the same in Spark.
+
+    Left out (they keep files): terms over floating-point columns other than ``=``,
+    ``<``, ``<=``, ``in`` (NaN sorts above every number in Spark), terms over timestamps
+    with a time zone (Spark reads a literal in the session's zone), and any ``not``. A
+    Column filter, a string lakelog cannot parse, or one with no usable term is refused:
+    pruning nothing silently would hide the cost.
+    """
+    from ..filters import And, Compare, In, IsNull, parse_filter, to_expression
+
+    where = " on Spark Connect"
+    if not isinstance(filter, str):
+        raise InvalidArgumentError(
+            f"expected filter as a SQL string{where} (lakelog cannot see a Column's plan "
+            f"there to prune files), found a {type(filter).__name__}; pass the same "
+            f"condition as a string such as \"day = '2024-01-02' AND id > 5\"."
+        )
+    try:
+        pred = parse_filter(filter, schema)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(
+            f"expected a filter lakelog's SQL-like parser reads{where} (comparisons, IN, "
+            f"BETWEEN, IS [NOT] NULL, AND/OR/NOT over columns and literals), found "
+            f"{filter!r}: {e}. Simplify the filter passed to lakelog.spark.read and apply "
+            f"the rest with .where(...) on the DataFrame."
+        ) from e
+    terms = list(pred.parts) if isinstance(pred, And) else [pred]
+    usable = []
+    for term in terms:
+        if not isinstance(term, (Compare, In, IsNull)):
+            continue
+        t = schema.field(term.column).type
+        if pa.types.is_timestamp(t) and t.tz is not None:
+            continue
+        if pa.types.is_floating(t) and (
+            (isinstance(term, Compare) and term.op in (">", ">=", "!="))
+            or (isinstance(term, In) and term.negated)
+        ):
+            continue
+        usable.append(term)
+    if not usable:
+        raise InvalidArgumentError(
+            f"expected a filter with at least one term lakelog can prune files with"
+            f"{where}, found {filter!r}: none of its AND terms compares a column (other "
+            f"than a float column with >, >= or !=, or a time-zoned timestamp) with a "
+            f"literal. Pass no filter and apply it with .where(...), or read through "
+            f"spark.read.format('lakelog'), whose pushed filters prune."
+        )
+    return to_expression(usable[0] if len(usable) == 1 else And(tuple(usable)))

@@ -36,9 +36,35 @@ from .schema import check_spark_readable, to_spark_schema, to_spark_type
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ReadPlan", "plan_read", "read", "session_conf", "spark_url"]
+__all__ = ["ReadPlan", "history", "plan_read", "read", "session_conf", "spark_url"]
 
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+_SEQUENTIAL_FILES = 32
+"""Spark's own default listing threshold (see :func:`listing_conf`)."""
+
+
+def listing_conf(spark: SparkSession, n_files: int, base_url: str) -> dict[str, str]:
+    """Settings for Spark's file index over an explicit list of ``n_files`` files.
+
+    Spark asks the filesystem for the status of every path it is given, on the driver
+    one by one, or in a Spark job when there are more than the listing threshold. On
+    local disk a status call costs microseconds and the job's overhead dominates, so
+    the driver does it; on every other filesystem (an object store: a request of
+    10-50 ms per file; HDFS: a name node call) above :data:`_SEQUENTIAL_FILES` files
+    one Spark job does it in the executors, in one wave of tasks (4 per core of the
+    application rather than Spark's default of up to 10,000 tiny tasks), as wide as
+    the cluster (``benchmarks/bench_spark_files.py``).
+    """
+    sequential = {_LISTING_THRESHOLD: str(2**31 - 1)}
+    if n_files <= _SEQUENTIAL_FILES or base_url.startswith("file:"):
+        return sequential
+    try:
+        cores = int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: Spark decides
+        return {_LISTING_THRESHOLD: str(_SEQUENTIAL_FILES)}
+    tasks = max(1, min(n_files // _SEQUENTIAL_FILES, 4 * cores, 10_000))
+    return {_LISTING_THRESHOLD: str(_SEQUENTIAL_FILES), _LISTING_PARALLELISM: str(tasks)}
 
 
 def spark_url(storage: Storage, rel: str = "") -> str:
@@ -191,7 +217,7 @@ class ReadPlan:
         parts = self.snapshot.partition_by
         full = to_spark_schema(schema)
         frames: list[DataFrame] = []
-        with session_conf(spark, {_LISTING_THRESHOLD: str(2**31 - 1)}):
+        with session_conf(spark, listing_conf(spark, len(self.files), self.base_url)):
             if self.direct:
                 reader = spark.read.schema(full).option("__globPaths__", "false")
                 if parts:
@@ -335,3 +361,57 @@ def read(
         storage_options=storage_options,
     )
     return plan.to_dataframe(spark)
+
+
+def history(
+    spark: SparkSession,
+    uri: str,
+    *,
+    limit: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> DataFrame:
+    """The table's commit history as a DataFrame, newest first (as ``Table.history``):
+    ``version``, ``timestamp``, ``operation``, ``parameters`` and ``metrics`` (maps of
+    JSON text), ``read_version``, ``txn_id``, ``engine``. Works on Spark Connect: the
+    rows are built on the client from the log."""
+    import json
+
+    from pyspark.sql.types import (
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from ..table import open_table
+
+    headers = open_table(uri, storage_options=storage_options).history(limit)
+    text = MapType(StringType(), StringType())
+    schema = StructType(
+        [
+            StructField("version", LongType(), False),
+            StructField("timestamp", TimestampType(), False),
+            StructField("operation", StringType(), False),
+            StructField("parameters", text, False),
+            StructField("metrics", text, False),
+            StructField("read_version", LongType(), True),
+            StructField("txn_id", StringType(), False),
+            StructField("engine", StringType(), False),
+        ]
+    )
+    rows = [
+        (
+            h.version,
+            dt.datetime.fromtimestamp(h.timestamp_ms / 1000, tz=dt.timezone.utc),
+            h.operation,
+            {k: json.dumps(v) for k, v in h.parameters.items()},
+            {k: json.dumps(v) for k, v in h.metrics.items()},
+            h.read_version,
+            h.txn_id,
+            h.engine,
+        )
+        for h in headers
+    ]
+    return spark.createDataFrame(rows, schema)

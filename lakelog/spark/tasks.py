@@ -37,11 +37,11 @@ import pyarrow as pa
 
 from .._failpoints import failpoint
 from ..errors import CorruptLogError
-from ..io.writer import RollingWriter, WriteOptions
+from ..io.writer import ParquetOptions, RollingWriter, WriteOptions
 from ..log.actions import AddFile, DataFile, decode_schema
 from ..maintenance.clustering.planner import ClusterOptions
 from ..maintenance.clustering.rewrite import cluster_group
-from ..maintenance.clustering.sort import Segment
+from ..maintenance.clustering.sort import RowGroupCutter, Segment
 from ..maintenance.clustering.spec import ClusterSpec, spec_tags
 from ..maintenance.compaction.rewrite import RewriteOptions, rewrite_group
 from ..maintenance.groups import FileGroup, GroupResult
@@ -113,6 +113,8 @@ class StagedFile(msgspec.Struct, frozen=True, kw_only=True):
     compression: str
     lease_id: str | None = None
     """The run's writer lease: the table file's name carries it."""
+    parquet: ParquetOptions = ParquetOptions()
+    """Page index, bloom filters and page size of the table file (lakelog.parquet.*)."""
 
 
 def _attempt() -> int:
@@ -273,12 +275,16 @@ def finalize_staged_file(payload: bytes, storage_options: Mapping[str, Any] | No
             row_group_size=item.row_group_size,
             compression=item.compression,
             use_dictionary=dictionary_columns(first),
+            parquet=msgspec.structs.replace(
+                item.parquet, sorting_columns=spec.columns if spec.curve == "linear" else ()
+            ),
         ),
         prefix="cluster",
         lease_id=item.lease_id,
     )
     key_min: int | None = None
     key_max = 0
+    cutter = RowGroupCutter(writer)  # row groups end at coarse key boundaries
     try:
         for batch in itertools.chain([] if first is None else [first], stream):
             keys = spec.keys(batch)
@@ -293,7 +299,8 @@ def finalize_staged_file(payload: bytes, storage_options: Mapping[str, Any] | No
                 )
             key_min = int(keys[0]) if key_min is None else key_min
             key_max = int(keys[-1])
-            writer.write(batch)
+            cutter.add(batch, keys)
+        cutter.finish()
         written = writer.close()
     except BaseException:
         storage.delete(writer.abort())

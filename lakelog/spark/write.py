@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import (
+    AppVersionCommittedError,
     CommitConflictError,
     InvalidArgumentError,
     LeaseExpiredError,
@@ -40,15 +41,16 @@ from ..errors import (
     TableExistsError,
     TableNotFoundError,
 )
+from ..io.parquet_settings import check_parquet_properties, parquet_options
 from ..leases import Lease
-from ..log.actions import AddFile
+from ..log.actions import AddFile, AppTransaction
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
 from ..properties import get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..table import Table, _create
-from ..transaction import CommitResult
+from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
 from .read import columns_of, session_conf, spark_url
 from .schema import (
     check_dataframe_schema,
@@ -85,6 +87,8 @@ def write(
     partition_by: Sequence[str] = (),
     properties: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
 ) -> CommitResult:
     """Write ``df`` to the table at ``uri`` in one commit, creating the table if needed.
 
@@ -94,11 +98,18 @@ def write(
     refuses an existing table. ``partition_by`` and ``properties`` apply
     when the table is created. ``storage_options`` reach lakelog's fsspec
     access; Spark writes through its own Hadoop settings (S3A for s3://).
+
+    ``app_id``/``app_version`` make the write exactly-once (in ``foreachBatch``, the
+    query's name and the batch id): it commits only if ``app_version`` is newer than
+    the version recorded for ``app_id``; otherwise Spark runs nothing (or, when the
+    same batch landed meanwhile, its files are deleted) and the result is the commit
+    that recorded it, with ``skipped=True``.
     """
     if mode not in ("append", "overwrite", "error"):
         raise InvalidArgumentError(
             f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
         )
+    app = app_transaction(app_id, app_version)
     if isinstance(partition_by, str):
         partition_by = (partition_by,)
     storage = Storage(uri, storage_options)
@@ -113,6 +124,9 @@ def write(
                 f"expected no table at {storage.uri} (mode='error'), found one at version "
                 f"{snap.version}; use mode='append' or 'overwrite'."
             )
+        done = skipped_result(snap, app, operation="SPARK WRITE")
+        if done is not None:  # a retried batch: already in the table
+            return done
         if partition_by and tuple(partition_by) != snap.partition_by:
             raise SchemaMismatchError(
                 f"expected partition_by {list(snap.partition_by)} of the existing table, "
@@ -127,6 +141,7 @@ def write(
         parts = check_partition_columns(schema, partition_by)
         props = validate_properties(properties or {})
         check_dataframe_schema(df.schema, schema)
+        check_parquet_properties(props, schema, parts)
     file_schema = pa.schema([f for f in schema if f.name not in parts])
     codec = get_str(props, "lakelog.compression")
     if codec not in _SPARK_CODECS:
@@ -146,6 +161,7 @@ def write(
         target = f"{staging_root}/{staging}"
         ordered = df.select(*columns_of(schema.names))
         writer = ordered.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
+        writer = writer.options(**spark_parquet_options(props, schema, parts))
         if parts:
             writer = writer.partitionBy(*parts)
         spark = df.sparkSession
@@ -167,7 +183,30 @@ def write(
             raise
         try:
             result = _commit(
-                storage, snap, adds, mode=mode, schema=schema, parts=parts, props=props, lease=lease
+                storage,
+                snap,
+                adds,
+                mode=mode,
+                schema=schema,
+                parts=parts,
+                props=props,
+                lease=lease,
+                app=app,
+            )
+        except AppVersionCommittedError as e:  # the same batch landed first
+            storage.delete(moved)
+            discard_staging(storage, staging)
+            return CommitResult(
+                version=app_commit(
+                    storage,
+                    e.app_id,
+                    e.app_version,
+                    recorded=e.recorded_version,
+                    recorded_at=e.winning_version if e.winning_version is not None else -1,
+                ),
+                attempts=0,
+                operation="SPARK WRITE",
+                skipped=True,
             )
         except (CommitConflictError, LeaseExpiredError, SchemaMismatchError, TableExistsError):
             # certainly not committed (any other error may hide a landed commit: keep the files)
@@ -176,6 +215,29 @@ def write(
             raise
         discard_staging(storage, staging)
         return result
+
+
+def spark_parquet_options(
+    props: Mapping[str, str], schema: pa.Schema, parts: Sequence[str]
+) -> dict[str, str]:
+    """Spark (parquet-mr) writer options for the ``lakelog.parquet.*`` properties.
+
+    parquet-mr always writes the column and offset index, so
+    ``lakelog.parquet.page_index=false`` has no Spark equivalent; an automatic bloom
+    filter size (``bloom_filter_ndv=0``) is parquet-mr's adaptive sizing.
+    """
+    opts = parquet_options(props)
+    out = {"parquet.page.size": str(opts.data_page_size)}
+    for name in opts.bloom_filter_columns:
+        if name not in schema.names or name in parts:
+            continue
+        out[f"parquet.bloom.filter.enabled#{name}"] = "true"
+        out[f"parquet.bloom.filter.fpp#{name}"] = repr(opts.bloom_filter_fpp)
+        if opts.bloom_filter_ndv:
+            out[f"parquet.bloom.filter.expected.ndv#{name}"] = str(opts.bloom_filter_ndv)
+        else:
+            out[f"parquet.bloom.filter.adaptive.enabled#{name}"] = "true"
+    return out
 
 
 def _collect(
@@ -277,6 +339,7 @@ def _commit(
     parts: Sequence[str],
     props: Mapping[str, str],
     lease: Lease,
+    app: AppTransaction | None = None,
 ) -> CommitResult:
     metrics = {
         "num_files": len(adds),
@@ -293,6 +356,7 @@ def _commit(
                 adds=adds,
                 operation="SPARK CREATE TABLE AS WRITE",
                 lease=lease,
+                app=app,
             )
             return CommitResult(
                 version=created.version, attempts=1, operation="SPARK CREATE TABLE AS WRITE"
@@ -312,9 +376,11 @@ def _commit(
         mode="overwrite" if mode == "overwrite" else "append",
         operation="SPARK WRITE",
         read_snapshot=snap,
-        parameters={"mode": mode},
+        parameters={"mode": mode}
+        | ({} if app is None else {"app_id": app.app_id, "app_version": app.app_version}),
         metrics=metrics,
         lease=lease,
+        app=app,
     )
 
 

@@ -350,3 +350,30 @@ def test_manifests_plus_replay_equal_full_replay_at_every_version(
         assert {f.path for f in latest.files()} == set(model[-1])
     finally:
         _drop_memory(root)
+
+
+def test_commit_header_says_the_format_version_its_actions_need() -> None:
+    """Absent means 1: a plain add needs 1 and omits it, so a version-1 reader reads
+    it; a metadata action declaring 2, or an action type of version 2, writes 2."""
+    import msgspec
+
+    from lakelog.log.actions import (
+        BASE_FORMAT_VERSION,
+        AddFile,
+        Metadata,
+        required_format_version,
+    )
+
+    add = AddFile(path="a.parquet", size_bytes=1, num_rows=1)
+    assert required_format_version([add]) == BASE_FORMAT_VERSION == 1
+    old_meta = msgspec.structs.replace(META, format_version=1)
+    assert required_format_version([old_meta, add]) == 1
+    assert required_format_version([msgspec.structs.replace(META, format_version=2)]) == 2
+
+    class Future(msgspec.Struct, tag="future_v2_action"):
+        FORMAT = 2
+
+    assert required_format_version([add, Future()]) == 2  # type: ignore[list-item]
+    header = _header(3)
+    assert b"format_version" not in msgspec.json.encode(header)  # 1 is omitted
+    assert isinstance(old_meta, Metadata)

@@ -527,3 +527,20 @@ def test_history_and_set_properties(tmp_path: Path) -> None:
         t.set_properties({"lakelog.manifest_interval": -1})
     t.append(_data(1))  # version 4: due a manifest with the new interval
     assert (tmp_path / "t" / "_lakelog" / f"{4:020d}.manifest.parquet").exists()
+
+
+def test_filters_that_select_nan_keep_nan_rows(tmp_path: Path) -> None:
+    """Arrow's Parquet scan prunes row groups by statistics that leave NaN out, so
+    ``f != 0`` over ``[0.0, NaN]`` given to the scan returns nothing (pyarrow 26);
+    lakelog's readers must still return the NaN row."""
+    schema = pa.schema([("f", pa.float64()), ("row", pa.int64())])
+    t = lakelog.create_table(str(tmp_path / "t"), schema)
+    t.append(pa.table({"f": [0.0, float("nan")], "row": [0, 1]}, schema=schema))
+    f = pc.field("f")
+    for expr in [pc.is_nan(f), f != 0.0, ~(f == 0.0), ~(f <= 0.0)]:
+        snap = t.snapshot()
+        assert snap.to_arrow(filter=expr).column("row").to_pylist() == [1], expr
+        assert snap.to_arrow(columns=["row"], filter=expr).column("row").to_pylist() == [1]
+        batches = list(snap.to_batches(columns=["row"], filter=expr))
+        assert [r for b in batches for r in b.column("row").to_pylist()] == [1], expr
+    assert t.snapshot().to_arrow(filter=f > 1.0).num_rows == 0

@@ -11,7 +11,9 @@ latest. The steps, each safe to be killed after (a rerun finishes the job):
 3. delete the data files no retained version references, computed from the
    log, never by listing: files removed by commits ``<= O``, minus files live
    at ``O`` or added after ``O`` (a removed-but-retained file stays);
-4. delete the commit files and manifests below ``O``, oldest first.
+4. delete the manifest leaves only manifests below ``O`` list (the manifests at
+   or above ``O`` are listed again just before), then the commit files and
+   manifests below ``O``, commits oldest first.
 
 Step 3 finishes before step 4 starts, so the commits a rerun needs to find
 the files to delete are still there if step 3 was cut short.
@@ -20,6 +22,7 @@ the files to delete are still there if step 3 was cut short.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -28,9 +31,9 @@ from ...errors import InvalidArgumentError, VersionExpiredError
 from ...log.actions import ExpireVersions
 from ...log.commits import LogListing, commit_path, list_log, read_header
 from ...log.expiry_marks import prune_marks, write_mark
-from ...log.manifests import ManifestHeader, manifest_path, write_manifest
-from ...log.snapshot import load_snapshot
-from ...properties import get_float, get_int
+from ...log.manifests import manifest_path, root_leaves
+from ...log.snapshot import Snapshot, load_snapshot, write_checkpoint
+from ...properties import get_bool, get_float, get_int
 from ...storage import Storage
 from .logscan import read_changes
 from .report import ExpireReport
@@ -109,6 +112,43 @@ def _delete(storage: Storage, paths: list[str], point: str) -> None:
             failpoint(point)
 
 
+def _follow_delta_view(storage: Storage, at_oldest: Snapshot) -> None:
+    """The Delta view (``lakelog.delta_view``) follows the expiry before any data file
+    goes: a Delta checkpoint at the oldest version, then the older Delta entries
+    deleted. A failure is logged, not raised: ``lakelog delta-view sync`` finishes it."""
+    from ...interop.delta.view import after_expiry
+
+    try:
+        after_expiry(storage, at_oldest)
+    except Exception as e:  # noqa: BLE001 - the expiry itself committed; the view catches up
+        logging.getLogger("lakelog").warning(
+            "expiry to version %d committed but the Delta view did not follow (run "
+            "`lakelog delta-view sync`): %s",
+            at_oldest.version,
+            e,
+        )
+
+
+def expired_leaves(storage: Storage, below: list[int], oldest: int) -> list[str]:
+    """Manifest leaves that the roots at ``below`` (versions below ``oldest``) list and
+    no root at or above ``oldest`` does, nor the newest root below ``oldest``: a writer
+    that read the hint before the root at ``oldest`` was written may still be building
+    on that one (its leaves are left to vacuum's age rule). See format.md, "Leaves in
+    expiry and vacuum"."""
+    found = root_leaves(storage, below)
+    old: set[str] = set()
+    for paths in found.values():
+        old.update(paths)
+    if found:
+        old.difference_update(found[max(found)])
+    if not old:
+        return []
+    retained = [m for m in list_log(storage).manifests if m >= oldest]
+    for paths in root_leaves(storage, retained).values():
+        old.difference_update(paths)
+    return sorted(old)
+
+
 def _txn_ids(storage: Storage, versions: list[int]) -> dict[int, str]:
     return {c.version: c.txn_id for c in read_changes(storage, versions)}
 
@@ -170,16 +210,9 @@ def expire_snapshots(
     expire_version: int | None = None
     if not dry_run and oldest > previous:
         # 1. the oldest retained version must resolve without older commits
-        write_manifest(
-            storage,
-            ManifestHeader(
-                version=oldest,
-                timestamp_ms=at_oldest.timestamp_ms,
-                num_files=at_oldest.num_files,
-                metadata=at_oldest.metadata,
-                oldest_version=at_oldest.oldest_version,
-            ),
-            at_oldest.file_table,
+        # (incremental: the leaves of the newest manifest below it are reused)
+        at_oldest = write_checkpoint(
+            at_oldest, leaf_files=get_int(at_oldest.properties, "lakelog.manifest.leaf_files")
         )
         failpoint("expire:after-manifest")
         # before anything is deleted: the mark that lets a writer whose put lands in
@@ -203,10 +236,12 @@ def expire_snapshots(
         )
         expire_version = result.version
         failpoint("expire:after-commit")
+    if not dry_run and get_bool(snap.properties, "lakelog.delta_view"):
+        _follow_delta_view(storage, at_oldest)
 
     # 3. data files that only expired versions reference, from the log
-    retained = set(at_oldest.file_table.column("path").to_pylist())
-    retained.update(snap.file_table.column("path").to_pylist())
+    retained = set(at_oldest.paths())
+    retained.update(snap.paths())
     removed: set[str] = set()
     sizes: dict[str, int] = {}
     for change in expired_changes:
@@ -219,14 +254,21 @@ def expire_snapshots(
         retained.update(change.added)
     data_files = sorted(removed - retained)
     data_bytes = sum(sizes.get(p, 0) for p in data_files)
-    log_files = [manifest_path(m) for m in listing.manifests if m < oldest]
+    below = [m for m in listing.manifests if m < oldest]
+    leaves = expired_leaves(storage, below, oldest)
+    log_files = [manifest_path(m) for m in below]
     log_files += [commit_path(v) for v in listing.commits if v < oldest]  # oldest first
     if not dry_run:
         _delete(storage, data_files, "expire:mid-data")
         failpoint("expire:after-data")
-        # 4. the log below the oldest version, commits oldest first
+        # 4. the log below the oldest version: first the manifest leaves only manifests
+        # below it list (the manifests stay for a rerun until then), then manifests and
+        # commits, commits oldest first
+        leaves = expired_leaves(storage, below, oldest)  # roots written meanwhile count
+        _delete(storage, leaves, "expire:mid-leaves")
         _delete(storage, log_files, "expire:mid-log")
         prune_marks(storage)
+    log_files = leaves + log_files
     return ExpireReport(
         dry_run=dry_run,
         latest_version=latest,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ...log.actions import FORMAT_VERSION, AddFile, ExpireVersions, RemoveFile
+from ...log.actions import BASE_FORMAT_VERSION, FORMAT_VERSION, AddFile, ExpireVersions, RemoveFile
 from ...log.commits import commit_path, decode_commit
 from ...storage import Storage
 
@@ -43,7 +43,7 @@ class _Expire(msgspec.Struct, tag="expire"):
 
 class _Header(msgspec.Struct):
     version: int
-    format_version: int = FORMAT_VERSION
+    format_version: int = BASE_FORMAT_VERSION
     txn_id: str = ""
 
 

@@ -15,7 +15,9 @@ short, from expired versions. What is kept, always:
   ``lakelog.vacuum.min_age_seconds`` need ``force=True``;
 * everything in a folder that holds another table (its own ``_lakelog/`` or
   ``_delta_log/``), and the log folder, except temporary files a killed
-  writer left there (and lease files whose lease expired);
+  writer left there, lease files whose lease expired, and manifest leaves no
+  manifest lists (a checkpoint killed before its root, or whose root lost to
+  another's) that are not newer than the newest manifest;
 * every file with a hidden name or under a hidden folder (``_`` or ``.``
   first, as Hadoop and Spark have it; ``_col=value`` partition folders are
   not hidden): other engines' markers and checksums (``_SUCCESS``,
@@ -44,6 +46,7 @@ import logging
 import posixpath
 import re
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ... import leases
@@ -51,6 +54,8 @@ from ..._failpoints import failpoint
 from ...errors import InvalidArgumentError, VersionExpiredError
 from ...leases import LEASE_DIR, LeaseRecord, lease_ids_in, lease_path, read_leases
 from ...log.commits import LOG_DIR, list_log
+from ...log.leaves import LEAF_DIR, leaf_version
+from ...log.manifests import root_leaves
 from ...log.snapshot import load_snapshot
 from ...partitioning import STAGING_DIR, hidden_name
 from ...properties import get_float
@@ -70,6 +75,7 @@ TABLE_MARKERS = (LOG_DIR, "_delta_log")
 """A folder holding one of these is another table's root."""
 _LOG_TEMP = re.compile(r"^\.?.+\.[0-9a-f]{32}\.tmp$")
 _LEASE_DIR_NAME = LEASE_DIR.split("/", 1)[1]
+_LEAVES_DIR_NAME = LEAF_DIR.split("/", 1)[1]
 _DELETE_BATCH = 1000
 _READ_ATTEMPTS = 3
 
@@ -119,8 +125,9 @@ def referenced_paths(storage: Storage) -> tuple[set[str], int, int]:
             base = snap if oldest >= snap.version else load_snapshot(storage, oldest)
         except VersionExpiredError:
             continue
-        paths = set(base.file_table.column("path").to_pylist())
-        paths.update(snap.file_table.column("path").to_pylist())
+        paths = set(base.paths())
+        paths.update(snap.paths())
+        paths.update(_live_leaves(storage, listing.manifests))
         latest = snap.version
         for change in read_changes(storage, [v for v in listing.commits if v > oldest]):
             paths.update(change.added)
@@ -131,6 +138,20 @@ def referenced_paths(storage: Storage) -> tuple[set[str], int, int]:
         f"vacuum reads the log, found it moving (concurrent expiries); run vacuum again.",
         oldest_version=load_snapshot(storage).oldest_version,
     )
+
+
+def _live_leaves(storage: Storage, manifests: Sequence[int]) -> set[str]:
+    """Manifest leaves vacuum keeps: those a root lists, and those newer than the newest
+    root (a checkpoint in progress writes its leaves before its root)."""
+    keep: set[str] = set()
+    for paths in root_leaves(storage, manifests).values():
+        keep.update(paths)
+    newest = max(manifests, default=-1)
+    for name in storage.list_names(LEAF_DIR):
+        v = leaf_version(name)
+        if v is not None and v > newest:
+            keep.add(f"{LEAF_DIR}/{name}")
+    return keep
 
 
 def _newly_added(storage: Storage, after: int) -> tuple[set[str], int]:
@@ -197,7 +218,10 @@ def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
         first, _, rest = rel.partition("/")
         if first in TABLE_MARKERS:  # the log: only what killed writers left behind
             folder, _, name = rest.rpartition("/")
-            if first == LOG_DIR and folder in ("", _LEASE_DIR_NAME) and _LOG_TEMP.match(name):
+            if first == LOG_DIR and (
+                (folder in ("", _LEASE_DIR_NAME) and _LOG_TEMP.match(name))
+                or (folder == _LEAVES_DIR_NAME and leaf_version(name) is not None)
+            ):
                 candidates.append(FileInfo(rel, f.size, f.mtime_ms))
             continue
         if any(rel.startswith(n + "/") for n in nested):

@@ -33,7 +33,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from ...errors import InvalidArgumentError, UnsupportedFormatError
-from ...io.writer import check_codec
+from ...io.parquet_settings import parquet_options
+from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
 from ...properties import get_float, get_int, get_str
@@ -83,6 +84,8 @@ class ClusterOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_group_bytes: int
     max_rewrite_ratio: float
     min_delta_bytes: int
+    parquet: ParquetOptions = ParquetOptions()
+    """Page index, bloom filters and page size of the output (lakelog.parquet.*)."""
 
 
 class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -525,4 +528,5 @@ def cluster_options(
         max_group_bytes=group,
         max_rewrite_ratio=ratio,
         min_delta_bytes=min(target, max(MIN_DELTA_BYTES, int(target * delta))),
+        parquet=parquet_options(props),
     )

@@ -56,6 +56,10 @@ def cluster_group(
         target_file_size=2 * options.target_file_size,  # a safety net; segments cut files
         row_group_size=options.row_group_size,
         compression=options.compression,
+        # a linear sort orders rows by its columns: each row group then says so
+        parquet=msgspec.structs.replace(
+            options.parquet, sorting_columns=spec.columns if spec.curve == "linear" else ()
+        ),
     )
 
     def make_writer() -> RollingWriter:

@@ -14,6 +14,10 @@ is then one batch per run; nothing loops over rows in Python.
 segments (``[start, end)`` ranges of the key), each cut into a given number
 of files of equal row counts; files are written on background threads
 (Parquet encoding releases the GIL) while the next rows are being ordered.
+Inside a file, row groups are cut the same way (:func:`row_group_cut`): near
+the row group size, at the key boundary with the highest differing bit, so a
+row group holds whole aligned blocks of the curve (or tiles) and its min/max
+statistics prune.
 """
 
 from __future__ import annotations
@@ -46,10 +50,12 @@ __all__ = [
     "ExternalSorter",
     "FileCut",
     "KeyFn",
+    "RowGroupCutter",
     "Segment",
     "SortStats",
     "WrittenFile",
     "file_cuts",
+    "row_group_cut",
     "sorted_keys",
     "stable_argsort",
     "write_segments",
@@ -589,6 +595,69 @@ def file_cuts(
     return cuts
 
 
+ROW_GROUP_SLACK = 0.2
+"""A row group may end this fraction of the row group size early to end at a coarser
+key boundary."""
+
+
+def row_group_cut(keys: npt.NDArray[np.uint64], size: int, slack: float = ROW_GROUP_SLACK) -> int:
+    """Rows of the next row group of key-ordered rows ``keys`` (at least ``size`` of
+    them): at most ``size``, at least ``size * (1 - slack)``, ending before the key
+    boundary with the highest differing bit in that window (the latest such one); when
+    one key fills the whole window, exactly ``size``.
+
+    >>> row_group_cut(np.array([1, 2, 3, 4, 8, 9, 10, 11], dtype=np.uint64), 6, 0.5)
+    4
+    """
+    lo = max(1, int(size * (1 - slack)))
+    hi = min(size, len(keys) - 1)
+    if hi < lo:
+        return min(size, len(keys))
+    # candidate: a cut before row i, lo <= i <= hi, where keys[i - 1] != keys[i]
+    level = _top_bit(keys[lo - 1 : hi] ^ keys[lo : hi + 1])
+    best = int(level.max())
+    if best < 0:
+        return size
+    return lo + int(np.flatnonzero(level == best)[-1])
+
+
+class RowGroupCutter:
+    """Feeds key-ordered rows to a writer, ending its row groups at :func:`row_group_cut`
+    (memory: about one row group, as the writer's own buffer)."""
+
+    def __init__(self, writer: RollingWriter) -> None:
+        self.writer = writer
+        self.size = writer.options.row_group_size
+        self._rows: list[pa.Table] = []
+        self._keys: list[npt.NDArray[np.uint64]] = []
+        self._pending = 0
+
+    def add(self, rows: pa.Table | pa.RecordBatch, keys: npt.NDArray[np.uint64]) -> None:
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        self._rows.append(rows)
+        self._keys.append(keys)
+        self._pending += len(keys)
+        while self._pending > self.size:  # the next row group ends in here
+            table = pa.concat_tables(self._rows)
+            joined = np.concatenate(self._keys)
+            cut = row_group_cut(joined, self.size)
+            self._write(table.slice(0, cut))
+            self.writer.end_row_group()
+            self._rows, self._keys = [table.slice(cut)], [joined[cut:]]
+            self._pending -= cut
+
+    def finish(self) -> None:
+        """Hand the writer the rows still held (the file's last row group)."""
+        for t in self._rows:
+            self._write(t)
+        self._rows, self._keys, self._pending = [], [], 0
+
+    def _write(self, table: pa.Table) -> None:
+        for b in table.to_batches():
+            self.writer.write(b)
+
+
 def _runs(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """The distinct values of sorted ``keys`` and how often each occurs."""
     if not len(keys):
@@ -614,13 +683,14 @@ class _FileJob:
 
     def _run(self) -> None:
         try:
+            cutter = RowGroupCutter(self.writer)
             while True:
                 item = self.queue.get()
                 if item is _DONE:
                     break
-                assert isinstance(item, pa.Table)
-                for b in item.to_batches():
-                    self.writer.write(b)
+                assert isinstance(item, tuple)
+                cutter.add(*item)
+            cutter.finish()
             self.result = self.writer.close()
         except BaseException as e:  # noqa: BLE001 - re-raised by the caller thread
             self.error = e
@@ -633,7 +703,7 @@ class _FileJob:
         lo, hi = int(keys[0]), int(keys[-1])
         self.key_min = lo if self.key_min is None else min(self.key_min, lo)
         self.key_max = max(self.key_max, hi)
-        self.queue.put(rows)
+        self.queue.put((rows, keys))
 
     def finish(self) -> list[WrittenFile]:
         self.queue.put(_DONE)

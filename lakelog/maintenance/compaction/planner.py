@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import InvalidArgumentError, UnsupportedFormatError
-from ...io.writer import check_codec
+from ...io.parquet_settings import parquet_options
+from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile, decode_schema, encode_schema
 from ...log.files import data_files
 from ...log.snapshot import Snapshot
@@ -61,6 +62,8 @@ class CompactionOptions(msgspec.Struct, frozen=True, kw_only=True):
     min_input_files: int
     row_group_size: int
     compression: str
+    parquet: ParquetOptions = ParquetOptions()
+    """Page index, bloom filters and page size of the output (lakelog.parquet.*)."""
 
 
 class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -240,6 +243,7 @@ def resolve_options(
         min_input_files=min_input_files,
         row_group_size=row_group_size,
         compression=codec,
+        parquet=parquet_options(props),
     )
 
 

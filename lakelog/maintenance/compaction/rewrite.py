@@ -23,7 +23,7 @@ import msgspec
 import pyarrow as pa
 
 from ...errors import CorruptLogError
-from ...io.writer import RollingWriter, WriteOptions, check_codec
+from ...io.writer import ParquetOptions, RollingWriter, WriteOptions, check_codec
 from ...storage import Storage
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
@@ -53,6 +53,8 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Dictionary-encode only columns whose values repeat (judged on a sample of
     the group's first batch): near-unique columns gain nothing from a dictionary
     and cost a hash of every value until the writer falls back."""
+    parquet: ParquetOptions = ParquetOptions()
+    """Page index, bloom filters and page size of the output files."""
 
     @classmethod
     def from_compaction(cls, options: CompactionOptions) -> RewriteOptions:
@@ -61,6 +63,7 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
             target_rows=options.target_rows,
             row_group_size=options.row_group_size,
             compression=options.compression,
+            parquet=options.parquet,
         )
 
     def write_options(self, *, use_dictionary: bool | tuple[str, ...] = True) -> WriteOptions:
@@ -71,6 +74,7 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
             compression=check_codec(self.compression),
             tags=dict(self.tags),
             use_dictionary=use_dictionary,
+            parquet=self.parquet,
         )
 
 

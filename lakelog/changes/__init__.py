@@ -1,0 +1,115 @@
+"""Row-level changes: delete, update, merge and overwrite of the rows a predicate selects.
+
+Every change is plan -> rewrite -> commit (:mod:`.run`) over one interface
+(:class:`~.base.RowChange`): a pure planner picks candidate files from the
+snapshot with lakelog's pruning, an executor reads one candidate at a time per
+worker and rewrites only files that hold a row to change, and one commit of
+``data_change=true`` removes and adds lands it under the ``rowlevel`` conflict
+rules (``docs/format.md``, "Conflict rules for row-level changes").
+
+Invariants:
+
+* The rest of a rewritten file is kept row for row, in the same order; updated
+  rows stay where they were (unless their partition changes).
+* A change that changes nothing commits nothing; bad arguments are refused
+  before anything is written, and any failure leaves the table unchanged.
+* Memory holds the merge source (if any) plus one batch per worker, never a file
+  group, partition or table.
+
+Modules: :mod:`.predicate` (delete, update, overwrite), :mod:`.merge`,
+:mod:`.execute` (probe and rewrite), :mod:`.conflicts` (the rebase check),
+:mod:`.run`, :mod:`.result`, :mod:`.read`. Schema evolution and restore, the
+table-level changes of the same issue, live beside them in :mod:`.schema` and
+:mod:`.restore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidArgumentError
+from .merge import MergeChange
+from .predicate import DeleteChange, OverwriteChange, UpdateChange, Where
+from .result import ChangeResult, FileChange, MergeReport
+from .run import run_change
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = [
+    "ChangeResult",
+    "FileChange",
+    "MergeReport",
+    "delete_rows",
+    "merge_rows",
+    "overwrite_rows",
+    "update_rows",
+]
+
+
+def _dry_run(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"expected dry_run to be True or False, found {value!r}")
+    return value
+
+
+def delete_rows(table: Table, where: Any, *, dry_run: bool = False) -> ChangeResult:
+    """Delete the rows matching ``where`` (see :meth:`lakelog.Table.delete`)."""
+    dry = _dry_run(dry_run)
+    snap = table.snapshot()
+    change = DeleteChange(Where(where, snap.schema, operation="DELETE"))
+    return run_change(table, change, snap, dry_run=dry)
+
+
+def update_rows(
+    table: Table, where: Any, assignments: Mapping[str, Any], *, dry_run: bool = False
+) -> ChangeResult:
+    """Set columns of the rows matching ``where`` (see :meth:`lakelog.Table.update`)."""
+    dry = _dry_run(dry_run)
+    snap = table.snapshot()
+    change = UpdateChange(Where(where, snap.schema, operation="UPDATE"), snap.schema, assignments)
+    return run_change(table, change, snap, dry_run=dry)
+
+
+def overwrite_rows(table: Table, data: Any, where: Any) -> ChangeResult:
+    """Replace the rows matching ``where`` by ``data`` (see :meth:`lakelog.Table.overwrite`)."""
+    snap = table.snapshot()
+    change = OverwriteChange(
+        Where(where, snap.schema, operation="OVERWRITE"),
+        snap.schema,
+        snap.partition_by,
+        data,
+        table.write_options(),
+    )
+    return run_change(table, change, snap)
+
+
+def merge_rows(
+    table: Table,
+    source: Any,
+    on: Any,
+    *,
+    when_matched: str = "update",
+    when_not_matched: str = "insert",
+    when_not_matched_by_source: str = "ignore",
+    duplicates: str = "error",
+    dry_run: bool = False,
+) -> MergeReport:
+    """Upsert ``source`` by the key columns ``on`` (see :meth:`lakelog.Table.merge`)."""
+    dry = _dry_run(dry_run)
+    snap = table.snapshot()
+    change = MergeChange(
+        snap.schema,
+        snap.partition_by,
+        source,
+        on,
+        when_matched=when_matched,
+        when_not_matched=when_not_matched,
+        when_not_matched_by_source=when_not_matched_by_source,
+        duplicates=duplicates,
+        options=table.write_options(),
+    )
+    result = run_change(table, change, snap, dry_run=dry)
+    assert isinstance(result, MergeReport)
+    return result

@@ -1,0 +1,150 @@
+"""The rebase of a row-level change: may it land after these winners, and how?
+
+Implements ``docs/format.md``, "Conflict rules for row-level changes". The pure
+rules (a metadata change; a winner removed a file this change removes) come from
+:func:`lakelog.transaction.check_conflicts` with kind ``rowlevel``. This module
+adds the rule that reads data: rows a winner added (``data_change=true``) that
+this change would have touched, had it run after the winner. Only the added
+files whose partition values and statistics the change's condition cannot rule
+out are read, and only the columns it needs.
+
+A predicate change (delete, update, overwrite with ``where``) then rewrites those
+files too, in the same commit, so it lands as if it had run after the winner: a
+delete beside a live ingest of matching rows still lands, with none of them left.
+A merge fails instead (its inserts were decided without those rows).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import CommitConflictError, DataFileMissingError, SchemaMismatchError
+from ..log.actions import Action, AddFile, Commit, DataFile, RemoveFile
+from ..log.file_index import stats_columns
+from ..log.files import files_from_adds
+from ..transaction import check_conflicts
+from .base import RowChange
+from .execute import Context, FileOutcome, run_files
+from .read import read_rows
+
+__all__ = ["RowLevelRebase", "added_conflicts"]
+
+
+def added_conflicts(ctx: Context, change: RowChange, adds: Sequence[AddFile]) -> list[AddFile]:
+    """The added files holding a row ``change`` would touch (a file that cannot be
+    read counts: the safe side)."""
+    hits = []
+    columns = change.conflict_columns or change.probe_columns
+    for a in _may_match(ctx, change, adds):
+        view = change.for_file(DataFile.from_add(a))
+        try:
+            found = any(
+                view.conflicts(b)
+                for b in read_rows(ctx.storage, a, ctx.schema, ctx.partition_by, columns=columns)
+            )
+        except (FileNotFoundError, DataFileMissingError, SchemaMismatchError, OSError):
+            found = True
+        if found:
+            hits.append(a)
+    return hits
+
+
+class RowLevelRebase:
+    """The ``rebase`` callback of a change's transaction (see the module docstring).
+
+    ``extra`` holds the outcomes of the files it rewrote while rebasing, ``metrics``
+    the header's metrics counting them (the transaction reads it for every put).
+    """
+
+    def __init__(
+        self,
+        ctx: Context,
+        change: RowChange,
+        metrics_of: Callable[[Sequence[FileOutcome]], Mapping[str, Any]],
+    ) -> None:
+        self.ctx = ctx
+        self.change = change
+        self.extra: list[FileOutcome] = []
+        self._metrics_of = metrics_of
+
+    @property
+    def metrics(self) -> Mapping[str, Any]:
+        return self._metrics_of(self.extra)
+
+    def written(self) -> list[str]:
+        return [a.path for o in self.extra for a in o.adds]
+
+    def __call__(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
+        check_conflicts(kind="rowlevel", actions=actions, winners=winners)
+        # files a later winner removed again: by a rewrite (compaction, clustering), whose
+        # outputs are not read here, or by a change, whose outputs are (they are adds)
+        removes = [a for w in winners for a in w.actions if isinstance(a, RemoveFile)]
+        moved = {a.path for a in removes if not a.data_change}
+        changed = {a.path for a in removes if a.data_change}
+        found: list[tuple[Commit, AddFile]] = []
+        for w in winners:
+            added = [a for a in w.actions if isinstance(a, AddFile)]
+            if self.change.rebase_rewrites:
+                found += [(w, a) for a in _may_match(self.ctx, self.change, added)]
+            else:
+                found += [(w, a) for a in added_conflicts(self.ctx, self.change, added)]
+        if not found:
+            return actions
+        if not self.change.rebase_rewrites:
+            raise self._conflict(found[0][0], [a.path for w, a in found if w is found[0][0]])
+        try:
+            outcomes = run_files(
+                self.ctx, self.change, [DataFile.from_add(a) for _, a in found], write=True
+            )
+        except (DataFileMissingError, SchemaMismatchError) as e:
+            raise self._conflict(found[0][0], [a.path for _, a in found]) from e
+        hits = [o for o in outcomes if o.rewritten]
+        gone = [o.file.path for o in hits if o.file.path in moved]
+        if gone:
+            self.ctx.storage.delete([a.path for o in outcomes for a in o.adds])
+            winner = next(w for w, a in found if a.path == gone[0])
+            raise self._conflict(winner, gone, again=True)
+        dropped = [o for o in hits if o.file.path in changed]  # their rows live on in adds
+        self.ctx.storage.delete([a.path for o in dropped for a in o.adds])
+        hits = [o for o in hits if o.file.path not in changed]
+        self.extra.extend(hits)
+        now = int(time.time() * 1000)
+        out = list(actions)
+        for o in hits:
+            out.append(o.file.to_remove(deletion_ms=now))
+            out.extend(o.adds)
+        return out
+
+    def _conflict(
+        self, w: Commit, paths: Sequence[str], *, again: bool = False
+    ) -> CommitConflictError:
+        op = self.change.operation
+        if op == "MERGE":
+            what = (
+                "rows with keys of the merge source (or, with "
+                "when_not_matched_by_source='delete', any rows)"
+            )
+        else:
+            what = "rows matching its predicate"
+        v = w.header.version
+        return CommitConflictError(
+            f"expected no {what} in the files committed concurrently, found them in "
+            f"{list(paths)[:5]}{' ...' if len(paths) > 5 else ''} added by version {v} "
+            f"({w.header.operation}){' and changed again since' if again else ''}: this "
+            f"{op} run after that commit would change them too. Run the {op} again: it "
+            f"re-reads the table, those rows included. Nothing was committed.",
+            winning_version=v,
+            conflicting_files=tuple(paths),
+        )
+
+
+def _may_match(ctx: Context, change: RowChange, adds: Sequence[AddFile]) -> list[AddFile]:
+    """The added files (with rows, ``data_change=true``) whose partition values and
+    statistics do not rule ``change`` out."""
+    adds = [a for a in adds if a.data_change and a.num_rows > 0]
+    if not adds:
+        return []
+    keep = change.prune(stats_columns(files_from_adds(adds), ctx.schema, ctx.partition_by))
+    return [a for a, k in zip(adds, keep.tolist(), strict=True) if k]

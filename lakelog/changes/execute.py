@@ -1,0 +1,227 @@
+"""Running a change over its candidate files: probe, rewrite, collect.
+
+Each candidate file is first *probed* (only the columns the change's condition
+reads), unless that would read every column anyway; a file with no row to
+change is left alone, and a file all of whose rows go is removed without being
+read further. A file with rows to change is read again a batch at a time, each
+batch goes through :meth:`RowChange.apply` and straight into the table's writer
+(same partition folder, file names carrying the writer's lease id), so unchanged
+rows keep their order and memory holds one batch and one output row group per
+worker. Rewritten files dictionary-encode only the columns whose values repeat
+(decided once per change from a sample), which halves the encoding time and
+shrinks the files. Files are processed by a few threads (:data:`MAX_WORKERS`);
+on an error every file already written is deleted before it propagates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..io.writer import WriteOptions, write_files
+from ..log.actions import AddFile, DataFile
+from ..storage import Storage
+from .base import Counts, RowChange
+from .read import read_rows
+
+__all__ = ["MAX_WORKERS", "FileOutcome", "run_files"]
+
+MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
+"""Candidate files processed at once (each holds one batch and one output row group)."""
+SAMPLE_ROWS = 4096
+"""Rows of a change's first rewritten batch that decide its dictionary columns."""
+
+
+@dataclass
+class FileOutcome:
+    """What a change did (or, probing only, would do) to one file."""
+
+    file: DataFile
+    counts: Counts
+    adds: list[AddFile] = field(default_factory=list)
+
+    @property
+    def rewritten(self) -> bool:
+        return self.counts.changed > 0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every file of one change is read and written with."""
+
+    storage: Storage
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+    version: int
+    options: WriteOptions
+    lease_id: str | None
+    encoding: dict[str, bool | tuple[str, ...]] = field(default_factory=dict)
+    """The dictionary columns, decided once from the first file rewritten."""
+
+    def write_options(self, sample: pa.RecordBatch) -> WriteOptions:
+        chosen = self.encoding.get("dictionary")
+        if chosen is None:
+            chosen = self.encoding.setdefault(
+                "dictionary", dictionary_columns(sample, self.partition_by)
+            )
+        return dataclasses.replace(self.options, use_dictionary=chosen)
+
+
+def _probe(ctx: Context, change: RowChange, f: DataFile) -> Counts:
+    total = Counts()
+    for batch in read_rows(
+        ctx.storage,
+        f,
+        ctx.schema,
+        ctx.partition_by,
+        columns=change.probe_columns,
+        version=ctx.version,
+    ):
+        total.add(change.probe(batch))
+    return total
+
+
+def _rewrite(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
+    counts = Counts()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in read_rows(ctx.storage, f, ctx.schema, ctx.partition_by, version=ctx.version):
+            out, c = change.apply(batch)
+            counts.add(c)
+            if out.num_rows:
+                yield out
+
+    rows = batches()
+    first = next(rows, None)
+    adds: list[AddFile] = []
+    if first is not None:  # else every row was deleted: nothing to write
+        options = ctx.write_options(first)
+        adds = write_files(
+            ctx.storage,
+            itertools.chain([first], rows),
+            schema=ctx.schema,
+            partition_by=ctx.partition_by,
+            options=options,
+            lease_id=ctx.lease_id,
+        )
+    if not counts.changed:  # nothing to change after all (no probe ran): undo
+        ctx.storage.delete([a.path for a in adds])
+        adds = []
+    return FileOutcome(f, counts, adds)
+
+
+def dictionary_columns(
+    sample: pa.RecordBatch, skip: Sequence[str], *, max_ratio: float = 0.5, min_rows: int = 1000
+) -> bool | tuple[str, ...]:
+    """Columns worth a dictionary in a rewritten file: distinct values <= ``max_ratio``
+    of the sample's rows (True: every column, when the sample cannot tell).
+
+    Dictionary-encoding a column of mostly distinct values (ids, timestamps, floats)
+    costs about twice the write time and makes the file larger, as the writer falls
+    back to plain pages after filling a dictionary.
+    """
+    if sample.num_rows < min_rows:
+        return True
+    sample = sample.slice(0, SAMPLE_ROWS)
+    keep: list[str] = []
+    for name, col in zip(sample.schema.names, sample.columns, strict=True):
+        if name in skip:
+            continue
+        if pa.types.is_nested(col.type) or pa.types.is_dictionary(col.type):
+            return True
+        try:
+            distinct = pc.count_distinct(col, mode="all").as_py()
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            return True
+        if distinct <= max_ratio * sample.num_rows:
+            keep.append(name)
+    return tuple(keep) if keep else False
+
+
+def process_file(ctx: Context, change: RowChange, f: DataFile, *, write: bool) -> FileOutcome:
+    """Probe ``f``; with ``write``, rewrite it if it holds a row to change."""
+    try:
+        return _process(ctx, change, f, write=write)
+    finally:
+        _released(f.size_bytes)
+
+
+_RELEASE_EVERY = 16 * 1024 * 1024
+_since_release = [0]
+
+
+def _released(nbytes: int) -> None:
+    """Hand freed memory back to the allocator every ``_RELEASE_EVERY`` bytes of files
+    processed: the resident set then follows what is live (a batch per worker), not
+    what was ever allocated."""
+    _since_release[0] += nbytes
+    if _since_release[0] >= _RELEASE_EVERY:
+        _since_release[0] = 0
+        pa.default_memory_pool().release_unused()
+
+
+def _process(ctx: Context, change: RowChange, f: DataFile, *, write: bool) -> FileOutcome:
+    change = change.for_file(f)
+    cols = change.probe_columns
+    if cols is None or len(cols) >= len(ctx.schema) or not write:
+        if not write:
+            return FileOutcome(f, _probe(ctx, change, f))
+        return _rewrite(ctx, change, f)
+    counts = _probe(ctx, change, f)
+    if not counts.changed or not (counts.kept or counts.updated):
+        # nothing to change, or every row goes: the file is kept or removed as it is
+        return FileOutcome(f, counts)
+    return _rewrite(ctx, change, f)
+
+
+def run_files(
+    ctx: Context, change: RowChange, files: Sequence[DataFile], *, write: bool
+) -> list[FileOutcome]:
+    """:func:`process_file` over ``files`` in up to :data:`MAX_WORKERS` threads; the
+    outcomes in the order of ``files``. On an error, the files written are deleted."""
+    if not files:
+        return []
+    workers = min(MAX_WORKERS, len(files))
+    if workers == 1:
+        done: list[FileOutcome] = []
+        try:
+            for f in files:
+                done.append(process_file(ctx, change, f, write=write))
+        except BaseException:
+            _discard(ctx.storage, done)
+            raise
+        return done
+    with ThreadPoolExecutor(workers, thread_name_prefix="lakelog-change") as pool:
+        futures: list[Future[FileOutcome]] = [
+            pool.submit(process_file, ctx, change, f, write=write) for f in files
+        ]
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((fu for fu in futures if fu.done() and fu.exception() is not None), None)
+        if failed is not None:
+            for fu in pending:
+                fu.cancel()
+            wait(futures)
+            _discard(
+                ctx.storage,
+                [fu.result() for fu in futures if not fu.cancelled() and fu.exception() is None],
+            )
+            error = failed.exception()
+            assert error is not None
+            raise error
+        return [fu.result() for fu in futures]
+
+
+def _discard(storage: Storage, outcomes: Sequence[FileOutcome]) -> None:
+    paths = [a.path for o in outcomes for a in o.adds]
+    if paths:
+        try:
+            storage.delete(paths)
+        except Exception:  # noqa: BLE001 - vacuum removes what this cannot
+            pass

@@ -1,0 +1,469 @@
+"""``merge``: upsert a source into the table by key columns.
+
+The source is read into memory once, checked against the table schema and
+deduplicated by key (``duplicates=``); memory then holds the source plus one
+batch of one target file per worker, never the table. A target row *matches*
+when every key column equals the source row's (a null key matches nothing, as
+in SQL), and then, per ``when_matched``, gets the source row's values in place,
+is deleted, or is left alone. Source rows no target row matched are inserted
+(``when_not_matched="insert"``), in source order. ``when_not_matched_by_source=
+"delete"`` deletes target rows no source row matches, so every file is read.
+
+Target files are pruned by the source's keys: a file is read only if, for every
+key column, its partition value is a source key or some source key lies within
+its min/max statistics.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgumentError
+from ..filters import FileStatsColumns
+from ..io.schema import check_schema, conform, to_reader
+from ..io.writer import WriteOptions, write_files
+from ..log.actions import DataFile
+from ..log.snapshot import Snapshot
+from ..partitioning import partition_scalar
+from ..stats import stats_scalar
+from ..storage import Storage
+from .base import Counts, RowChange, Written
+
+__all__ = ["MatchedAction", "MergeChange", "NotMatchedAction", "SourceKeys"]
+
+MatchedAction = Literal["update", "delete", "ignore"]
+NotMatchedAction = Literal["insert", "ignore"]
+BySourceAction = Literal["ignore", "delete"]
+Duplicates = Literal["error", "last", "first"]
+
+_ROW = "__lakelog_source_row"
+_TARGET = "__lakelog_target_row"
+_CODE_LIMIT = 2.0**62
+"""Combined key codes must stay below this (else several key columns use a hash join)."""
+
+
+def _choice(name: str, value: object, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        listed = ", ".join(repr(a) for a in allowed)
+        raise InvalidArgumentError(f"expected {name} to be one of {listed}, found {value!r}")
+    return value
+
+
+def check_keys(on: Any, schema: pa.Schema) -> tuple[str, ...]:
+    """``on=`` as a tuple of distinct key columns of the table with comparable types."""
+    keys = (on,) if isinstance(on, str) else tuple(on) if isinstance(on, (list, tuple)) else None
+    if not keys or not all(isinstance(k, str) for k in keys):
+        raise InvalidArgumentError(
+            f"expected on= to name the key column(s), such as on=['id'], found {on!r}"
+        )
+    if len(set(keys)) != len(keys):
+        raise InvalidArgumentError(f"expected distinct key columns in on=, found {list(keys)}")
+    for k in keys:
+        if k not in schema.names:
+            raise InvalidArgumentError(
+                f"expected key columns of the table in on=, found {k!r}; the table's "
+                f"columns are {schema.names}"
+            )
+        t = schema.field(k).type
+        if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+            raise InvalidArgumentError(
+                f"expected key columns of a plain type (numbers, strings, dates, ...), found "
+                f"{k!r} of type {t}; merge on another column."
+            )
+    return keys
+
+
+class KeyIndex:
+    """Finds source rows by key for a set of source rows (all of them, or the ones one
+    target file's bounds allow), built once and used for every batch.
+
+    One key column: Arrow's hash lookup (``index_in``) over the key values. Several:
+    each column's values become codes among its distinct source values, combined into
+    one integer per row and looked up the same way (a hash join if the codes would
+    not fit 63 bits).
+    """
+
+    def __init__(self, sub: pa.Table, keys: tuple[str, ...], rows: np.ndarray) -> None:
+        self.keys = keys
+        self.rows = rows
+        """The global source row of each row of ``sub`` (the key columns)."""
+        self._uniques: list[pa.Array] = []
+        self._join: pa.Table | None = None
+        if len(keys) == 1:
+            self._values = sub.column(keys[0]).combine_chunks()
+            return
+        self._uniques = [pc.unique(sub.column(k).combine_chunks()) for k in keys]
+        if float(np.prod([max(1, len(u)) for u in self._uniques], dtype=np.float64)) >= _CODE_LIMIT:
+            self._join = sub.select(list(keys)).append_column(_ROW, pa.array(rows))
+            return
+        self._values = pa.array(self._codes(sub))
+
+    def _codes(self, table: pa.Table | pa.RecordBatch) -> np.ndarray:
+        """One integer per row from the key columns' codes (-1 where one has no code)."""
+        n = table.num_rows
+        out = np.zeros(n, dtype=np.int64)
+        missing = np.zeros(n, dtype=bool)
+        for k, unique in zip(self.keys, self._uniques, strict=True):
+            pos = pc.index_in(table.column(k), value_set=unique, skip_nulls=True)
+            code = np.asarray(pos.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            missing |= code < 0
+            out = out * len(unique) + np.maximum(code, 0)
+        out[missing] = -1
+        return out
+
+    def match(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Per row of ``batch``: the global source row with the same key, or -1."""
+        n = batch.num_rows
+        if not len(self.rows) or not n:
+            return np.full(n, -1, dtype=np.int64)
+        if self._join is not None:
+            left = pa.table({**{k: batch.column(k) for k in self.keys}, _TARGET: np.arange(n)})
+            joined = left.join(self._join, list(self.keys), join_type="inner", use_threads=False)
+            out = np.full(n, -1, dtype=np.int64)
+            out[joined.column(_TARGET).to_numpy()] = joined.column(_ROW).to_numpy()
+            return out
+        probe = batch.column(self.keys[0]) if len(self.keys) == 1 else pa.array(self._codes(batch))
+        pos = pc.index_in(probe, value_set=self._values, skip_nulls=True)
+        idx = np.asarray(pos.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        if len(self.keys) > 1:
+            idx[np.asarray(probe) < 0] = -1  # a key value no source row has
+        return np.where(idx >= 0, self.rows[np.maximum(idx, 0)], -1)
+
+
+class SourceKeys:
+    """The deduplicated source and how to find its rows by key."""
+
+    def __init__(self, source: pa.Table, keys: tuple[str, ...], duplicates: Duplicates) -> None:
+        self.keys = keys
+        self.given = source.num_rows
+        self.table, self.dropped = _dedupe(source, keys, duplicates)
+        valid = np.ones(self.table.num_rows, dtype=bool)
+        for k in keys:
+            valid &= np.asarray(self.table.column(k).is_valid().to_numpy(zero_copy_only=False))
+        self._rows = np.flatnonzero(valid)
+        """Source rows with every key set (only they can match)."""
+        self._keys_table = self.table.select(list(keys)).take(pa.array(self._rows))
+        self._sorted: dict[str, np.ndarray] = {}
+        self._values: dict[str, pa.Array] = {}
+        for k in keys if len(self._rows) else ():
+            unique = pc.unique(self._keys_table.column(k).combine_chunks())
+            self._values[k] = unique
+            self._sorted[k] = _sortable(unique.take(pc.sort_indices(unique)))
+        self.index = KeyIndex(self._keys_table, keys, self._rows)
+        """Every matchable source row."""
+
+    @property
+    def empty(self) -> bool:
+        return not len(self._rows)
+
+    def match(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Per row of ``batch``: the source row with the same key, or -1."""
+        return self.index.match(batch)
+
+    def index_for(self, file: DataFile, schema: pa.Schema) -> KeyIndex:
+        """An index of only the source rows ``file``'s partition values and min/max
+        statistics allow: every target row of the file has its key within them, so
+        no other source row can match it, and the lookups stay small."""
+        if not len(self._rows):
+            return self.index
+        keep = np.ones(len(self._rows), dtype=bool)
+        stats = file.stats
+        for k in self.keys:
+            t = schema.field(k).type
+            column = self._keys_table.column(k)
+            if k in file.partition:
+                hit = pc.equal(column, partition_scalar(file.partition[k], t))
+            elif stats is not None and k in stats.min and k in stats.max:
+                if pa.types.is_floating(t):  # bounds never hold NaN: no narrowing
+                    continue
+                try:
+                    lo, hi = stats_scalar(stats.min[k], t), stats_scalar(stats.max[k], t)
+                except (pa.ArrowException, ValueError, TypeError, ArithmeticError):
+                    continue
+                hit = pc.and_(pc.greater_equal(column, lo), pc.less_equal(column, hi))
+            else:
+                continue
+            keep &= np.asarray(hit.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+        if keep.all():
+            return self.index
+        return KeyIndex(self._keys_table.filter(pa.array(keep)), self.keys, self._rows[keep])
+
+    def prune(self, files: FileStatsColumns) -> np.ndarray:
+        """Per file: whether some source key may be in it (every key column agrees)."""
+        n = len(files.num_rows)
+        if self.empty:
+            return np.zeros(n, dtype=bool)
+        keep = np.ones(n, dtype=bool)
+        for k in self.keys:
+            if k in files.partition:
+                hit = pc.is_in(files.partition[k], value_set=self._values[k])
+                keep &= np.asarray(hit.fill_null(False).to_numpy(zero_copy_only=False), bool)
+                continue
+            lo, hi = files.min.get(k), files.max.get(k)
+            if lo is None or hi is None:
+                continue
+            keep &= _any_within(self._sorted[k], lo, hi)
+        return keep
+
+
+def _dedupe(
+    source: pa.Table, keys: tuple[str, ...], duplicates: Duplicates
+) -> tuple[pa.Table, int]:
+    """One row per key (rows with a null key are kept: they match nothing)."""
+    n = source.num_rows
+    if not n:
+        return source, 0
+    index = pa.array(np.arange(n))
+    valid = np.ones(n, dtype=bool)
+    for k in keys:
+        valid &= np.asarray(source.column(k).is_valid().to_numpy(zero_copy_only=False))
+    keyed = source.select(list(keys)).append_column(_ROW, index).filter(pa.array(valid))
+    groups = keyed.group_by(list(keys), use_threads=False).aggregate(
+        [(_ROW, "count"), (_ROW, "min"), (_ROW, "max")]
+    )
+    counts = groups.column(f"{_ROW}_count").to_numpy()
+    repeated = int(np.count_nonzero(counts > 1))
+    if not repeated:
+        return source, 0
+    if duplicates == "error":
+        first = groups.filter(pa.array(counts > 1)).slice(0, 3).select(list(keys)).to_pylist()
+        shown = [row[keys[0]] if len(keys) == 1 else row for row in first]
+        raise InvalidArgumentError(
+            f"expected one source row per key of on={list(keys)}, found {repeated} key(s) "
+            f"more than once (e.g. {shown}); pass duplicates='last' or duplicates='first' "
+            f"to keep one row per key, or deduplicate the source. Nothing was written."
+        )
+    pick = groups.column(f"{_ROW}_max" if duplicates == "last" else f"{_ROW}_min").to_numpy()
+    keep = np.sort(np.concatenate([pick, np.flatnonzero(~valid)]))
+    return source.take(pa.array(keep)), n - len(keep)
+
+
+def _sortable(values: pa.Array) -> np.ndarray:
+    """Sorted key values as a numpy array that compares like the column's type."""
+    t = values.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return np.asarray(values.to_numpy(zero_copy_only=False))
+    if pa.types.is_temporal(t):
+        width = pa.int32() if t.bit_width == 32 else pa.int64()
+        return np.asarray(values.cast(width).to_numpy(zero_copy_only=False))
+    return np.asarray(values.to_pylist(), dtype=object)
+
+
+def _any_within(keys: np.ndarray, lo: pa.Array, hi: pa.Array) -> np.ndarray:
+    """Per file: some of the sorted ``keys`` lies in ``[lo, hi]``; a file whose bounds
+    are unknown (null) is kept."""
+    unknown = np.asarray(
+        pc.or_(lo.is_null(), hi.is_null()).to_numpy(zero_copy_only=False), dtype=bool
+    )
+    found = unknown.copy()
+    known = ~unknown
+    if not len(keys) or not known.any():
+        return found
+    mask = pa.array(known)
+    los, his = _sortable(lo.filter(mask)), _sortable(hi.filter(mask))
+    if keys.dtype == object:
+        ordered = keys.tolist()
+        hits = [
+            bisect.bisect_right(ordered, h) > bisect.bisect_left(ordered, low)
+            for low, h in zip(los.tolist(), his.tolist(), strict=True)
+        ]
+        found[known] = np.asarray(hits, dtype=bool)
+    else:
+        found[known] = np.searchsorted(keys, his, side="right") > np.searchsorted(
+            keys, los, side="left"
+        )
+    return found
+
+
+class MergeChange(RowChange):
+    """``merge(source, on=...)`` as a :class:`RowChange`."""
+
+    operation = "MERGE"
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        partition_by: tuple[str, ...],
+        source: Any,
+        on: Any,
+        *,
+        when_matched: str,
+        when_not_matched: str,
+        when_not_matched_by_source: str,
+        duplicates: str,
+        options: WriteOptions,
+    ) -> None:
+        self.when_matched = _choice("when_matched", when_matched, ("update", "delete", "ignore"))
+        self.when_not_matched = _choice("when_not_matched", when_not_matched, ("insert", "ignore"))
+        self.by_source = _choice(
+            "when_not_matched_by_source", when_not_matched_by_source, ("ignore", "delete")
+        )
+        self.duplicates = _choice("duplicates", duplicates, ("error", "last", "first"))
+        self.keys = check_keys(on, schema)
+        self.schema = schema
+        self.partition_by = partition_by
+        self.options = options
+        reader = to_reader(source)
+        check_schema(reader.schema, schema)
+        table = pa.Table.from_batches(
+            [conform(b, schema) for b in reader if b.num_rows], schema=schema
+        )
+        self.source = SourceKeys(table, self.keys, self.duplicates)  # type: ignore[arg-type]
+        self.matched = np.zeros(self.source.table.num_rows, dtype=bool)
+        """Source rows some target row matched (set by :meth:`probe` and :meth:`apply`)."""
+        self._lock = threading.Lock()
+        self._index = self.source.index
+        self.inserted = 0
+        # with when_not_matched_by_source="delete" nearly every file changes: no probe
+        self.probe_columns = None if self.by_source == "delete" else self.keys
+        self.conflict_columns = self.keys
+
+    def for_file(self, file: DataFile) -> MergeChange:
+        """This merge for the rows of one target file: lookups among only the source
+        rows its bounds allow (what it records is shared with the merge)."""
+        index = self.source.index_for(file, self.schema)
+        if index is self._index:
+            return self
+        view = copy.copy(self)
+        view._index = index
+        return view
+
+    @property
+    def noop(self) -> bool:
+        """Whether this merge cannot change anything."""
+        return (
+            self.when_matched == "ignore"
+            and self.when_not_matched == "ignore"
+            and self.by_source == "ignore"
+        )
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "on": list(self.keys),
+            "when_matched": self.when_matched,
+            "when_not_matched": self.when_not_matched,
+            "when_not_matched_by_source": self.by_source,
+            "duplicates": self.duplicates,
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "num_source_rows": self.source.given,
+            "num_source_duplicates": self.source.dropped,
+            "num_inserted_rows": self.inserted,
+        }
+
+    def candidates(self, snapshot: Snapshot) -> list[DataFile]:
+        if self.noop:
+            return []
+        files = snapshot.files()
+        if self.by_source == "delete":
+            return files
+        if self.source.empty:
+            return []
+        keep = self.source.prune(snapshot.stats_columns)
+        return [f for f, k in zip(files, keep.tolist(), strict=True) if k]
+
+    def prune(self, files: FileStatsColumns) -> np.ndarray:
+        if self.by_source == "delete":
+            return np.ones(len(files.num_rows), dtype=bool)
+        return self.source.prune(files)
+
+    def _classify(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: matched source row (-1: none), updated, deleted."""
+        idx = self._index.match(batch)
+        hit = idx >= 0
+        if hit.any():
+            with self._lock:
+                self.matched[idx[hit]] = True
+        updated = hit if self.when_matched == "update" else np.zeros_like(hit)
+        deleted = hit if self.when_matched == "delete" else np.zeros_like(hit)
+        if self.by_source == "delete":
+            deleted = deleted | ~hit
+        return idx, updated, deleted
+
+    def probe(self, batch: pa.RecordBatch) -> Counts:
+        _, updated, deleted = self._classify(batch)
+        return _counts(updated, deleted)
+
+    def apply(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Counts]:
+        idx, updated, deleted = self._classify(batch)
+        counts = _counts(updated, deleted)
+        if not counts.changed:
+            return batch, counts
+        out = batch
+        if updated.any():
+            # only the matched source rows, placed by mask: memory is the batch plus them
+            mask = pa.array(updated)
+            rows = self.source.table.take(pa.array(idx[updated]))
+            arrays = [
+                batch.column(f.name)
+                if f.name in self.keys
+                else _put(batch.column(f.name), mask, rows.column(f.name).combine_chunks())
+                for f in self.schema
+            ]
+            out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        if deleted.any():
+            out = out.filter(pa.array(~deleted))
+        return out, counts
+
+    def conflicts(self, batch: pa.RecordBatch) -> bool:
+        if self.by_source == "delete":
+            return bool(batch.num_rows > 0)
+        idx = self._index.match(batch)
+        return bool((idx >= 0).any())
+
+    def after(self, storage: Storage, lease_id: str) -> Written:
+        if self.when_not_matched != "insert":
+            return Written()
+        rows = np.flatnonzero(~self.matched)
+        if not len(rows):
+            return Written()
+        self.inserted = len(rows)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            step = 65536
+            for start in range(0, len(rows), step):
+                part = self.source.table.take(pa.array(rows[start : start + step]))
+                yield from part.to_batches()
+
+        adds = write_files(
+            storage,
+            batches(),
+            schema=self.schema,
+            partition_by=self.partition_by,
+            options=self.options,
+            lease_id=lease_id,
+        )
+        return Written(tuple(adds), len(rows))
+
+    def planned_inserts(self) -> int:
+        """Source rows no target row matched so far (what :meth:`after` would insert)."""
+        if self.when_not_matched != "insert":
+            return 0
+        return int(np.count_nonzero(~self.matched))
+
+
+def _put(column: pa.Array, mask: pa.BooleanArray, values: pa.Array) -> pa.Array:
+    """``column`` with the rows where ``mask`` is true replaced by ``values``, in order."""
+    try:
+        return pc.replace_with_mask(column, mask, values)
+    except pa.ArrowNotImplementedError:  # nested types: spread the values out first
+        where = np.cumsum(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=np.int64)) - 1
+        spread = values.take(pa.array(np.maximum(where, 0)))
+        return pc.if_else(mask, spread, column)
+
+
+def _counts(updated: np.ndarray, deleted: np.ndarray) -> Counts:
+    n = len(updated)
+    d = int(np.count_nonzero(deleted))
+    u = int(np.count_nonzero(updated & ~deleted))
+    return Counts(deleted=d, updated=u, kept=n - d - u)

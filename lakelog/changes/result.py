@@ -1,0 +1,95 @@
+"""What a row-level change did: :class:`ChangeResult` and :class:`MergeReport`.
+
+Both are :class:`~lakelog.transaction.CommitResult` values, so code that reads
+``result.version`` after an append reads it after a delete too. A change that
+matched nothing (or a dry run) committed nothing: ``committed`` is False and
+``version`` is the version it read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..transaction import CommitResult
+
+__all__ = ["ChangeResult", "FileChange", "MergeReport"]
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One data file a change rewrites (or, in a dry run, would rewrite)."""
+
+    path: str
+    num_rows: int
+    """rows in the file before the change"""
+    deleted_rows: int = 0
+    updated_rows: int = 0
+
+
+@dataclass(frozen=True)
+class ChangeResult(CommitResult):
+    """Outcome of ``delete``, ``update`` or ``overwrite(data, where=...)``.
+
+    Row counts: ``deleted_rows`` left the table, ``updated_rows`` got new values,
+    ``inserted_rows`` are new (``overwrite``), ``copied_rows`` were written again
+    unchanged beside them. File counts: ``files_scanned`` were read (pruning kept
+    them), ``files_removed`` rewritten or dropped, ``files_added`` written.
+    """
+
+    committed: bool = False
+    dry_run: bool = False
+    read_version: int = -1
+    deleted_rows: int = 0
+    updated_rows: int = 0
+    inserted_rows: int = 0
+    copied_rows: int = 0
+    files_scanned: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_removed: int = 0
+    bytes_added: int = 0
+    duration_s: float = 0.0
+    files: tuple[FileChange, ...] = ()
+    """The files rewritten (or that would be, in a dry run), in table order."""
+
+    def to_dict(self, *, files: bool = False) -> dict[str, Any]:
+        """A JSON-ready dict; the per-file list only with ``files=True``."""
+        out = asdict(self)
+        out.pop("actions", None)
+        if not files:
+            out.pop("files", None)
+        return out
+
+    def summary(self) -> str:
+        """One line for people: what changed, or that nothing did."""
+        counts = (
+            (self.deleted_rows, "deleted"),
+            (self.updated_rows, "updated"),
+            (self.inserted_rows, "inserted"),
+        )
+        rows = ", ".join(f"{n} {what}" for n, what in counts if n) or "no rows"
+        files = (
+            f"{self.files_removed} of {self.files_scanned} scanned files rewritten, "
+            f"{self.files_added} written"
+        )
+        if self.dry_run:
+            return (
+                f"dry run: would change rows ({rows}); {files.replace('rewritten', 'to rewrite')}"
+            )
+        if not self.committed:
+            return f"no rows matched ({self.files_scanned} files scanned); nothing committed"
+        return f"{self.operation} at version {self.version}: {rows}; {files}"
+
+
+@dataclass(frozen=True)
+class MergeReport(ChangeResult):
+    """Outcome of ``merge``: a :class:`ChangeResult` plus the source's figures.
+
+    ``source_rows`` were given, ``source_duplicates`` of them dropped by
+    ``duplicates="first"``/``"last"``; ``deleted_rows`` counts target rows deleted
+    by ``when_matched="delete"`` and by ``when_not_matched_by_source="delete"``.
+    """
+
+    source_rows: int = 0
+    source_duplicates: int = 0

@@ -1,0 +1,183 @@
+"""Plan -> rewrite -> commit for one row-level change.
+
+1. **Plan (pure).** The latest snapshot and the change's condition give the
+   candidate files (:meth:`RowChange.candidates`, lakelog's pruning).
+2. **Rewrite.** Under a writer lease: new rows first where the change has some
+   (``overwrite``), then every candidate is probed and, if it holds a row to
+   change, rewritten (:mod:`.execute`), then inserts (``merge``).
+3. **Commit.** One ``rowlevel`` commit of ``data_change=true`` removes of the
+   rewritten files and adds of their replacements and new rows, on the read
+   version, with :class:`~.conflicts.RowLevelRebase` deciding every rebase. A
+   change that changes nothing commits nothing.
+
+A failure before the commit is known not to have landed deletes every file
+written; the table is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._failpoints import failpoint
+from ..errors import LakelogError
+from ..leases import Lease
+from ..log.actions import Action, AddFile
+from .base import RowChange, Written
+from .conflicts import RowLevelRebase
+from .execute import Context, FileOutcome, run_files
+from .merge import MergeChange
+from .result import ChangeResult, FileChange, MergeReport
+
+if TYPE_CHECKING:
+    from ..log.snapshot import Snapshot
+    from ..table import Table
+    from ..transaction import CommitResult
+
+__all__ = ["run_change"]
+
+
+def run_change(
+    table: Table, change: RowChange, snapshot: Snapshot, *, dry_run: bool = False
+) -> ChangeResult:
+    """Run ``change`` on ``snapshot`` (the latest) of ``table``; see the module docstring."""
+    start = time.monotonic()
+    candidates = change.candidates(snapshot)
+    ctx = Context(
+        storage=table.storage,
+        schema=snapshot.schema,
+        partition_by=snapshot.partition_by,
+        version=snapshot.version,
+        options=table.write_options(),
+        lease_id=None,
+    )
+    if dry_run:
+        outcomes = run_files(ctx, change, candidates, write=False)
+        extra = change.planned_inserts() if isinstance(change, MergeChange) else 0
+        return _result(change, snapshot, outcomes, Written(rows=extra), None, start, dry=True)
+    storage = table.storage
+    with Lease.acquire(
+        storage, operation=change.operation, properties=snapshot.properties
+    ) as lease:
+        ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
+        written: list[str] = []
+        rebase: RowLevelRebase | None = None
+        committing = False
+        try:
+            before = change.before(storage, lease.lease_id)
+            written += [a.path for a in before.adds]
+            outcomes = run_files(ctx, change, candidates, write=True)
+            written += [a.path for o in outcomes for a in o.adds]
+            after = change.after(storage, lease.lease_id)
+            written += [a.path for a in after.adds]
+            new = Written(before.adds + after.adds, before.rows + after.rows)
+            rewritten = [o for o in outcomes if o.rewritten]
+            if not rewritten and not new.adds:
+                return _result(change, snapshot, outcomes, new, None, start, dry=False)
+            now = int(time.time() * 1000)
+            actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
+            actions += [a for o in rewritten for a in o.adds]
+            actions += new.adds
+
+            def metrics(extra: Sequence[FileOutcome]) -> dict[str, Any]:
+                done = _result(change, snapshot, [*outcomes, *extra], new, None, start, dry=False)
+                return _metrics(change, done)
+
+            rebase = RowLevelRebase(ctx, change, metrics)
+            failpoint("change:before-commit")
+            committing = True
+            committed = table.commit(
+                actions,
+                operation=change.operation,
+                kind="rowlevel",
+                read_snapshot=snapshot,
+                parameters=change.parameters(),
+                metrics=metrics([]),
+                rebase=rebase,
+                lease=lease,
+            )
+            return _result(
+                change, snapshot, [*outcomes, *rebase.extra], new, committed, start, dry=False
+            )
+        except BaseException as e:
+            if rebase is not None:
+                written += rebase.written()
+            # before the commit, or refused by it (lakelog's own errors are raised before
+            # or instead of a put): certainly not committed. Other errors during the commit
+            # (a timeout) may follow a landed put: the files are then left to vacuum.
+            if written and (not committing or isinstance(e, LakelogError)):
+                try:
+                    storage.delete(written)
+                except Exception:  # noqa: BLE001 - vacuum removes what this cannot
+                    pass
+            raise
+
+
+def _metrics(change: RowChange, r: ChangeResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "num_files_scanned": r.files_scanned,
+        "num_removed_files": r.files_removed,
+        "num_removed_bytes": r.bytes_removed,
+        "num_added_files": r.files_added,
+        "num_added_bytes": r.bytes_added,
+        "num_copied_rows": r.copied_rows,
+    }
+    if change.operation in ("DELETE", "OVERWRITE", "MERGE"):
+        out["num_deleted_rows"] = r.deleted_rows
+    if change.operation in ("UPDATE", "MERGE"):
+        out["num_updated_rows"] = r.updated_rows
+    if change.operation == "OVERWRITE":
+        out["num_inserted_rows"] = r.inserted_rows
+    out.update(change.metrics())
+    out["execution_ms"] = int(r.duration_s * 1000)
+    return out
+
+
+def _result(
+    change: RowChange,
+    snapshot: Snapshot,
+    outcomes: list[FileOutcome],
+    new: Written,
+    committed: CommitResult | None,
+    start: float,
+    *,
+    dry: bool,
+) -> ChangeResult:
+    rewritten = [o for o in outcomes if o.rewritten]
+    adds: list[AddFile] = [a for o in rewritten for a in o.adds] + list(new.adds)
+    fields: dict[str, Any] = {
+        "version": snapshot.version if committed is None else committed.version,
+        "attempts": 0 if committed is None else committed.attempts,
+        "txn_id": "" if committed is None else committed.txn_id,
+        "operation": change.operation,
+        "actions": () if committed is None else committed.actions,
+        "committed": committed is not None,
+        "dry_run": dry,
+        "read_version": snapshot.version,
+        "deleted_rows": sum(o.counts.deleted for o in rewritten),
+        "updated_rows": sum(o.counts.updated for o in rewritten),
+        "inserted_rows": new.rows,
+        "copied_rows": sum(o.counts.kept for o in rewritten),
+        "files_scanned": len(outcomes),
+        "files_removed": len(rewritten),
+        "files_added": len(adds),
+        "bytes_removed": sum(o.file.size_bytes for o in rewritten),
+        "bytes_added": sum(a.size_bytes for a in adds),
+        "duration_s": time.monotonic() - start,
+        "files": tuple(
+            FileChange(
+                path=o.file.path,
+                num_rows=o.file.num_rows,
+                deleted_rows=o.counts.deleted,
+                updated_rows=o.counts.updated,
+            )
+            for o in rewritten
+        ),
+    }
+    if isinstance(change, MergeChange):
+        return MergeReport(
+            **fields, source_rows=change.source.given, source_duplicates=change.source.dropped
+        )
+    return ChangeResult(**fields)

@@ -1,0 +1,326 @@
+"""Adopting Parquet files written by other tools: :func:`convert` and :func:`add_files`.
+
+``convert`` turns a folder of Parquet files into a table in place: one commit at
+version 0 holding the table's metadata and one ``add`` per file. ``add_files``
+adopts files written later by another tool (a DuckDB ``COPY ... TO``, a Spark job)
+into an existing table, in one ``append`` commit. Neither moves, rewrites or
+deletes a data file.
+
+Invariants:
+
+* Files are described exactly as lakelog's writer describes its own: size, row
+  count and statistics from the footer (:func:`lakelog.stats.stats_from_metadata`
+  over the table's column types), partition values from Hive-style folders
+  (``col=value/``), in their string form (``docs/format.md``, "Data files").
+* Footers are read in parallel threads (:func:`.footers.read_footers`) (one ranged read
+  of each file's tail), and only footers: no data page is read.
+* Everything is checked before anything is committed; a problem in any file is one
+  error listing the files concerned (up to :data:`~.footers.SHOWN`), and the table (or the
+  folder) is left as it was.
+* A file already in the table is refused, also when a concurrent commit added it
+  (the transaction's rebase check), so no file is ever live twice.
+* Partition columns are not stored inside data files (``docs/format.md``): a file
+  that holds one is refused.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ..errors import CommitConflictError, InvalidArgumentError, TableExistsError
+from ..io.parquet_settings import check_parquet_properties
+from ..log.actions import Action, AddFile, Commit, Metadata, encode_schema
+from ..log.commits import LOG_DIR, list_log
+from ..log.snapshot import load_snapshot
+from ..partitioning import check_partition_columns
+from ..properties import validate_properties
+from ..storage import FileInfo, Storage
+from ..transaction import CommitResult, Transaction
+from .footers import (
+    add_actions,
+    check_against_table,
+    check_no_partition_columns,
+    differently_typed,
+    hidden_path,
+    is_parquet,
+    list_parquet,
+    listed,
+    partition_layout,
+    read_footers,
+    readable_footers,
+    unify_schemas,
+)
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = ["add_files", "convert"]
+
+DELTA_LOG = "_delta_log"
+
+
+# -- convert ---------------------------------------------------------------------------
+
+
+def convert(
+    uri: str,
+    *,
+    partition_by: Sequence[str] | pa.Schema | None = None,
+    properties: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    single_writer: bool = False,
+) -> Table:
+    """Turn the Parquet files under ``uri`` into a lakelog table in place.
+
+    Every Parquet file below the folder (``*.parquet``, ``*.parq``, ``*.pq``; hidden
+    names, starting with ``_`` or ``.``, are skipped) becomes part of version 0, with
+    statistics from its footer. Hive folders (``day=2024-01-02/``) are partition
+    columns: inferred from the folders (types too: integer, date, boolean, else
+    string), or named by ``partition_by`` (a list of names, or a ``pyarrow.Schema``
+    that also gives their types). File schemas are unified (missing columns and
+    widening types are fine); anything else, or a file that is not Parquet, is one
+    error listing the files, and nothing is committed. No data file is moved or
+    rewritten. ``properties``, ``storage_options`` and ``single_writer`` mean what they
+    mean for :func:`lakelog.create_table`. Returns the new table.
+    """
+    from ..table import Table
+
+    storage = Storage(uri, storage_options, single_writer=single_writer)
+    listing = list_log(storage)
+    if listing.commits or listing.manifests:
+        raise TableExistsError(
+            f"expected a folder of Parquet files at {storage.uri}, found a lakelog table "
+            f"there already (version {max(listing.commits[-1:] + listing.manifests[-1:])}); "
+            f"adopt new files with table.add_files() (`lakelog add-files`) instead."
+        )
+    if storage.list_names(DELTA_LOG):
+        raise InvalidArgumentError(
+            f"expected a plain folder of Parquet files at {storage.uri}, found a Delta table "
+            f"({DELTA_LOG}/): its folder can hold files Delta already removed, which a "
+            f"listing would adopt as live rows. Copy the rows of its latest version into a "
+            f"lakelog table instead (e.g. lakelog.write_table(uri, deltalake.DeltaTable("
+            f"path).to_pyarrow_dataset().scanner().to_reader()))."
+        )
+    props = validate_properties(properties or {})
+    infos = list_parquet(storage)
+    if not infos:
+        raise InvalidArgumentError(
+            f"expected Parquet files (*.parquet) under {storage.uri}, found none; to start "
+            f"an empty table use lakelog.create_table(uri, schema)."
+        )
+    footers = readable_footers(read_footers(storage, infos), nothing="nothing was committed.")
+    fields, partitions = partition_layout(footers, partition_by)
+    parts = [f.name for f in fields]
+    check_no_partition_columns(footers, parts)
+    data_schema = unify_schemas(footers)
+    redo = differently_typed(footers, data_schema)
+    if redo:  # statistics over the table's types, exactly as its writer takes them
+        again = readable_footers(
+            read_footers(
+                storage, [FileInfo(f.path, f.size, f.mtime_ms) for f in redo], types=data_schema
+            ),
+            nothing="nothing was committed.",
+        )
+        fixed = {f.path: f for f in again}
+        footers = [fixed.get(f.path, f) for f in footers]
+    schema = pa.schema(list(data_schema) + fields)
+    check_partition_columns(schema, parts)
+    check_parquet_properties(props, schema, tuple(parts))
+    adds = add_actions(footers, partitions)
+    md = Metadata(
+        table_id=uuid.uuid4().hex,
+        schema=encode_schema(schema),
+        partition_by=tuple(parts),
+        properties=props,
+        created_ms=int(time.time() * 1000),
+    )
+    actions: list[Action] = [md, *adds]
+    txn = Transaction(
+        storage,
+        None,
+        operation="CONVERT",
+        kind="metadata",
+        actions=actions,
+        parameters={"partition_by": parts},
+        metrics=_metrics(adds),
+    )
+    try:
+        txn.commit()
+    except CommitConflictError as e:
+        raise TableExistsError(
+            f"expected no table at {storage.uri}, found one created concurrently; open it "
+            f"with lakelog.open_table() and adopt files with table.add_files() "
+            f"(`lakelog add-files`)."
+        ) from e
+    snap = txn.landed_snapshot or load_snapshot(storage)
+    return Table(storage, snap)
+
+
+def _metrics(adds: Sequence[AddFile]) -> dict[str, int]:
+    return {
+        "num_files": len(adds),
+        "num_rows": sum(a.num_rows for a in adds),
+        "num_bytes": sum(a.size_bytes for a in adds),
+    }
+
+
+# -- add_files -------------------------------------------------------------------------
+
+
+def _expand(storage: Storage, paths: Sequence[str]) -> list[FileInfo]:
+    """The files named by ``paths`` (root-relative, absolute or URLs; a folder stands
+    for the Parquet files below it), with size and modification time."""
+    out: dict[str, FileInfo] = {}
+    missing: list[str] = []
+    outside: list[str] = []
+    for given in paths:
+        rel = _relative(storage, given)
+        if rel is None:
+            outside.append(given)
+            continue
+        if rel == "" or rel == LOG_DIR or rel.startswith(LOG_DIR + "/"):
+            outside.append(given)
+            continue
+        full = storage.full(rel)
+        try:
+            info = storage.fs.info(full)
+        except FileNotFoundError:
+            missing.append(given)
+            continue
+        if info.get("type") == "directory":
+            for f in list_parquet(storage, rel):
+                out.setdefault(f.path, f)
+            continue
+        mtime = _mtime(storage, rel)
+        out.setdefault(rel, FileInfo(path=rel, size=int(info.get("size") or 0), mtime_ms=mtime))
+    if outside:
+        raise InvalidArgumentError(
+            f"expected data files under the table root {storage.uri} (outside _lakelog/), "
+            f"found {listed(outside, 0)}; copy them into the table's folder first."
+        )
+    if missing:
+        raise InvalidArgumentError(
+            f"expected existing files under {storage.uri}, found {listed(missing, 0)} "
+            f"missing; give paths relative to the table's root, or absolute."
+        )
+    return list(out.values())
+
+
+def _mtime(storage: Storage, rel: str) -> int | None:
+    try:
+        return int(storage.fs.modified(storage.full(rel)).timestamp() * 1000)
+    except (NotImplementedError, OSError, AttributeError, ValueError):
+        return None
+
+
+def _relative(storage: Storage, given: str) -> str | None:
+    if not isinstance(given, str) or not given.strip():
+        raise InvalidArgumentError(
+            f"expected file paths as strings (relative to the table root, or absolute), "
+            f"found {given!r}"
+        )
+    text = given.strip()
+    if "://" in text or text.startswith("/"):
+        candidate = text
+        if text.startswith("file://"):
+            candidate = text[len("file://") :]
+        try:
+            rel = storage.relative(candidate)
+        except InvalidArgumentError:
+            return None
+    else:
+        rel = text.strip("/")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        return None
+    return "/".join(parts)
+
+
+def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
+    """Adopt Parquet files already under the table's root (written by another tool) in
+    one ``append`` commit, without moving or rewriting them.
+
+    ``paths``: files or folders (all Parquet files below them), relative to the root,
+    absolute, or URLs. Refused, with nothing committed: files outside the root or under
+    ``_lakelog/``, hidden names, files already in the table (also when a concurrent
+    commit adds them first), files that are not Parquet, columns the table lacks or of
+    types that do not read as the table's (missing nullable columns read as nulls),
+    partition columns stored inside the file, and partition folders that do not match
+    the table's partition columns or types.
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, Sequence) or not paths:
+        raise InvalidArgumentError(
+            f"expected a non-empty list of file paths, found {paths!r}; pass e.g. "
+            f"['day=2024-01-02/new.parquet']."
+        )
+    storage = table.storage
+    snap = table.snapshot()
+    infos = _expand(storage, list(paths))
+    hidden = [i.path for i in infos if hidden_path(i.path) or not is_parquet(i.path)]
+    if hidden:
+        raise InvalidArgumentError(
+            f"expected Parquet file names (*.parquet) that readers do not skip, found "
+            f"{listed(hidden, 0)}: names starting with '_' or '.' are hidden from Spark "
+            f"and other readers. Rename them."
+        )
+    if not infos:
+        raise InvalidArgumentError(
+            f"expected Parquet files in {list(paths)}, found none (folders are searched for "
+            f"*.parquet files)."
+        )
+    live = set(snap.paths())
+    already = [i.path for i in infos if i.path in live]
+    if already:
+        raise InvalidArgumentError(
+            f"expected files not yet in the table, found {listed(already, 0)} already in "
+            f"version {snap.version}; nothing was committed."
+        )
+    footers = readable_footers(
+        read_footers(storage, sorted(infos, key=lambda i: i.path), types=snap.file_schema),
+        nothing="nothing was committed.",
+    )
+    parts = list(snap.partition_by)
+    schema = snap.schema
+    given = pa.schema([schema.field(c) for c in parts])
+    _, partitions = partition_layout(footers, given)
+    check_no_partition_columns(footers, parts)
+    check_against_table(footers, snap.file_schema)
+    adds = add_actions(footers, partitions)
+    return table.commit(
+        adds,
+        operation="ADD FILES",
+        kind="append",
+        read_snapshot=snap,
+        metrics=_metrics(adds),
+        rebase=_RefuseAddedTwice({a.path for a in adds}),
+    )
+
+
+class _RefuseAddedTwice:
+    """Rebase check of ``add_files``: a concurrent commit that added one of the same
+    files wins; this commit then fails instead of adding the file a second time."""
+
+    def __init__(self, paths: set[str]) -> None:
+        self.paths = paths
+
+    def __call__(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
+        for w in winners:
+            dup = sorted(
+                a.path for a in w.actions if isinstance(a, AddFile) and a.path in self.paths
+            )
+            if dup:
+                raise CommitConflictError(
+                    f"expected files not yet in the table, found {listed(dup, 0)} added by "
+                    f"version {w.header.version} ({w.header.operation}) concurrently; nothing "
+                    f"was committed.",
+                    winning_version=w.header.version,
+                    conflicting_files=tuple(dup),
+                )
+        return actions

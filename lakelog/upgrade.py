@@ -1,0 +1,92 @@
+"""Upgrading a table to format version 2 now (``Table.upgrade``, ``lakelog upgrade``).
+
+A version-1 table moves to version 2 by itself at its next checkpoint; upgrading does
+it at once: it writes a version-2 manifest (root and leaves) at the latest version,
+replacing a version-1 manifest there. It commits nothing, so it never conflicts with
+a concurrent writer, and running it again is a no-op (``docs/format.md``, "Upgrading
+a table").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import CorruptLogError
+from .log.manifests import ROOT_FORMAT, manifest_path, read_manifest_header, read_root
+from .log.snapshot import write_checkpoint
+from .properties import get_int
+
+if TYPE_CHECKING:
+    from .table import Table
+
+__all__ = ["UpgradeReport", "upgrade_table"]
+
+
+@dataclass(frozen=True)
+class UpgradeReport:
+    """What ``upgrade`` found and did."""
+
+    version: int
+    """The version whose manifest is now a version-2 root."""
+    previous_format: int | None
+    """Layout of the manifest at that version before (None: there was none)."""
+    written: bool
+    """Whether this run wrote the root (False: it was there already)."""
+    leaves: int
+    files: int
+
+    def summary(self) -> str:
+        if not self.written:
+            return (
+                f"version {self.version} already has a format version {ROOT_FORMAT} manifest "
+                f"({self.leaves} leaves, {self.files} files); nothing to do"
+            )
+        before = (
+            "no manifest"
+            if self.previous_format is None
+            else f"a format version {self.previous_format} manifest"
+        )
+        return (
+            f"version {self.version}: wrote a format version {ROOT_FORMAT} manifest "
+            f"({self.leaves} leaves, {self.files} files) in place of {before}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "format_version": ROOT_FORMAT,
+            "previous_format": self.previous_format,
+            "written": self.written,
+            "leaves": self.leaves,
+            "files": self.files,
+        }
+
+
+def upgrade_table(table: Table) -> UpgradeReport:
+    """Write a version-2 manifest at the latest version of ``table`` unless it has one."""
+    snap = table.snapshot()
+    storage = table.storage
+    before = read_manifest_header(storage, snap.version)
+    if before is not None and before.format_version >= ROOT_FORMAT:
+        root = read_root(storage, snap.version)
+        if root is not None:
+            return UpgradeReport(
+                snap.version, before.format_version, False, len(root), root.header.num_files
+            )
+    leaf_files = get_int(snap.properties, "lakelog.manifest.leaf_files")
+    write_checkpoint(snap, leaf_files=leaf_files, format_version=ROOT_FORMAT)
+    root = read_root(storage, snap.version)
+    if root is None:
+        raise CorruptLogError(
+            f"expected the manifest just written at {manifest_path(snap.version)} of "
+            f"{storage.uri} to read back, found it missing or damaged; check the storage "
+            f"and run upgrade again."
+        )
+    return UpgradeReport(
+        snap.version,
+        None if before is None else before.format_version,
+        True,
+        len(root),
+        root.header.num_files,
+    )
