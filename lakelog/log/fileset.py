@@ -31,7 +31,7 @@ from .file_index import (
     stats_columns,
 )
 from .files import FILES_SCHEMA, data_files, files_from_adds
-from .leaves import Leaf, load_leaves
+from .leaves import Leaf, RowBlock, load_leaves
 from .manifests import Root
 
 __all__ = ["Block", "FileSet", "FlatBlock"]
@@ -60,7 +60,7 @@ class Block(Protocol):
     def data_files(self, mask: Any = None) -> list[DataFile]: ...
 
 
-class FlatBlock:
+class FlatBlock(RowBlock):
     """A :data:`FILES_SCHEMA` table (a version-1 manifest, a replay, or the tail's adds)
     whose typed columns are built from its JSON on demand, cached per column set."""
 
@@ -69,17 +69,6 @@ class FlatBlock:
         self._cols: dict[Any, FileStatsColumns] = {}
         self._paths: pa.Array | None = None
         self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return int(self.table.num_rows)
-
-    def paths(self) -> pa.Array:
-        if self._paths is None:
-            self._paths = self.table.column("path").combine_chunks()
-        return self._paths
-
-    def column(self, name: str) -> pa.Array:
-        return self.table.column(name).combine_chunks()
 
     def stats_columns(
         self,

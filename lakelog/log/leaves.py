@@ -55,7 +55,44 @@ __all__ = [
 
 LEAF_DIR = f"{LOG_DIR}/_leaves"
 LEAF_FORMAT = 2
-_META_KEY = b"lakelog"
+META_KEY = b"lakelog"
+"""The key of the lakelog header in the Parquet key-value metadata of every log file
+(version-1 manifests, roots, leaves)."""
+
+
+def read_log_parquet(data: bytes) -> tuple[pa.Table, bytes]:
+    """A log Parquet file read from memory, with the raw lakelog header of its key-value
+    metadata; :class:`ValueError` when it has none (Arrow and OS errors as they come).
+
+    Read in this thread: ``pq.read_table`` would go through the dataset scanner, whose
+    pool threads can drop the last reference to the Python-owned buffer after the
+    interpreter began exiting (SIGABRT at exit)."""
+    table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise ValueError("no lakelog header in the Parquet metadata")
+    return table, raw
+
+
+class RowBlock:
+    """Rows of the file set as one Arrow table: what leaves and flat blocks share."""
+
+    __slots__ = ("_paths", "table")
+    table: pa.Table
+    _paths: pa.Array | None
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    def paths(self) -> pa.Array:
+        if self._paths is None:
+            self._paths = self.table.column("path").combine_chunks()
+        return self._paths
+
+    def column(self, name: str) -> pa.Array:
+        return self.table.column(name).combine_chunks()
+
+
 _TAGS_DEC = msgspec.json.Decoder(dict[str, str])
 _PART_DEC = msgspec.json.Decoder(dict[str, str | None])
 
@@ -233,10 +270,10 @@ def _dicts(fields: dict[str, pa.Array], n: int) -> list[dict[str, Any]]:
     return out
 
 
-class Leaf:
+class Leaf(RowBlock):
     """The rows of one leaf in memory (immutable)."""
 
-    __slots__ = ("_cols", "_lock", "_paths", "nbytes", "path", "table")
+    __slots__ = ("_cols", "_lock", "nbytes", "path")
 
     def __init__(self, table: pa.Table, path: str | None = None) -> None:
         self.table = table.combine_chunks()
@@ -245,17 +282,6 @@ class Leaf:
         self._paths: pa.Array | None = None
         self._cols: dict[Any, FileStatsColumns] = {}
         self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return int(self.table.num_rows)
-
-    def paths(self) -> pa.Array:
-        if self._paths is None:
-            self._paths = self.table.column("path").combine_chunks()
-        return self._paths
-
-    def column(self, name: str) -> pa.Array:
-        return self.table.column(name).combine_chunks()
 
     def stats_columns(
         self,
@@ -376,7 +402,7 @@ class Leaf:
     # -- encoding ---------------------------------------------------------------------
     def encode(self) -> bytes:
         header = msgspec.json.encode(_LeafHeader(LEAF_FORMAT, len(self)))
-        table = self.table.replace_schema_metadata({_META_KEY: header})
+        table = self.table.replace_schema_metadata({META_KEY: header})
         buf = io.BytesIO()
         pq.write_table(
             table,
@@ -391,10 +417,7 @@ class Leaf:
     def decode(cls, data: bytes, path: str) -> Leaf:
         """A leaf from its bytes; :class:`ManifestLeafError` if damaged."""
         try:
-            table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-            raw = (table.schema.metadata or {}).get(_META_KEY)
-            if raw is None:
-                raise ValueError("no lakelog header in the Parquet metadata")
+            table, raw = read_log_parquet(data)
             header = msgspec.json.decode(raw, type=_LeafHeader)
         except (pa.ArrowException, ValueError, msgspec.DecodeError, OSError) as e:
             raise ManifestLeafError(

@@ -32,7 +32,8 @@ from .actions import FORMAT_VERSION, Metadata
 from .commits import LOG_DIR
 from .file_index import bounded_columns
 from .files import FILES_SCHEMA
-from .leaves import conform, struct_fields
+from .leaves import META_KEY as _META_KEY
+from .leaves import conform, read_log_parquet, struct_fields
 
 __all__ = [
     "LAST_MANIFEST",
@@ -60,7 +61,6 @@ __all__ = [
 LAST_MANIFEST = f"{LOG_DIR}/_last_manifest"
 ROOT_FORMAT = 2
 """Manifest layout version of roots (version 1 is the flat layout)."""
-_META_KEY = b"lakelog"
 _V2_FIELDS = ("num_rows", "num_bytes", "num_leaves")
 
 
@@ -138,13 +138,7 @@ def write_hint(storage: Storage, version: int, oldest_version: int) -> None:
 def _read_parquet(storage: Storage, version: int) -> tuple[pa.Table, ManifestHeader]:
     data = storage.read_bytes(manifest_path(version))
     try:
-        # One file from memory: read it in this thread. pq.read_table would go through
-        # the dataset scanner, whose pool threads can drop the last reference to the
-        # Python-owned buffer after the interpreter began exiting (SIGABRT at exit).
-        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-        raw = (table.schema.metadata or {}).get(_META_KEY)
-        if raw is None:
-            raise ValueError("no lakelog header in the Parquet metadata")
+        table, raw = read_log_parquet(data)
         header = msgspec.json.decode(raw, type=ManifestHeader)
     except (pa.ArrowException, ValueError, msgspec.DecodeError, OSError) as e:
         raise CorruptLogError(
