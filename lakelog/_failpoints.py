@@ -11,7 +11,8 @@ reaching ``pausepoint("<name>")``, creates ``<path>.paused`` and then waits
 until ``<path>`` exists (at most 60 s), so a test can run another process in
 exactly that window and then let it go on. Each pause (a name with its path)
 fires once per process, so tests in one process that pause at the same name with
-their own paths do not disarm each other.
+their own paths do not disarm each other. The commit points also exist qualified by
+the commit's operation (``commit:before-put:CLAIM``), to stop one kind of commit only.
 
 Unset, either costs one dictionary lookup.
 """
@@ -27,10 +28,14 @@ __all__ = ["failpoint", "pausepoint"]
 _PAUSED: set[tuple[str, str]] = set()
 
 
-def failpoint(name: str) -> None:
+def failpoint(name: str, qualifier: str | None = None) -> None:
+    """Die here if ``name`` is listed, or ``<name>:<qualifier>`` (e.g. the commit points
+    qualified by operation: ``commit:after-put:COMPACT`` fires only in that commit)."""
     wanted = os.environ.get("LAKELOG_CRASH_AT")
-    if wanted and name in wanted.split(","):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if wanted:
+        names = wanted.split(",")
+        if name in names or (qualifier is not None and f"{name}:{qualifier}" in names):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def pausepoint(name: str) -> None:

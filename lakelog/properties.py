@@ -257,6 +257,13 @@ PROPERTIES: dict[str, Property] = {
             "groups per commit with partial_progress",
             low=1,
         ),
+        Property(
+            "lakelog.maintenance.claims",
+            "bool",
+            "true",
+            "compaction and clustering runs claim their files on the log before rewriting "
+            "them, so concurrent runs pick disjoint files (format version 3 tables)",
+        ),
         # clustering (optimize)
         Property(
             "lakelog.clustering.max_rewrite_ratio",

@@ -56,6 +56,7 @@ __all__ = ["Table", "create_table", "open_table", "write_table"]
 if TYPE_CHECKING:
     from .changes import ChangeResult, MergeReport
     from .inspect import TableInspect
+    from .maintenance.claims import PlanStatus
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
     from .maintenance.clustering.layout import ClusteringReport
     from .maintenance.report import MaintenanceReport
@@ -613,13 +614,44 @@ class Table:
         return vacuum(self, older_than=older_than, dry_run=dry_run, force=force)
 
     def upgrade(self) -> UpgradeReport:
-        """Move the table to format version 2 now: write a version-2 manifest (root and
-        leaves) at the latest version unless it has one. Commits nothing, so it never
-        conflicts with writers; tables otherwise move at their next manifest. See
-        :mod:`lakelog.upgrade` and ``docs/format.md``, "Upgrading a table"."""
+        """Move the table to the newest format version now: declare it (a metadata
+        commit, only if the table declares an older one: version 3 lets maintenance runs
+        claim their files) and write a version-2 manifest (root and leaves) at the latest
+        version unless it has one. See :mod:`lakelog.upgrade` and ``docs/format.md``,
+        "Upgrading a table"."""
         from .upgrade import upgrade_table
 
         return upgrade_table(self)
+
+    def plans(self) -> list[PlanStatus]:
+        """Pending maintenance plans: runs that claimed files on the log and have not
+        landed or released all their groups, oldest first, each ``running`` (its lease is
+        live) or not (it stopped: resume it with :meth:`resume`). See ``docs/format.md``,
+        "Maintenance plans and claims"."""
+        from .maintenance.claims import plan_statuses
+
+        return plan_statuses(self.storage, self.refresh()._snapshot)
+
+    def resume(
+        self,
+        plan_id: str,
+        *,
+        max_concurrent_groups: int | None = None,
+        max_bytes_per_second: float | None = None,
+        partial_progress: bool = False,
+    ) -> MaintenanceReport:
+        """Finish the pending plan ``plan_id`` of a run that stopped (crashed, or failed):
+        claim its pending groups again and rewrite only those; groups it landed are not
+        redone. Refused while the run's lease is live. Options as in :meth:`compact`."""
+        from .maintenance.resume import resume_plan
+
+        return resume_plan(
+            self,
+            plan_id,
+            max_concurrent_groups=max_concurrent_groups,
+            max_bytes_per_second=max_bytes_per_second,
+            partial_progress=partial_progress,
+        )
 
     def optimize(
         self,

@@ -410,10 +410,11 @@ class Transaction:
             try:
                 if stale:
                     raise FileExistsError(commit_path(version))
-                failpoint("commit:before-put")
+                failpoint("commit:before-put", self.operation)
                 pausepoint("commit:before-put")
+                pausepoint(f"commit:before-put:{self.operation}")
                 self.storage.put_if_absent(commit_path(version), data)
-                failpoint("commit:after-put")
+                failpoint("commit:after-put", self.operation)
             except FileExistsError:
                 pass
             except LakelogError:

@@ -1,10 +1,12 @@
-"""Upgrading a table to format version 2 now (``Table.upgrade``, ``lakelog upgrade``).
+"""Upgrading a table to the newest format version (``Table.upgrade``, ``lakelog upgrade``).
 
-A version-1 table moves to version 2 by itself at its next checkpoint; upgrading does
-it at once: it writes a version-2 manifest (root and leaves) at the latest version,
-replacing a version-1 manifest there. It commits nothing, so it never conflicts with
-a concurrent writer, and running it again is a no-op (``docs/format.md``, "Upgrading
-a table").
+A table declaring an older format version first gets a ``metadata`` commit declaring
+the newest one (:data:`~lakelog.log.actions.FORMAT_VERSION`: version 3 lets maintenance
+runs claim their files); like every metadata change it conflicts with concurrent
+commits, and is retried by running upgrade again. Then the latest version gets a
+version-2 manifest (root and leaves) unless it has one, replacing a version-1 manifest
+there (a version-1 table would move to that layout by itself at its next checkpoint).
+Running it again is a no-op (``docs/format.md``, "Upgrading a table").
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from .errors import CorruptLogError
+from .log.actions import FORMAT_VERSION
 from .log.manifests import ROOT_FORMAT, manifest_path, read_manifest_header, read_root
 from .log.snapshot import write_checkpoint
 from .properties import get_int
@@ -35,8 +40,20 @@ class UpgradeReport:
     """Whether this run wrote the root (False: it was there already)."""
     leaves: int
     files: int
+    declared_before: int = FORMAT_VERSION
+    """The format version the table declared before (its ``metadata`` action)."""
+    declared: int = FORMAT_VERSION
+    """The format version it declares now."""
 
     def summary(self) -> str:
+        declared = (
+            f"declared format version {self.declared} (was {self.declared_before}); "
+            if self.declared != self.declared_before
+            else ""
+        )
+        return declared + self._layout()
+
+    def _layout(self) -> str:
         if not self.written:
             return (
                 f"version {self.version} already has a format version {ROOT_FORMAT} manifest "
@@ -58,21 +75,40 @@ class UpgradeReport:
             "format_version": ROOT_FORMAT,
             "previous_format": self.previous_format,
             "written": self.written,
+            "declared_before": self.declared_before,
+            "declared": self.declared,
             "leaves": self.leaves,
             "files": self.files,
         }
 
 
 def upgrade_table(table: Table) -> UpgradeReport:
-    """Write a version-2 manifest at the latest version of ``table`` unless it has one."""
-    snap = table.snapshot()
+    """Declare the newest format version, then write a version-2 manifest at the latest
+    version of ``table`` unless it has one."""
+    snap = table.refresh().snapshot()
+    declared_before = snap.metadata.format_version
+    if declared_before < FORMAT_VERSION:
+        md = msgspec.structs.replace(snap.metadata, format_version=FORMAT_VERSION)
+        table.commit(
+            [md],
+            operation="UPGRADE",
+            kind="metadata",
+            read_snapshot=snap,
+            parameters={"format_version": FORMAT_VERSION, "previous": declared_before},
+        )
+        snap = table.snapshot()
     storage = table.storage
     before = read_manifest_header(storage, snap.version)
     if before is not None and before.format_version >= ROOT_FORMAT:
         root = read_root(storage, snap.version)
         if root is not None:
             return UpgradeReport(
-                snap.version, before.format_version, False, len(root), root.header.num_files
+                snap.version,
+                before.format_version,
+                False,
+                len(root),
+                root.header.num_files,
+                declared_before=declared_before,
             )
     leaf_files = get_int(snap.properties, "lakelog.manifest.leaf_files")
     write_checkpoint(snap, leaf_files=leaf_files, format_version=ROOT_FORMAT)
@@ -89,4 +125,5 @@ def upgrade_table(table: Table) -> UpgradeReport:
         True,
         len(root),
         root.header.num_files,
+        declared_before=declared_before,
     )

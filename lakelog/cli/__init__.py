@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "lakelog.cli.delta_view",
     "lakelog.cli.metadata",
     "lakelog.cli.adopt",
+    "lakelog.cli.plans",
 )
 
 EXIT_STATUSES = """\

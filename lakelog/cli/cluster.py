@@ -180,7 +180,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         f"({human_bytes(report.written_bytes)}); {landed}; {report.duration_s:.2f} s"
     )
     if report.abandoned_groups:
-        print(f"  abandoned groups (sources removed concurrently): {report.abandoned_groups}")
+        print(
+            "  abandoned groups (claimed by another run, or sources removed concurrently): "
+            f"{report.abandoned_groups}"
+        )
     return 0
 
 

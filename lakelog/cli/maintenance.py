@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
+from ..maintenance.claims import claimed_files
 from ..maintenance.compaction.planner import CompactionPlan, plan_compaction
 from ..maintenance.compaction.run import dry_run_report, execute_plan
 from ..maintenance.executor import Progress
@@ -219,8 +220,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
         refuse_planning_options(args, _PLANNING_OPTIONS)
         plan = CompactionPlan.from_json(read_plan_file(args.plan))
     else:
+        snap = table.snapshot()
         plan = plan_compaction(
-            table.snapshot(),
+            snap,
             target_file_size=args.target_file_size,
             target_rows=args.target_rows,
             min_file_size=args.min_file_size,
@@ -228,6 +230,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
             partition_filter=partition_filter_of(table, args.partition),
             compression=args.compression,
             row_group_size=args.row_group_size,
+            exclude=() if args.dry_run else claimed_files(table.storage, snap),
         )
     if args.plan_out:
         save_plan_file(args.plan_out, plan.to_json())

@@ -11,13 +11,14 @@ from .common import add_table_args, open_from_args, print_json
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "upgrade",
-        help="write a format version 2 manifest at the latest version now",
+        help="move a table to the newest format version now",
         description=(
-            "Move a table to format version 2 now: write a version-2 manifest (a root and "
-            "its leaves) at the latest version, in place of a version-1 manifest there. "
-            "Commits nothing, so running writers are not disturbed; running it again does "
-            "nothing. Tables also move by themselves at their next manifest. Readers of "
-            "lakelog versions that only know format version 1 refuse the table afterwards."
+            "Move a table to the newest format version now: declare format version 3 (a "
+            "metadata commit; maintenance runs then claim their files on the log, so "
+            "concurrent runs pick disjoint files), and write a version-2 manifest (a root "
+            "and its leaves) at the latest version, in place of a version-1 manifest there. "
+            "Running it again does nothing. Readers of older lakelog versions refuse the "
+            "table afterwards; upgrade them first."
         ),
     )
     add_table_args(p)

@@ -20,19 +20,22 @@ __all__ = [
     "Action",
     "AddFile",
     "AppTransaction",
+    "ClaimGroup",
     "Commit",
     "CommitHeader",
     "DataFile",
     "ExpireVersions",
     "FileStats",
     "Metadata",
+    "PlanClaim",
+    "PlanRelease",
     "RemoveFile",
     "decode_schema",
     "encode_schema",
     "required_format_version",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The newest format version this library reads and writes (see ``docs/format.md``)."""
 
 BASE_FORMAT_VERSION = 1
@@ -122,7 +125,45 @@ class AppTransaction(msgspec.Struct, tag="app_txn", frozen=True, kw_only=True):
     timestamp_ms: int = 0
 
 
-Action: TypeAlias = Metadata | AddFile | RemoveFile | ExpireVersions | AppTransaction
+class ClaimGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """One group of a claim: its id and the root-relative paths of its source files."""
+
+    group_id: str
+    paths: list[str]
+
+
+class PlanClaim(msgspec.Struct, tag="claim", frozen=True, kw_only=True):
+    """Maintenance run ``plan_id`` claims the files of its groups while lease ``lease_id``
+    is live.
+
+    Version 3. A claim of a pending plan id (a resume) replaces it; a claimed path held
+    by another pending plan's group takes that group over (``docs/format.md``,
+    "Maintenance plans and claims").
+    """
+
+    FORMAT: ClassVar[int] = 3
+    plan_id: str
+    operation: str
+    owner: str
+    lease_id: str
+    claimed_ms: int
+    groups: list[ClaimGroup]
+
+
+class PlanRelease(msgspec.Struct, tag="release", frozen=True, kw_only=True):
+    """The claim of plan ``plan_id`` ends on ``group_ids`` (on every group if ``done``).
+
+    Version 3 (``docs/format.md``, "Maintenance plans and claims")."""
+
+    FORMAT: ClassVar[int] = 3
+    plan_id: str
+    group_ids: list[str] = []
+    done: bool = False
+
+
+Action: TypeAlias = (
+    Metadata | AddFile | RemoveFile | ExpireVersions | AppTransaction | PlanClaim | PlanRelease
+)
 
 
 class CommitHeader(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

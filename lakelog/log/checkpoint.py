@@ -47,6 +47,7 @@ from .manifests import (
     write_manifest,
     write_root,
 )
+from .plans import PLANS_FORMAT
 
 __all__ = [
     "WRITE_FORMAT",
@@ -84,6 +85,8 @@ def header_for(state: ReplayState, **counts: Any) -> ManifestHeader:
     """The header of a manifest of ``state`` (its version, metadata, carried fields)."""
     assert state.metadata is not None
     extra = {f: getattr(state, f) for f in carried_fields()}
+    if "format_version" not in counts:  # the layout's version, or 3 when plans are pending
+        counts["format_version"] = PLANS_FORMAT if state.plans else ROOT_FORMAT
     return ManifestHeader(
         version=state.version,
         timestamp_ms=state.timestamp_ms,
@@ -186,7 +189,6 @@ def plan_root(fs: FileSet, state: ReplayState, *, leaf_files: int) -> tuple[Root
     files = int(pc.sum(entries.column("live_files")).as_py() or 0)
     header = header_for(
         state,
-        format_version=ROOT_FORMAT,
         num_files=files,
         num_rows=int(pc.sum(entries.column("live_rows")).as_py() or 0),
         num_bytes=int(pc.sum(entries.column("live_bytes")).as_py() or 0),

@@ -23,8 +23,11 @@ from .actions import (
     ExpireVersions,
     FileStats,
     Metadata,
+    PlanClaim,
+    PlanRelease,
     RemoveFile,
 )
+from .plans import PendingPlan, apply_plan_actions
 
 __all__ = ["FILES_SCHEMA", "ReplayState", "data_files", "files_from_adds", "replay"]
 
@@ -134,6 +137,8 @@ class ReplayState(msgspec.Struct):
     """Recorded version of each app id (``app_txn`` actions; format.md, "App transactions")."""
     app_commits: dict[str, int] = {}
     """The commit that recorded each app id's version."""
+    plans: dict[str, PendingPlan] = {}
+    """Pending maintenance plans (format.md, "Maintenance plans and claims")."""
 
     @classmethod
     def start(
@@ -170,8 +175,10 @@ class ReplayState(msgspec.Struct):
                 if action.app_version > self.app_versions.get(action.app_id, -1):
                     self.app_versions[action.app_id] = action.app_version
                     self.app_commits[action.app_id] = commit.header.version
-            else:
+            elif isinstance(action, Metadata):
                 self.metadata = action
+        if self.plans or any(isinstance(a, (PlanClaim, PlanRelease)) for a in commit.actions):
+            apply_plan_actions(self.plans, commit)
         self.version = commit.header.version
         self.timestamp_ms = commit.header.timestamp_ms
 

@@ -34,6 +34,7 @@ from .file_index import bounded_columns
 from .files import FILES_SCHEMA
 from .leaves import META_KEY as _META_KEY
 from .leaves import conform, read_log_parquet, struct_fields
+from .plans import PendingPlan
 
 __all__ = [
     "LAST_MANIFEST",
@@ -85,6 +86,8 @@ class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
     """Recorded version of each app id as of this version (format.md, "App transactions")."""
     app_commits: dict[str, int] = {}
     """The commit that recorded each app id's version."""
+    plans: dict[str, PendingPlan] = {}
+    """Version 3: pending maintenance plans (format.md, "Maintenance plans and claims")."""
 
 
 class Manifest(msgspec.Struct, frozen=True):

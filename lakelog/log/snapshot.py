@@ -73,6 +73,7 @@ from .manifests import (
     read_manifest,
     read_manifest_header,
 )
+from .plans import PendingPlan
 
 __all__ = [
     "Snapshot",
@@ -166,6 +167,12 @@ class Snapshot:
     def app_commits(self) -> dict[str, int]:
         """The version of the commit that recorded each app id's version."""
         return dict(self._state.app_commits)
+
+    @property
+    def plans(self) -> dict[str, PendingPlan]:
+        """Pending maintenance plans by plan id (``docs/format.md``, "Maintenance plans
+        and claims"). Shared with the snapshot: do not change them."""
+        return dict(self._state.plans)
 
     @property
     def num_files(self) -> int:

@@ -22,6 +22,7 @@ from ..log.actions import Action, Commit, RemoveFile
 from ..log.snapshot import Snapshot
 from ..storage import Storage
 from ..transaction import CommitResult
+from .claims import release_action
 from .groups import FileGroup, GroupResult, RewritePlan
 
 if TYPE_CHECKING:
@@ -52,11 +53,15 @@ def delete_outputs(storage: Storage, results: Sequence[GroupResult]) -> None:
         log.warning("could not delete %d uncommitted rewrite outputs: %r", len(paths), e)
 
 
-def _actions(kept: Mapping[str, tuple[FileGroup, GroupResult]], now_ms: int) -> list[Action]:
+def _actions(
+    kept: Mapping[str, tuple[FileGroup, GroupResult]], now_ms: int, plan_id: str | None
+) -> list[Action]:
     actions: list[Action] = []
     for group, result in kept.values():
         actions.extend(f.to_remove(deletion_ms=now_ms, data_change=False) for f in group.files)
         actions.extend(result.added)
+    if plan_id is not None:
+        actions.append(release_action(plan_id, kept))
     return actions
 
 
@@ -84,16 +89,19 @@ def commit_rewrite(
     parameters: Mapping[str, Any] | None = None,
     read_snapshot: Snapshot | None = None,
     lease: Lease | None = None,
+    plan_id: str | None = None,
 ) -> tuple[CommitResult | None, list[str]]:
     """Commit the results of some groups of ``plan`` as one rewrite commit.
 
     Returns the commit (``None`` if nothing was left to commit) and the ids of
     the groups abandoned because a concurrent commit removed one of their
     sources; their outputs are deleted. ``read_snapshot`` defaults to the
-    snapshot at ``plan.read_version``. Any other conflict (a concurrent schema
-    or property change) deletes every output and raises
+    snapshot at ``plan.read_version``; a run that claimed its groups passes the
+    snapshot of its claim (:class:`.claims.Claim`), checked up to then. Any other
+    conflict (a concurrent schema or property change) deletes every output and raises
     :class:`~lakelog.errors.CommitConflictError`. ``lease`` is the writer lease the
-    outputs were written under (checked before every put).
+    outputs were written under (checked before every put). ``plan_id``: the run's claim,
+    whose groups the commit releases as it lands them (:mod:`.claims`).
     """
     groups = {g.group_id: g for g in plan.groups}
     kept: dict[str, tuple[FileGroup, GroupResult]] = {}
@@ -109,10 +117,11 @@ def commit_rewrite(
     if not kept:
         return None, []
     snap = read_snapshot if read_snapshot is not None else table.snapshot(plan.read_version)
-    if snap.version != plan.read_version or snap.table_id != plan.table_id:
+    if snap.version < plan.read_version or snap.table_id != plan.table_id:
         raise InvalidArgumentError(
-            f"expected the snapshot the plan was made from (table {plan.table_id}, version "
-            f"{plan.read_version}), found table {snap.table_id} at version {snap.version}"
+            f"expected the snapshot the plan was made from, or its claim's (table "
+            f"{plan.table_id}, version {plan.read_version} or later), found table "
+            f"{snap.table_id} at version {snap.version}"
         )
     abandoned: list[str] = []
 
@@ -140,7 +149,7 @@ def commit_rewrite(
     while kept:
         try:
             result = table.commit(
-                _actions(kept, int(time.time() * 1000)),
+                _actions(kept, int(time.time() * 1000), plan_id),
                 operation=operation,
                 kind="rewrite",
                 read_snapshot=snap,

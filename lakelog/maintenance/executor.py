@@ -19,8 +19,10 @@ JSON: it drops the groups whose sources are gone since the plan's read version,
 takes the run's writer lease and calls :func:`run_groups`.
 
 Crash and pause points (:mod:`lakelog._failpoints`) for tests:
-``rewrite:group-written`` (a group's files are written, not committed) and
-``rewrite:before-commit`` (a batch of groups is about to commit).
+``rewrite:claimed`` (the run's claim landed, nothing rewritten yet),
+``rewrite:group-written`` (a group's files are written, not committed),
+``rewrite:before-commit`` (a batch of groups is about to commit) and
+``rewrite:committed`` (a batch's commit returned).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..errors import InvalidArgumentError, LakelogError
 from ..leases import Lease
 from ..log.snapshot import Snapshot
 from ..transaction import CommitResult
+from .claims import Claim, claim_groups, claims_enabled, release_rest
 from .commit import commit_rewrite, delete_outputs
 from .groups import FileGroup, GroupResult, RewritePlan
 from .options import ExecutionOptions
@@ -135,6 +138,8 @@ class RunOutcome:
     committed: list[GroupResult] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
     paced_seconds: float = 0.0
+    plan_id: str | None = None
+    """The id of the run's claim on the log (None: the table takes no claims)."""
 
     def commit_batch(
         self,
@@ -156,6 +161,7 @@ class RunOutcome:
             parameters=parameters,
             read_snapshot=read_snapshot,
             lease=lease,
+            plan_id=self.plan_id,
         )
         self.abandoned.extend(abandoned)
         if result is not None:
@@ -177,6 +183,7 @@ def run_groups(
     lease: Lease | None = None,
     on_failure: Callable[[FileGroup, Exception], None] | None = None,
     on_abort: Callable[[], None] | None = None,
+    plan_id: str | None = None,
 ) -> RunOutcome:
     """Rewrite ``groups`` (default: all of the plan's) with ``run_group`` in threads and
     commit them (see the module doc).
@@ -188,13 +195,38 @@ def run_groups(
     run goes on without it (the Spark executor: a group that failed after Spark's
     retries); otherwise the run stops and the error propagates. ``on_abort`` is
     called when the run stops on an error (the Spark executor cancels its jobs).
+
+    With a ``lease``, on a table that takes claims (:func:`.claims.claims_enabled`), the
+    run first claims its groups on the log (:func:`.claims.claim_groups`; groups another
+    live claim holds are dropped and reported as abandoned), its commits release the
+    groups they land, and it releases the rest at the end. ``plan_id``: resume that
+    pending plan instead of claiming a new one.
     """
     groups_per_commit = execution.groups_per_commit
     rate = execution.max_bytes_per_second
     todo = sorted(plan.groups if groups is None else groups, key=lambda g: -g.total_bytes)
     bucket = TokenBucket(rate) if rate else None
-    tracker = _Tracker(todo, progress, bucket)
     outcome = RunOutcome()
+    claim: Claim | None = None
+    if lease is not None and todo and claims_enabled(read_snapshot):
+        claim = claim_groups(
+            table,
+            plan,
+            todo,
+            read_snapshot=read_snapshot,
+            lease=lease,
+            operation=operation,
+            plan_id=plan_id,
+        )
+        outcome.plan_id = claim.plan_id
+        outcome.abandoned.extend(claim.dropped)
+        claimed = {g.group_id for g in claim.groups}
+        todo = [g for g in todo if g.group_id in claimed]
+        if claim.snapshot is not None:  # checked up to the claim: commit on top of it
+            read_snapshot = claim.snapshot
+        failpoint("rewrite:claimed")
+        pausepoint("rewrite:claimed")
+    tracker = _Tracker(todo, progress, bucket)
     pending: list[GroupResult] = []
     consumed: set[str] = set()
 
@@ -209,6 +241,7 @@ def run_groups(
             read_snapshot=read_snapshot,
             lease=lease,
         )
+        failpoint("rewrite:committed")
 
     def run(group: FileGroup) -> GroupResult:
         pacer = _GroupPacer(tracker)
@@ -260,6 +293,8 @@ def run_groups(
             delete_outputs(table.storage, leftovers)
             raise
     outcome.paced_seconds = bucket.waited_seconds if bucket is not None else 0.0
+    if claim is not None:
+        release_rest(table, claim, [r.group_id for r in outcome.committed], operation=operation)
     return outcome
 
 
@@ -298,8 +333,10 @@ def execute_groups(
     parameters: Mapping[str, Any] | None = None,
     progress: ProgressCallback | None = None,
     read_snapshot: Snapshot | None = None,
+    plan_id: str | None = None,
 ) -> RunOutcome:
-    """Execute ``plan`` on ``table``: its live groups, under one writer lease.
+    """Execute ``plan`` on ``table``: its live groups, under one writer lease (claimed on
+    the log first where the table takes claims; ``plan_id`` resumes that pending plan).
 
     ``make_runner`` receives the lease id (output names carry it) and returns the
     group runner. ``read_snapshot`` (the snapshot the plan was just made from)
@@ -328,6 +365,7 @@ def execute_groups(
                 parameters=parameters,
                 groups=todo,
                 lease=lease,
+                plan_id=plan_id,
             )
     outcome.abandoned[:0] = stale
     return outcome

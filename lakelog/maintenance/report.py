@@ -82,7 +82,10 @@ class MaintenanceReport:
         failed = self.failed_groups
         conflicted = [g for g in self.abandoned_groups if g not in failed]
         if conflicted:
-            text += f"; abandoned {len(conflicted)} groups (sources removed concurrently)"
+            text += (
+                f"; abandoned {len(conflicted)} groups (claimed by another run, or sources "
+                f"removed concurrently)"
+            )
         if failed:
             gid, cause = next(iter(failed.items()))
             text += (

@@ -41,6 +41,7 @@ from ..errors import InvalidArgumentError
 from ..leases import Lease
 from ..log.actions import encode_schema
 from ..log.snapshot import load_snapshot
+from ..maintenance.claims import claimed_files
 from ..maintenance.clustering import run as clustering
 from ..maintenance.compaction.planner import plan_compaction
 from ..maintenance.compaction.rewrite import RewriteOptions
@@ -152,6 +153,7 @@ def compact(
         partition_filter=partition_filter,
         compression=compression,
         row_group_size=row_group_size,
+        exclude=() if dry_run else claimed_files(table.storage, snap),
     )
     execution = execution_options(
         snap.properties,

@@ -275,7 +275,9 @@ def test_an_old_reader_refuses_an_upgraded_table(old_lakelog: str, tmp_path: Pat
     assert _old(old_lakelog, uri, "latest") == {"rows": list(range(13))}
     proc = _cli("upgrade", uri)
     assert proc.returncode == 0, proc.stderr
-    assert "version 13: wrote a format version 2 manifest" in proc.stdout
+    # version 14 declares format version 3 (a metadata commit), then gets a root
+    assert "declared format version 3 (was 1)" in proc.stdout
+    assert "version 14: wrote a format version 2 manifest" in proc.stdout
     assert "in place of no manifest" in proc.stdout
     again = _cli("upgrade", uri, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["written"] is False

@@ -106,7 +106,8 @@ def test_every_version_reads_the_same_in_every_engine(tmp_path: Path) -> None:
     assert ops == [
         "CREATE TABLE",
         *["APPEND"] * 3,
-        *["OVERWRITE", "COMPACT", "APPEND", "OPTIMIZE", "DELETE", "UPDATE", "MERGE", "APPEND"],
+        *["OVERWRITE", "CLAIM", "COMPACT", "APPEND", "CLAIM", "OPTIMIZE"],
+        *["DELETE", "UPDATE", "MERGE", "APPEND"],
     ], ops
     commits, checkpoints = _delta_versions(uri)
     assert commits == tuple(range(latest + 1))

@@ -85,7 +85,8 @@ def test_compaction_keeps_rows_and_bounds(backend: Backend) -> None:
     old_files = {f.path for f in t.snapshot().files()}
     assert len(old_files) == 36  # 12 appends x 3 partitions (one of them null)
     report = t.compact(target_file_size=1 << 20, row_group_size=250)
-    assert report.version == v0 + 1 and report.commits == [v0 + 1] and not report.abandoned_groups
+    # v0 + 1 is the run's claim on the log, v0 + 2 its rewrite
+    assert report.version == v0 + 2 and report.commits == [v0 + 2] and not report.abandoned_groups
     assert rows_of(t) == before
     snap = t.snapshot()
     assert snap.num_files == 3 == report.after_file_count
@@ -97,7 +98,7 @@ def test_compaction_keeps_rows_and_bounds(backend: Backend) -> None:
         assert "kind" not in md.schema.names  # partition values stay in the path
     # the commit is a data_change=false rewrite of exactly the planned files
     header = t.history(1)[0]
-    assert header.operation == "COMPACT" and header.read_version == v0
+    assert header.operation == "COMPACT" and header.read_version == v0 + 1  # on its claim
     assert header.metrics["num_removed_files"] == 36 and header.metrics["num_added_files"] == 3
     # time travel to the version before still reads the old files and the same rows
     assert {f.path for f in t.snapshot(v0).files()} == old_files
@@ -114,7 +115,7 @@ def test_commit_actions_carry_data_change_false(local_backend: Backend) -> None:
     assert report.version is not None
     commit = read_commit(t.storage, report.version)
     kinds = Counter(type(a).__name__ for a in commit.actions)
-    assert kinds == {"RemoveFile": 12, "AddFile": 3}
+    assert kinds == {"RemoveFile": 12, "AddFile": 3, "PlanRelease": 1}
     assert all(not a.data_change for a in commit.actions if isinstance(a, (AddFile, RemoveFile)))
 
 
@@ -228,7 +229,7 @@ def test_partial_progress_commits_per_k_groups(local_backend: Backend) -> None:
     v0 = t.version
     report = t.compact(partial_progress=True, max_concurrent_groups=1)
     assert len(report.planned_groups) == 3
-    assert report.commits == [v0 + 1, v0 + 2] and report.version == v0 + 2
+    assert report.commits == [v0 + 2, v0 + 3] and report.version == v0 + 3  # v0 + 1: claim
     assert [h.metrics["num_groups"] for h in t.history(2)] == [1, 2]
     assert rows_of(t) == before and t.snapshot().num_files == 3
 
@@ -269,8 +270,9 @@ def test_report_fields_and_log_line(
         report, abandoned_groups=["g1", "g2"], extra={"failed_groups": {"g2": "boom"}}
     )
     assert mixed.summary().endswith(
-        f"; abandoned 1 groups (sources removed concurrently); 1 of {len(report.planned_groups)} "
-        "groups failed and were not committed, first group g2: boom (all in failed_groups)"
+        "; abandoned 1 groups (claimed by another run, or sources removed concurrently); "
+        f"1 of {len(report.planned_groups)} groups failed and were not committed, first "
+        "group g2: boom (all in failed_groups)"
     )
 
 

@@ -115,7 +115,9 @@ def test_compaction_beside_two_live_appenders(local_backend: Backend, tmp_path: 
 
 
 def test_two_compactions_of_the_same_files(local_backend: Backend, tmp_path: Path) -> None:
-    t = make_table(local_backend, appends=10)
+    # without claims both plan and rewrite the same files and the commit rules pick one;
+    # with claims the second skips them (tests/maintenance/test_claims.py)
+    t = make_table(local_backend, appends=10, properties={"lakelog.maintenance.claims": "false"})
     v0 = t.version
     before = rows_of(t)
     old = {f.path for f in t.snapshot().files()}
@@ -155,7 +157,7 @@ def test_two_compactions_of_the_same_files(local_backend: Backend, tmp_path: Pat
     assert on_disk == live | old
 
 
-@pytest.mark.parametrize("crash_at", ["rewrite:group-written", "commit:before-put"])
+@pytest.mark.parametrize("crash_at", ["rewrite:group-written", "commit:before-put:COMPACT"])
 def test_crash_before_commit_leaves_table_unchanged(local_backend: Backend, crash_at: str) -> None:
     t = make_table(local_backend, appends=5)
     v0 = t.version
@@ -164,13 +166,16 @@ def test_crash_before_commit_leaves_table_unchanged(local_backend: Backend, cras
     p = _spawn(code, t.uri, env={"LAKELOG_CRASH_AT": crash_at})
     p.communicate(timeout=120)
     assert p.returncode == -9  # killed for real at the failpoint
-    assert t.refresh().version == v0 and rows_of(t) == before
+    # only the run's claim landed (v0 + 1); its owner is dead, so its files are eligible
+    assert t.refresh().version == v0 + 1 and rows_of(t) == before
+    assert t.history(limit=1)[0].operation == "CLAIM"
+    assert [p.running for p in t.plans()] == [False]
     # orphaned outputs are not referenced; a new compaction works and keeps every row
     report = t.compact()
-    assert report.version == v0 + 1 and rows_of(t) == before
+    assert report.version == v0 + 3 and rows_of(t) == before and t.plans() == []
 
 
-@pytest.mark.parametrize("crash_at", ["commit:after-put"])
+@pytest.mark.parametrize("crash_at", ["commit:after-put:COMPACT"])
 def test_crash_after_commit_put_keeps_the_compaction(local_backend: Backend, crash_at: str) -> None:
     t = make_table(local_backend, appends=5)
     v0 = t.version
@@ -179,5 +184,7 @@ def test_crash_after_commit_put_keeps_the_compaction(local_backend: Backend, cra
     p = _spawn(code, t.uri, env={"LAKELOG_CRASH_AT": crash_at})
     p.communicate(timeout=120)
     assert p.returncode == -9
-    assert t.refresh().version == v0 + 1 and rows_of(t) == before
+    # v0 + 1: the claim; v0 + 2: the compaction, landed before the kill (and its release)
+    assert t.refresh().version == v0 + 2 and rows_of(t) == before
+    assert t.history(limit=1)[0].operation == "COMPACT" and t.plans() == []
     assert all(t.storage.exists(f.path) for f in t.snapshot().files())

@@ -82,7 +82,7 @@ def test_partial_progress_commits_per_k_groups(tmp_path: Path) -> None:
     before = _rows(t)
     v0 = t.version
     report = t.optimize(zorder_by=["a", "b"], partial_progress=True, max_concurrent_groups=1)
-    assert report.commits == [v0 + 1, v0 + 2] and report.version == v0 + 2
+    assert report.commits == [v0 + 2, v0 + 3] and report.version == v0 + 3  # v0 + 1: claim
     assert [h.metrics["num_groups"] for h in t.history(2)] == [1, 2]
     assert all(h.operation == "OPTIMIZE" for h in t.history(2))
     assert _rows(t) == before and report.summary().startswith("clustered 12 files")

@@ -87,13 +87,23 @@ def _key(f: DataFile) -> tuple[str | None, ...]:
     target=st.integers(100, 5000),
     target_rows=st.one_of(st.none(), st.integers(50, 1500)),
     min_input_files=st.integers(1, 5),
+    claimed=st.sets(st.integers(0, 60), max_size=20),
 )
 def test_plan_properties(
-    files: list[DataFile], target: int, target_rows: int | None, min_input_files: int
+    files: list[DataFile],
+    target: int,
+    target_rows: int | None,
+    min_input_files: int,
+    claimed: set[int],
 ) -> None:
     snap = snapshot_of(files, partition_by=["kind", "day"])
+    exclude = {files[i].path for i in claimed if i < len(files)}  # under another run's claim
     plan = plan_compaction(
-        snap, target_file_size=target, target_rows=target_rows, min_input_files=min_input_files
+        snap,
+        target_file_size=target,
+        target_rows=target_rows,
+        min_input_files=min_input_files,
+        exclude=exclude,
     )
     min_size = int(target * 0.75)
     min_rows = None if target_rows is None else int(target_rows * 0.75)
@@ -103,6 +113,7 @@ def test_plan_properties(
         assert all(f.partition == g.partition for f in g.files)
         # only candidates, each in at most one group
         for f in g.files:
+            assert f.path not in exclude
             assert f.size_bytes < min_size
             assert min_rows is None or f.num_rows < min_rows
             assert f.path not in seen
@@ -123,6 +134,7 @@ def test_plan_properties(
         target_file_size=target,
         target_rows=target_rows,
         min_input_files=min_input_files,
+        exclude=exclude,
     )
     assert [g.group_id for g in again.groups] == [g.group_id for g in plan.groups]
     # JSON round trip

@@ -113,7 +113,7 @@ def test_executors_without_lakelog_are_refused_before_any_work(
     assert lakelog.open_table(uri).version == version
     assert _rows(uri) == before and _data_files_on_disk(uri) == on_disk
     # the shared workers still import lakelog: the same table compacts afterwards
-    assert lspark.compact(spark, uri).version == version + 1
+    assert lspark.compact(spark, uri).version == version + 2  # its claim, then the rewrite
 
 
 def test_every_group_failing_raises(spark: Any, tmp_path: Path) -> None:
@@ -137,7 +137,11 @@ def test_every_group_failing_raises(spark: Any, tmp_path: Path) -> None:
     assert "2 of them failed and none was committed" in message
     assert f"group {first_group}: {first_cause}" in message and first_cause
     assert "run again" in message and "PYSPARK_PYTHON" not in message
-    assert lakelog.open_table(uri).version == table.version
+    # no data changed: the run claimed its groups and, as they all failed, released them
+    after = lakelog.open_table(uri)
+    assert after.version == table.version + 2 and after.plans() == []
+    assert [h.operation for h in after.history(limit=2)] == ["RELEASE", "CLAIM"]
+    assert after.snapshot().num_files == table.snapshot().num_files
     assert _data_files_on_disk(uri) == on_disk  # the failed tasks left nothing behind
 
 

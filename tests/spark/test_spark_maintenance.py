@@ -164,7 +164,7 @@ def test_compact_matches_embedded(spark: Any, tmp_path: Path) -> None:
         assert all(md.row_group(i).num_rows <= 500 for i in range(md.num_row_groups))
     header = table.history(limit=1)[0]
     assert header.operation == "COMPACT" and header.parameters["engine"] == "spark"
-    assert header.read_version == report.read_version
+    assert header.read_version == report.read_version + 1  # on top of its claim
     commit = read_commit(table.storage, report.version)
     assert all(not a.data_change for a in commit.actions if hasattr(a, "data_change"))
     assert lspark.read(spark, spark_uri).count() == len(before)
@@ -235,7 +235,8 @@ def test_task_that_always_fails_leaves_the_table_unchanged(spark: Any, tmp_path:
         == sorted(groups)
         == sorted(failed.value.failed_groups)
     )
-    assert after.version == before.version
+    # the run's claim, then the release of its failed groups: no data changed
+    assert after.version == before.version + 2 and after.plans() == []
     assert after.snapshot().files() == before.snapshot().files()
     assert _rows(uri) == before_rows
     assert lspark.read(spark, uri).count() == len(before_rows)
@@ -396,7 +397,7 @@ def test_optimize_paced_with_partial_progress(spark: Any, tmp_path: Path) -> Non
         max_bytes_per_second=rate,
         partial_progress=True,
     )
-    assert report.commits == [v0 + 1, v0 + 2, v0 + 3]  # one commit per group
+    assert report.commits == [v0 + 2, v0 + 3, v0 + 4]  # one commit per group, after the claim
     assert report.summary().startswith("clustered 12 files")
     assert report.extra["bytes_per_second_per_task"] == pytest.approx(rate)
     assert report.paced_seconds > 0

@@ -30,6 +30,8 @@ from ...log.actions import (
     CommitHeader,
     ExpireVersions,
     Metadata,
+    PlanClaim,
+    PlanRelease,
     RemoveFile,
 )
 from ...log.snapshot import Snapshot
@@ -234,8 +236,8 @@ def encode_delta_commit(
             lines.append({"remove": remove_action(a, parts)})
         elif isinstance(a, AppTransaction):  # Delta's own idempotent-write marker
             lines.append({"txn": _txn(a.app_id, a.app_version, a.timestamp_ms or None)})
-        elif isinstance(a, (Metadata, ExpireVersions)):
-            continue  # metadata: above; an expiry changes no Delta state
+        elif isinstance(a, (Metadata, ExpireVersions, PlanClaim, PlanRelease)):
+            continue  # metadata: above; expiries and maintenance claims change no Delta state
         else:
             raise DeltaViewError(
                 f"expected only actions the Delta view can express in version "

@@ -114,6 +114,9 @@ class VacuumReport:
     """Writer leases live when vacuum read them."""
     expired_leases: tuple[str, ...] = ()
     """Lease files of expired leases deleted (or, with ``dry_run``, that would be)."""
+    finished_plans: tuple[str, ...] = ()
+    """Plan files of maintenance plans no longer pending, deleted (or, with ``dry_run``,
+    that would be); see ``docs/format.md``, "Maintenance plans and claims"."""
 
     @property
     def num_files(self) -> int:
@@ -135,12 +138,14 @@ class VacuumReport:
             "files_leased": self.files_leased,
             "live_leases": self.live_leases,
             "num_expired_leases": len(self.expired_leases),
+            "num_finished_plans": len(self.finished_plans),
             "nested_tables": list(self.nested_tables),
             "duration_s": round(self.duration_s, 6),
         }
         if paths:
             out["files"] = list(self.files)
             out["expired_leases"] = list(self.expired_leases)
+            out["finished_plans"] = list(self.finished_plans)
         return out
 
     def summary(self) -> str:

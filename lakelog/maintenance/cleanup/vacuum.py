@@ -60,6 +60,7 @@ from ...log.snapshot import load_snapshot
 from ...partitioning import STAGING_DIR, hidden_name
 from ...properties import get_float
 from ...storage import FileInfo, Storage, normalize_uri
+from ..claims import PLAN_DIR
 from .expire import duration_seconds
 from .logscan import read_changes
 from .report import VacuumReport
@@ -75,6 +76,8 @@ TABLE_MARKERS = (LOG_DIR, "_delta_log")
 """A folder holding one of these is another table's root."""
 _LOG_TEMP = re.compile(r"^\.?.+\.[0-9a-f]{32}\.tmp$")
 _LEASE_DIR_NAME = LEASE_DIR.split("/", 1)[1]
+_PLAN_DIR_NAME = PLAN_DIR.split("/", 1)[1]
+_PLAN_FILE = re.compile(r"^[0-9a-f]{32}\.json$")
 _LEAVES_DIR_NAME = LEAF_DIR.split("/", 1)[1]
 _DELETE_BATCH = 1000
 _READ_ATTEMPTS = 3
@@ -200,9 +203,9 @@ def _foreign_hidden(rel: str) -> bool:
     return parts[0] != STAGING_DIR and any(hidden_name(p) for p in parts)
 
 
-def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
-    """Files under the root that vacuum may consider, nested table roots, and the
-    number of hidden files kept."""
+def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int, list[FileInfo]]:
+    """Files under the root that vacuum may consider, nested table roots, the number of
+    hidden files kept, and the plan files of maintenance runs."""
     found = list(storage.walk(""))
     nested: set[str] = set()
     for f in found:
@@ -212,13 +215,16 @@ def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
                 nested.add("/".join(parts[:i]))
                 break
     candidates = []
+    plan_files = []
     hidden = 0
     for f in found:
         rel = normalize_path(f.path, storage)
         first, _, rest = rel.partition("/")
         if first in TABLE_MARKERS:  # the log: only what killed writers left behind
             folder, _, name = rest.rpartition("/")
-            if first == LOG_DIR and (
+            if first == LOG_DIR and folder == _PLAN_DIR_NAME and _PLAN_FILE.match(name):
+                plan_files.append(FileInfo(rel, f.size, f.mtime_ms))
+            elif first == LOG_DIR and (
                 (folder in ("", _LEASE_DIR_NAME) and _LOG_TEMP.match(name))
                 or (folder == _LEAVES_DIR_NAME and leaf_version(name) is not None)
             ):
@@ -230,7 +236,23 @@ def _scan(storage: Storage) -> tuple[list[FileInfo], list[str], int]:
             hidden += 1
             continue
         candidates.append(FileInfo(rel, f.size, f.mtime_ms))
-    return candidates, sorted(nested), hidden
+    return candidates, sorted(nested), hidden, plan_files
+
+
+def _finished_plans(
+    storage: Storage, plan_files: list[FileInfo], *, grace_s: float
+) -> list[FileInfo]:
+    """Plan files of plans not pending at the latest version (read after the listing),
+    older than ``grace_s``: a run writes its plan file just before its claim commit."""
+    pending = set(load_snapshot(storage).plans)
+    cutoff_ms = time.time() * 1000 - grace_s * 1000
+    return [
+        f
+        for f in plan_files
+        if f.path.rsplit("/", 1)[1][:-5] not in pending
+        and f.mtime_ms is not None
+        and f.mtime_ms < cutoff_ms
+    ]
 
 
 def vacuum(
@@ -255,7 +277,7 @@ def vacuum(
             f"yet. Pass force=True if no writer is running, or lower the property."
         )
     cutoff_ms = time.time() * 1000 - older_s * 1000
-    candidates, nested, hidden = _scan(storage)  # list first, then read the log
+    candidates, nested, hidden, plan_files = _scan(storage)  # list first, then read the log
     referenced, oldest, latest = referenced_paths(storage)
     guard = _Guard(storage, latest)
     guard.read_leases()  # after the log
@@ -271,7 +293,11 @@ def vacuum(
         else:
             orphans.append(f)
     expired = guard.expired
+    finished = _finished_plans(
+        storage, plan_files, grace_s=2 * get_float(props, "lakelog.lease.ttl_seconds")
+    )
     if not dry_run:
+        storage.delete([f.path for f in finished])
         orphans, spared_kept, spared_leased = _delete(guard, orphans)
         kept += spared_kept
         leased += spared_leased
@@ -290,6 +316,7 @@ def vacuum(
         files_leased=leased,
         live_leases=len(guard.live),
         expired_leases=tuple(lease_path(r.lease_id) for r in expired),
+        finished_plans=tuple(f.path for f in finished),
         nested_tables=tuple(nested),
         duration_s=time.perf_counter() - started,
     )

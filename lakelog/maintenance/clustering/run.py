@@ -24,6 +24,7 @@ import msgspec
 from ...log.snapshot import Snapshot
 from ...storage import Storage
 from ...transaction import CommitResult
+from ..claims import claimed_files
 from ..executor import GroupRunner, ProgressCallback, execute_groups
 from ..groups import FileGroup, GroupResult
 from ..options import ExecutionOptions, check_flag, execution_options
@@ -141,6 +142,9 @@ def prepare_optimize(
     if isinstance(partition_filter, (list, tuple)) and not partition_filter:
         partition_filter = None
     files = snap.files()
+    claimed = () if dry_run else claimed_files(table.storage, snap)
+    if claimed:  # under another run's live claim: that run rewrites them
+        files = [f for f in files if f.path not in claimed]
     if partition_filter is not None:
         match = partition_matcher(snap.schema, snap.partition_by, partition_filter)
         mask = match([f.partition for f in files])
@@ -233,6 +237,7 @@ def execute_cluster_plan(
     progress: ProgressCallback | None = None,
     read_snapshot: Snapshot | None = None,
     started: float | None = None,
+    plan_id: str | None = None,
 ) -> MaintenanceReport:
     """Execute a clustering plan (made now or loaded from JSON) on ``table``.
 
@@ -264,6 +269,7 @@ def execute_cluster_plan(
         parameters=commit_parameters(plan),
         progress=progress,
         read_snapshot=given,
+        plan_id=plan_id,
     )
     report = optimize_report(
         plan,

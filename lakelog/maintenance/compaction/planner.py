@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -302,8 +302,11 @@ def _estimate_outputs(files: Sequence[DataFile], options: CompactionOptions) -> 
     return n
 
 
-def _candidates(snapshot: Snapshot, options: CompactionOptions) -> list[DataFile]:
-    """Files small in every bounded dimension, decoded only for those rows.
+def _candidates(
+    snapshot: Snapshot, options: CompactionOptions, exclude: Collection[str]
+) -> list[DataFile]:
+    """Files small in every bounded dimension and not in ``exclude``, decoded only for
+    those rows.
 
     Files written by clustering (tagged with a clustering spec) are left to
     ``optimize``: its small delta files are small on purpose, and merging them
@@ -319,6 +322,9 @@ def _candidates(snapshot: Snapshot, options: CompactionOptions) -> list[DataFile
     if options.min_rows is not None:
         rows = pc.field("num_rows") < options.min_rows
         mask = rows if mask is None else mask & rows
+    if exclude:
+        free = ~pc.field("path").isin(pa.array(list(exclude), pa.string()))
+        mask = free if mask is None else mask & free
     return data_files(ft if mask is None else ft.filter(mask))
 
 
@@ -332,8 +338,12 @@ def plan_compaction(
     partition_filter: Any = None,
     compression: str | None = None,
     row_group_size: int | None = None,
+    exclude: Collection[str] = frozenset(),
 ) -> CompactionPlan:
     """Decide which files to rewrite together; pure (reads nothing but ``snapshot``).
+
+    ``exclude``: paths no group may take (files under another run's live claim,
+    :func:`lakelog.maintenance.claims.claimed_files`).
 
     Unset options come from the table properties (``lakelog.target_file_size``,
     ``lakelog.compaction.*``, ``lakelog.row_group_size``, ``lakelog.compression``).
@@ -357,7 +367,7 @@ def plan_compaction(
         else partition_matcher(snapshot.schema, partition_by, partition_filter)
     )
     by_partition: dict[tuple[str | None, ...], list[DataFile]] = {}
-    for f in _candidates(snapshot, options):
+    for f in _candidates(snapshot, options, exclude):
         key = tuple(f.partition.get(c) for c in partition_by)
         by_partition.setdefault(key, []).append(f)
     keys = list(by_partition)

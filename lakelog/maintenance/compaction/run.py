@@ -20,6 +20,7 @@ import pyarrow as pa
 from ...log.snapshot import Snapshot
 from ...storage import Storage
 from ...transaction import CommitResult
+from ..claims import claimed_files
 from ..executor import GroupRunner, ProgressCallback, execute_groups
 from ..groups import FileGroup, GroupResult
 from ..options import ExecutionOptions, check_flag, execution_options
@@ -71,6 +72,7 @@ def execute_plan(
     progress: ProgressCallback | None = None,
     read_snapshot: Snapshot | None = None,
     started: float | None = None,
+    plan_id: str | None = None,
 ) -> MaintenanceReport:
     """Execute a compaction plan (made now or loaded from JSON) on ``table``.
 
@@ -96,6 +98,7 @@ def execute_plan(
         parameters=commit_parameters(plan),
         progress=progress,
         read_snapshot=read_snapshot,
+        plan_id=plan_id,
     )
     report = compaction_report(
         plan,
@@ -173,6 +176,7 @@ def compact_table(
         partition_filter=partition_filter,
         compression=compression,
         row_group_size=row_group_size,
+        exclude=() if dry_run else claimed_files(table.storage, snap),
     )
     execution = execution_options(
         snap.properties,

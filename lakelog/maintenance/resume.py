@@ -1,0 +1,70 @@
+"""Finish a pending plan whose run stopped (``Table.resume``, ``lakelog resume``).
+
+The plan file holds the plan as its run made it; the log holds which of its groups
+are still pending (:mod:`lakelog.log.plans`). Resuming claims those groups again under
+a new lease, with the same plan id, and rewrites only them: groups whose rewrite
+commit landed were released by it and are never redone. Groups whose sources were
+rewritten or removed meanwhile are dropped (reported as abandoned).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..errors import CorruptLogError
+from .claims import pending_plan, plan_path
+from .clustering.planner import ClusterPlan
+from .clustering.run import execute_cluster_plan
+from .compaction.planner import CompactionPlan
+from .compaction.run import execute_plan
+from .executor import ProgressCallback
+from .options import execution_options
+from .report import MaintenanceReport
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = ["resume_plan"]
+
+
+def resume_plan(
+    table: Table,
+    plan_id: str,
+    *,
+    max_concurrent_groups: int | None = None,
+    max_bytes_per_second: float | None = None,
+    partial_progress: bool = False,
+    progress: ProgressCallback | None = None,
+) -> MaintenanceReport:
+    """Rewrite the pending groups of plan ``plan_id`` (see the module doc)."""
+    snap = table.snapshot()
+    pending = pending_plan(table.storage, snap, plan_id)
+    execution = execution_options(
+        snap.properties,
+        max_concurrent_groups=max_concurrent_groups,
+        max_bytes_per_second=max_bytes_per_second,
+        partial_progress=partial_progress,
+    )
+    try:
+        raw = table.storage.read_bytes(plan_path(plan_id))
+    except FileNotFoundError as e:
+        raise CorruptLogError(
+            f"expected the plan file {plan_path(plan_id)} of pending plan {plan_id} in "
+            f"{table.uri}, found none; it cannot be resumed. Run the maintenance again: its "
+            f"planner takes the plan's files over once the plan's lease has expired."
+        ) from e
+    if pending.operation == "OPTIMIZE":
+        cplan = ClusterPlan.from_json(raw)
+        cplan = msgspec.structs.replace(
+            cplan, groups=tuple(g for g in cplan.groups if g.group_id in pending.groups)
+        )
+        return execute_cluster_plan(
+            table, cplan, execution=execution, progress=progress, plan_id=plan_id
+        )
+    plan = CompactionPlan.from_json(raw)
+    plan = msgspec.structs.replace(
+        plan, groups=tuple(g for g in plan.groups if g.group_id in pending.groups)
+    )
+    return execute_plan(table, plan, execution=execution, progress=progress, plan_id=plan_id)
