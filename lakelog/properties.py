@@ -266,6 +266,20 @@ PROPERTIES: dict[str, Property] = {
         ),
         # clustering (optimize)
         Property(
+            "lakelog.clustering.columns",
+            "str",
+            "",
+            "the table's declared clustering columns, comma-separated (empty: none); "
+            "optimize() with no columns keeps this layout",
+        ),
+        Property(
+            "lakelog.clustering.curve",
+            "choice",
+            "hilbert",
+            "the declared clustering's curve: hilbert, zorder, or linear (a sort)",
+            choices=("hilbert", "zorder", "linear"),
+        ),
+        Property(
             "lakelog.clustering.max_rewrite_ratio",
             "float",
             "8",

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -79,23 +80,44 @@ def _stat_type_ok(t: pa.DataType) -> bool:
 
 def _json_value(value: Any, t: pa.DataType) -> Any:
     """JSON form of a footer statistic (see :class:`FileStats`)."""
+    return _json_converter(t)(value)
+
+
+def _float_value(value: Any) -> Any:
+    f = float(value)
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def _string_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="strict")
+    return str(value)
+
+
+def _plain_value(value: Any) -> Any:
+    return value if isinstance(value, (bool, int, str)) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _json_converter(t: pa.DataType) -> Callable[[Any], Any]:
+    """The function turning a footer statistic of type ``t`` into its JSON form, decided
+    once per type (footers of many small files are read one after another)."""
     if pa.types.is_floating(t):
-        f = float(value)
-        return f if f == f and f not in (float("inf"), float("-inf")) else None
+        return _float_value
     if pa.types.is_decimal(t):
-        return str(value)
+        return str
     if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t):
-        if isinstance(value, int):
-            return value
-        scalar = pa.scalar(value, type=t)
-        return scalar.cast(pa.int64() if scalar.type.bit_width == 64 else pa.int32()).as_py()
+        physical = pa.int64() if t.bit_width == 64 else pa.int32()
+
+        def temporal(value: Any) -> Any:
+            if isinstance(value, int):
+                return value
+            return pa.scalar(value, type=t).cast(physical).as_py()
+
+        return temporal
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", errors="strict")
-        return str(value)
-    if isinstance(value, (bool, int, str)):
-        return value
-    return None
+        return _string_value
+    return _plain_value
 
 
 def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
@@ -111,13 +133,15 @@ def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> FileSta
     no_nulls: set[str] = set()
     pq_schema = metadata.schema
     index = {pq_schema.column(i).path: i for i in range(metadata.num_columns)}
+    groups = [metadata.row_group(rg) for rg in range(metadata.num_row_groups)]
     for field in schema:
         i = index.get(field.name)
         if i is None:
             continue
-        for rg in range(metadata.num_row_groups):
-            col = metadata.row_group(rg).column(i)
-            st = col.statistics
+        bounded = _stat_type_ok(field.type)
+        convert = _json_converter(field.type)
+        for group in groups:
+            st = group.column(i).statistics
             if st is None:
                 no_bounds.add(field.name)
                 no_nulls.add(field.name)
@@ -126,7 +150,7 @@ def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> FileSta
                 no_nulls.add(field.name)
             else:
                 nulls[field.name] = nulls.get(field.name, 0) + st.null_count
-            if not _stat_type_ok(field.type):
+            if not bounded:
                 no_bounds.add(field.name)
                 continue
             if not st.has_min_max:
@@ -135,7 +159,7 @@ def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> FileSta
                 no_bounds.add(field.name)
                 continue
             try:
-                lo, hi = _json_value(st.min, field.type), _json_value(st.max, field.type)
+                lo, hi = convert(st.min), convert(st.max)
             except (ValueError, TypeError, UnicodeDecodeError, pa.ArrowException):
                 no_bounds.add(field.name)
                 continue

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .maintenance.claims import PlanStatus
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
     from .maintenance.clustering.layout import ClusteringReport
+    from .maintenance.clustering.spec import DeclaredClustering
     from .maintenance.report import MaintenanceReport
     from .upgrade import UpgradeReport
 
@@ -524,6 +525,10 @@ class Table:
         props = dict(snap.metadata.properties)
         props.update(changed)
         check_parquet_properties(changed, snap.schema, snap.partition_by)
+        if any(k.startswith("lakelog.clustering.c") for k in changed):
+            from .maintenance.clustering.spec import check_declared
+
+            check_declared(props, snap.schema, snap.partition_by)
         md = Metadata(
             table_id=snap.metadata.table_id,
             schema=snap.metadata.schema,
@@ -653,6 +658,34 @@ class Table:
             partial_progress=partial_progress,
         )
 
+    def set_clustering(
+        self,
+        *,
+        zorder_by: Sequence[str] | None = None,
+        sort_by: Sequence[str] | None = None,
+        curve: Literal["hilbert", "zorder"] = "hilbert",
+    ) -> CommitResult:
+        """Declare how the table is clustered, so :meth:`optimize` with no columns keeps
+        that layout run after run (a curve over ``zorder_by``, or a linear sort by
+        ``sort_by``; checked as ``optimize`` checks them). With neither, the table
+        declares none. A property change (``lakelog.clustering.columns`` and
+        ``lakelog.clustering.curve``): one metadata commit. Files are not rewritten
+        until the next ``optimize``."""
+        from .maintenance.clustering.spec import declaration_properties
+
+        snap = self.refresh()._snapshot
+        props = declaration_properties(
+            snap.schema, snap.partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
+        )
+        return self.set_properties(props)
+
+    @property
+    def clustering(self) -> DeclaredClustering | None:
+        """The clustering the table declares (:meth:`set_clustering`), None if none."""
+        from .maintenance.clustering.spec import declared_clustering
+
+        return declared_clustering(self.properties)
+
     def optimize(
         self,
         *,
@@ -670,7 +703,10 @@ class Table:
         partial_progress: bool = False,
         dry_run: bool = False,
     ) -> MaintenanceReport:
-        """Cluster rows by a space-filling curve (``zorder_by``) or a linear sort (``sort_by``).
+        """Cluster rows by a space-filling curve (``zorder_by``) or a linear sort (``sort_by``);
+        with neither, by the clustering the table declares (:meth:`set_clustering`), so
+        the layout is kept run after run (an explicit spec different from the declared
+        one reclusters with it once; the declaration stays).
 
         Keys come from each column's rank against quantile boundaries kept with
         the clustered files. Incremental by default: new files are clustered and
@@ -805,9 +841,29 @@ def create_table(
     properties: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     single_writer: bool = False,
+    cluster_by: Sequence[str] | None = None,
+    cluster_curve: Literal["hilbert", "zorder", "linear"] = "hilbert",
 ) -> Table:
-    """Create an empty table; :class:`TableExistsError` if one is there."""
+    """Create an empty table; :class:`TableExistsError` if one is there.
+
+    ``cluster_by`` declares the table's clustering (see :meth:`Table.set_clustering`): a
+    ``cluster_curve`` (``hilbert`` or ``zorder``) over those columns, or ``linear``, a
+    sort by them."""
     storage = _storage(uri, storage_options, single_writer)
+    if cluster_by is not None:
+        from .maintenance.clustering.spec import declaration_properties
+
+        if not isinstance(schema, pa.Schema):
+            raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
+        linear = cluster_curve == "linear"
+        declared = declaration_properties(
+            schema,
+            check_partition_columns(schema, partition_by),
+            zorder_by=None if linear else cluster_by,
+            sort_by=cluster_by if linear else None,
+            curve="hilbert" if linear else cluster_curve,
+        )
+        properties = {**(properties or {}), **declared}
     return _create(storage, schema, partition_by=partition_by, properties=properties, adds=None)
 
 
@@ -833,6 +889,10 @@ def _create(
         )
     parts = check_partition_columns(schema, partition_by)
     check_parquet_properties(validate_properties(properties or {}), schema, parts)
+    if properties and any(str(k).startswith("lakelog.clustering.c") for k in properties):
+        from .maintenance.clustering.spec import check_declared
+
+        check_declared(validate_properties(properties), schema, parts)
     listing = list_log(storage)
     if listing.commits or listing.manifests:
         raise TableExistsError(

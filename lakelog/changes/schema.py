@@ -57,6 +57,7 @@ SchemaMode = Literal["strict", "merge"]
 SCHEMA_MODES = ("strict", "merge")
 _FOOTER_WORKERS = 16
 _BLOOM = "lakelog.parquet.bloom_filter_columns"
+_CLUSTERING = "lakelog.clustering.columns"
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,14 @@ def drop_columns(table: Table, names: str | Sequence[str]) -> CommitResult:
                 f"expected non-partition columns to drop, found partition columns {parts}; "
                 f"a table's partitioning does not change (write a new table partitioned "
                 f"otherwise)."
+            )
+        declared = snap.metadata.properties.get(_CLUSTERING, "")
+        clustered = [n for n in wanted if n in (c.strip() for c in declared.split(","))]
+        if clustered:
+            raise InvalidArgumentError(
+                f"expected columns outside the table's declared clustering to drop, found "
+                f"{clustered} in it ({_CLUSTERING}={declared!r}); change the clustering "
+                f"first with set_clustering(...) (lakelog clustering URI), then drop them."
             )
         kept = [f for f in schema if f.name not in wanted]
         if not [f for f in kept if f.name not in snap.partition_by]:

@@ -73,6 +73,22 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser(
+        "clustering",
+        help="show or declare how the table is clustered",
+        description="Without options: print the table's declared clustering. With "
+        "--zorder-by or --sort-by: declare it (a property change), so `lakelog optimize URI` "
+        "with no columns keeps that layout run after run; --none removes the declaration. "
+        "Files are rewritten by the next optimize, not by this command.",
+    )
+    add_table_args(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
+    which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
+    which.add_argument("--none", action="store_true", help="declare no clustering")
+    p.add_argument("--curve", choices=("hilbert", "zorder"), default=None)
+    p.set_defaults(func=cmd_clustering)
+
+    p = sub.add_parser(
         "inspect",
         help="skipping inside files (page index, bloom filters, row groups), or with "
         "--columns how well the layout skips data for some columns",
@@ -184,6 +200,33 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             "  abandoned groups (claimed by another run, or sources removed concurrently): "
             f"{report.abandoned_groups}"
         )
+    return 0
+
+
+def cmd_clustering(args: argparse.Namespace) -> int:
+    table = open_from_args(args)
+    setting = args.none or args.zorder_by is not None or args.sort_by is not None
+    if args.curve is not None and args.zorder_by is None:
+        raise InvalidArgumentError(
+            f"expected --curve only with --zorder-by, found --curve {args.curve} without it"
+        )
+    version = None
+    if setting:
+        version = table.set_clustering(
+            zorder_by=args.zorder_by, sort_by=args.sort_by, curve=args.curve or "hilbert"
+        ).version
+    declared = table.clustering
+    if args.json:
+        print_json(
+            {
+                "columns": None if declared is None else list(declared.columns),
+                "curve": None if declared is None else declared.curve,
+                "version": version,
+            }
+        )
+        return 0
+    what = "none" if declared is None else declared.describe()
+    print(f"clustering: {what}" + ("" if version is None else f" (committed version {version})"))
     return 0
 
 

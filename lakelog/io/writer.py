@@ -131,6 +131,10 @@ class WriteOptions:
     """Dictionary-encode every column (True), none (False) or only these."""
     parquet: ParquetOptions = field(default_factory=ParquetOptions)
     """Page index, bloom filters, page size and sorting of the files."""
+    size_cap: bool = False
+    """Treat ``target_file_size`` as a cap: a row group is cut short where the file's
+    bytes per row so far say it would cross it, so a file ends within about one page
+    of the size (otherwise a file ends once a whole row group reached the size)."""
 
     def __post_init__(self) -> None:
         if self.target_file_size <= 0:
@@ -154,6 +158,11 @@ def check_codec(codec: str) -> str:
             f"expected a Parquet codec among {list(CODECS)}, found {codec!r}"
         )
     return codec.lower()
+
+
+FOOTER_BYTES_PER_CHUNK = 600
+"""A first guess of the footer bytes per column chunk (its metadata and page index
+entries), until a file of the writer closed and measured it."""
 
 
 class RollingWriter:
@@ -187,13 +196,29 @@ class RollingWriter:
         self._path = ""
         self._rows_in_file = 0
         self._seq = 0
+        self._groups_in_file = 0
+        self._footer_fixed = sum(len(k) + len(v) for k, v in (file_schema.metadata or {}).items())
+        """Footer bytes of every file: its key-value metadata (a clustering spec, ...)."""
+        self._footer_per_group = float(FOOTER_BYTES_PER_CHUNK * len(file_schema))
+        """Footer bytes per row group: a guess until a file closed, then measured."""
 
     def _row_group_limit(self) -> int:
-        """Rows the current row group may hold (less near a ``target_rows`` cut)."""
+        """Rows the current row group may hold (less near a ``target_rows`` cut, or, with
+        ``size_cap``, near the size)."""
         limit = self.options.row_group_size
         target_rows = self.options.target_rows
         if target_rows is not None:
             limit = min(limit, target_rows - self._rows_in_file)
+        if self.options.size_cap and self._sink is not None and self._rows_in_file:
+            data = self._sink.tell()
+            per_row = data / self._rows_in_file
+            # the footer (metadata, page index, bloom filters) grows with the row groups
+            footer = self._footer_fixed + self._footer_per_group * (self._groups_in_file + 1)
+            room = int((self.options.target_file_size - data - footer) / max(per_row, 1e-9))
+            if room < self._buffered_rows + 1 and self._buffered_rows == 0:
+                self._close_file()  # full: the next rows start a new file
+                return self._row_group_limit()
+            limit = min(limit, max(self._buffered_rows + 1, room))
         return limit
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -275,6 +300,7 @@ class RollingWriter:
         assert self._writer is not None and self._sink is not None
         self._writer.write_table(table, row_group_size=self._buffered_rows)
         self._rows_in_file += self._buffered_rows
+        self._groups_in_file += 1
         self._buffer, self._buffered_rows = [], 0
         target_rows = self.options.target_rows
         if self._sink.tell() >= self.options.target_file_size or (
@@ -289,10 +315,15 @@ class RollingWriter:
         writer, sink = self._writer, self._sink
         self._writer, self._sink = None, None
         self._rows_in_file = 0
+        data = sink.tell()
         writer.close()
         sink.close()
         md = writer.writer.metadata
         size = int(self.storage.fs.size(self.storage.full(self._path)))
+        if self._groups_in_file:
+            footer = max(0, size - data - self._footer_fixed)
+            self._footer_per_group = footer / self._groups_in_file
+        self._groups_in_file = 0
         self.written.append(
             AddFile(
                 path=self._path,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ...errors import InvalidArgumentError
 from ...log.snapshot import Snapshot
 from ...storage import Storage
 from ...transaction import CommitResult
@@ -35,7 +36,7 @@ from ..sources import file_schema_of
 from .planner import ClusterPlan, cluster_options, plan_clustering
 from .rewrite import cluster_group
 from .sampling import fresh_keys_reader, resolve_spec
-from .spec import ClusterSpec, validate_clustering
+from .spec import ClusterSpec, declared_clustering, validate_clustering
 
 if TYPE_CHECKING:
     from ...table import Table
@@ -122,6 +123,17 @@ def prepare_optimize(
     check_flag("dry_run", dry_run)
     check_flag("incremental", incremental)
     snap = table.snapshot()
+    if zorder_by is None and sort_by is None:  # keep the layout the table declares
+        declared = declared_clustering(snap.properties)
+        if declared is None:
+            raise InvalidArgumentError(
+                "expected zorder_by=[...] (a space-filling curve over several columns) or "
+                "sort_by=[...] (a linear sort), or a clustering declared on the table, found "
+                "neither; pass one, or declare it once with set_clustering(...) (lakelog "
+                "clustering URI --zorder-by ...)."
+            )
+        args = declared.optimize_arguments()
+        zorder_by, sort_by, curve = args["zorder_by"], args["sort_by"], args["curve"]
     columns, curve_name = validate_clustering(
         snap.schema, snap.partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
     )

@@ -22,6 +22,7 @@ statistics prune.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import queue
@@ -667,11 +668,22 @@ def _runs(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDA
     return keys[starts], counts
 
 
+DELTA_ROW_GROUP_DIVISOR = 8
+"""Delta files (late rows, merged into the base later) get row groups of this fraction of
+the row-group size: a query for a narrow key range then reads about the same share of
+them as of the base files, whose files cover narrow ranges (late data, issue 17)."""
+
+
 class _FileJob:
     """Writes one output file on a background thread fed through a small queue."""
 
     def __init__(self, make_writer: Callable[[], RollingWriter], tier: str) -> None:
         self.writer = make_writer()
+        if tier == "delta":  # key-ranged reads of late rows prune finer row groups
+            opts = self.writer.options
+            self.writer.options = dataclasses.replace(
+                opts, row_group_size=max(1, opts.row_group_size // DELTA_ROW_GROUP_DIVISOR)
+            )
         self.tier = tier
         self.queue: queue.Queue[object] = queue.Queue(maxsize=2)
         self.result: list[AddFile] = []

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from ...errors import InvalidArgumentError
 from ...io.writer import WriteOptions
 from ...log.actions import DataFile
+from ...properties import get_str
 from ...storage import Storage
 from . import curves
 from .curves import ColumnBoundaries
@@ -40,7 +41,13 @@ from .sort import Segment
 from .tiling import Curve, TiledCurve, Tiling
 
 __all__ = [
+    "CLUSTERING_COLUMNS",
+    "CLUSTERING_CURVE",
     "CURVES",
+    "DeclaredClustering",
+    "check_declared",
+    "declaration_properties",
+    "declared_clustering",
     "FOOTER_KEY",
     "ROW_SAMPLE",
     "TAG_KEY_MAX",
@@ -362,3 +369,73 @@ def load_spec(storage: Storage, f: DataFile, schema: pa.Schema) -> ClusterSpec |
         return ClusterSpec.from_footer(raw, schema)
     except (OSError, ValueError, KeyError, zlib.error, pa.ArrowException):
         return None
+
+
+# -- the table's declared clustering (``Table.set_clustering``) -------------------------
+
+CLUSTERING_COLUMNS = "lakelog.clustering.columns"
+CLUSTERING_CURVE = "lakelog.clustering.curve"
+
+
+@dataclass(frozen=True)
+class DeclaredClustering:
+    """How the table says it is clustered: ``optimize()`` with no columns keeps it."""
+
+    columns: tuple[str, ...]
+    curve: str
+    """``hilbert`` or ``zorder`` (a curve over ``columns``), or ``linear`` (a sort)."""
+
+    def optimize_arguments(self) -> dict[str, Any]:
+        """The ``optimize`` arguments this declaration stands for."""
+        if self.curve == "linear":
+            return {"zorder_by": None, "sort_by": list(self.columns), "curve": "hilbert"}
+        return {"zorder_by": list(self.columns), "sort_by": None, "curve": self.curve}
+
+    def describe(self) -> str:
+        cols = ", ".join(self.columns)
+        return f"sorted by {cols}" if self.curve == "linear" else f"{self.curve} curve over {cols}"
+
+
+def declared_clustering(props: Mapping[str, str]) -> DeclaredClustering | None:
+    """The clustering the table properties declare, None if none."""
+    names = (c.strip() for c in get_str(props, CLUSTERING_COLUMNS).split(","))
+    columns = tuple(dict.fromkeys(c for c in names if c))
+    if not columns:
+        return None
+    return DeclaredClustering(columns, get_str(props, CLUSTERING_CURVE))
+
+
+def declaration_properties(
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    *,
+    zorder_by: Sequence[str] | str | None,
+    sort_by: Sequence[str] | str | None,
+    curve: str,
+) -> dict[str, str]:
+    """The properties declaring this clustering (checked against the schema as
+    ``optimize`` checks it); neither ``zorder_by`` nor ``sort_by``: no declaration."""
+    if zorder_by is None and sort_by is None:
+        return {CLUSTERING_COLUMNS: "", CLUSTERING_CURVE: "hilbert"}
+    columns, curve_name = validate_clustering(
+        schema, partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
+    )
+    return {CLUSTERING_COLUMNS: ",".join(columns), CLUSTERING_CURVE: curve_name}
+
+
+def check_declared(
+    props: Mapping[str, str], schema: pa.Schema, partition_by: Sequence[str]
+) -> None:
+    """Refuse a declared clustering the table cannot have (unknown or partition columns,
+    types no curve can rank): checked whenever the properties are set."""
+    declared = declared_clustering(props)
+    if declared is None:
+        return
+    args = declared.optimize_arguments()
+    try:
+        validate_clustering(schema, partition_by, **args)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(
+            f"{CLUSTERING_COLUMNS}={','.join(declared.columns)!r} "
+            f"({CLUSTERING_CURVE}={declared.curve!r}): {e}"
+        ) from e
