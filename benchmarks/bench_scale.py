@@ -667,6 +667,24 @@ def measure_commits(
     return {"lakelog_p99": _percentile(ll, 0.99), "delta_p99": _percentile(dl, 0.99)}
 
 
+def lakelog_appends(data_root: Path, sizes: Sequence[int], log_commits: int, n: int) -> None:
+    """lakelog's append latencies alone (see ``--lakelog-appends``)."""
+    for size in sizes:
+        shape = Shape(size, log_commits)
+        paths = ensure_logs(data_root, shape, rebuild=False)
+        with tempfile.TemporaryDirectory(prefix="commits-", dir=data_root) as tmp:
+            copy = Path(tmp) / "lakelog"
+            _link_copy(paths["lakelog"], copy)
+            out, rss = _child("lakelog_commits", str(copy), n, shape.days(1)[0])
+        s = out["samples"]
+        print(
+            f"{size:>12,} files: append p50 {1000 * _percentile(s, 0.5):.2f} ms, p99 "
+            f"{1000 * _percentile(s, 0.99):.2f} ms, max {1000 * max(s):.2f} ms; peak RSS "
+            f"{fmt_bytes(rss)}; log bytes per append {fmt_bytes(out['log_bytes'] / n)}",
+            flush=True,
+        )
+
+
 FRAGMENTS_MAX_FILES = 2_000_000
 """pyarrow's dataset fragments hold about 8.6 GiB per million files (measured at 1M):
 above this the peer would not fit in memory, so only delta-rs's Rust pruning is compared."""
@@ -684,6 +702,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--data", default=str(BENCH_DIR / "data" / "scale"))
     ap.add_argument("--rebuild", action="store_true", help="regenerate the cached logs")
     ap.add_argument("--no-commits", action="store_true", help="skip the append latencies")
+    ap.add_argument(
+        "--lakelog-appends",
+        action="store_true",
+        help="only lakelog's append latencies, at each size and at the 1,000-file table "
+        "(before and after), from the cached logs: a quiet re-measure of one row",
+    )
     args = ap.parse_args(argv)
 
     if args.quick:
@@ -710,6 +734,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{log_commits} log commits, {n_appends} appends, median of {runs} run(s)",
         flush=True,
     )
+    if args.lakelog_appends:
+        lakelog_appends(data_root, [BASELINE_FILES, *sizes, BASELINE_FILES], log_commits, n_appends)
+        return
     res = Results()
     commit_summary: dict[int, dict[str, float]] = {}
     if not args.no_commits:

@@ -32,6 +32,9 @@ Conflict rules (``kind``):
 * An expiry (an ``expire`` action, committed with kind ``append``) adds and
   removes no files: it conflicts with nothing but a metadata change, and no
   transaction conflicts with it.
+* So do a maintenance run's ``claim`` and ``release`` (kind ``append``); the claiming
+  run's rebase callback drops the groups a winner claimed or removed
+  (:mod:`lakelog.maintenance.claims`).
 
 No acknowledged commit is lost to an expiry: a put that lands in a range an
 expiry deleted meanwhile is found by the expiry marks, withdrawn and made again

@@ -33,7 +33,7 @@ from .spec import ROW_SAMPLE, ClusterSpec, encoded_row_bytes, sized_segments, sp
 __all__ = ["cluster_group"]
 
 
-SIZE_CAP_FACTOR = 1.05
+SIZE_CAP_FACTOR = 1.08
 """Clustered files are capped at this times the target size (the writer's footer estimate
 may be a few percent short), so none passes 1.1x the target (late data, issue 17)."""
 
