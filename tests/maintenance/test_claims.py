@@ -495,3 +495,30 @@ def test_two_runs_racing_to_claim_the_same_files_rewrite_them_once(tmp_path: Pat
     on_disk = {f"kind=a/{p.name}" for p in Path(uri, "kind=a").iterdir()}
     live = {f.path for f in t.snapshot().files() if f.partition == {"kind": "a"}}
     assert on_disk == live | _removed_by(t, "COMPACT")  # no output of the idle run
+
+
+OPTIMIZE_PARTIAL = """
+import json, sys, lakelog
+r = lakelog.open_table(sys.argv[1]).optimize(
+    zorder_by=["a", "b"], max_concurrent_groups=1, partial_progress=True
+)
+print(json.dumps(r.to_dict()))
+"""
+
+
+def test_resume_finishes_a_killed_clustering_run(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    t = _table(uri, files=12)
+    before = _rows(t)
+    killed = _spawn(OPTIMIZE_PARTIAL, uri, {"LAKELOG_CRASH_AT": "rewrite:committed"})
+    killed.communicate(timeout=120)
+    assert killed.returncode == -9
+    (plan,) = t.plans()
+    assert plan.operation == "OPTIMIZE" and plan.groups == 1 and not plan.running
+    report = t.resume(plan.plan_id)
+    assert report.version is not None and not report.abandoned_groups
+    assert report.extra["zorder_columns"] == ["a", "b"]
+    assert t.plans() == [] and _rows(t) == before
+    ops = [h.operation for h in reversed(t.history())]
+    assert ops.count("OPTIMIZE") == 2 and ops.count("CLAIM") == 2  # the run's, the resume's
+    assert all("lakelog.clustering.spec" in f.tags for f in t.snapshot().files())
