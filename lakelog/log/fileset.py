@@ -173,8 +173,17 @@ class FileSet:
             return {}
         order = sorted(dead)
         paths = np.array(order, dtype=object)
-        pmin = root.entries.column("path_min").to_pylist()
-        pmax = root.entries.column("path_max").to_pylist()
+        # each leaf's slice [lo, hi) of the sorted dead paths within its path range, for
+        # every leaf at once (a leaf with no range bounds takes them all)
+        pmin = root.entries.column("path_min")
+        pmax = root.entries.column("path_max")
+        unbounded = np.asarray(pc.or_(pc.is_null(pmin), pc.is_null(pmax)))
+        lows = np.searchsorted(paths, np.array(pmin.fill_null("").to_pylist(), dtype=object))
+        highs = np.searchsorted(
+            paths, np.array(pmax.fill_null("").to_pylist(), dtype=object), "right"
+        )
+        lows[unbounded], highs[unbounded] = 0, len(paths)
+        candidates = np.flatnonzero(lows < highs)
         typed = self._hint_columns(order, dead)
         found: dict[int, set[int]] = {}
         hit_paths: set[str] = set()
@@ -182,14 +191,8 @@ class FileSet:
         # not found (a remove that named no partition, or a different one)
         for by_partition in (True, False):
             todo: dict[int, np.ndarray] = {}
-            for i in range(len(root)):
-                if pmin[i] is None or pmax[i] is None:
-                    lo, hi = 0, len(paths)
-                else:
-                    lo = int(np.searchsorted(paths, pmin[i], "left"))
-                    hi = int(np.searchsorted(paths, pmax[i], "right"))
-                if lo >= hi:
-                    continue
+            for i in candidates.tolist():
+                lo, hi = int(lows[i]), int(highs[i])
                 idx = np.arange(lo, hi)
                 if by_partition and typed:
                     idx = idx[self._in_partition_ranges(i, typed, lo, hi)]
