@@ -864,10 +864,12 @@ def create_table(
             curve="hilbert" if linear else cluster_curve,
         )
         properties = {**(properties or {}), **declared}
-    return _create(storage, schema, partition_by=partition_by, properties=properties, adds=None)
+    return create_with_files(
+        storage, schema, partition_by=partition_by, properties=properties, adds=None
+    )
 
 
-def _create(
+def create_with_files(
     storage: Storage,
     schema: pa.Schema,
     *,
@@ -878,6 +880,9 @@ def _create(
     lease: Lease | None = None,
     app: AppTransaction | None = None,
 ) -> Table:
+    """Create a table whose first version may already hold files (``adds``), under the
+    writer ``lease`` and an optional ``app`` transaction. Library-internal: the Arrow and
+    Spark writers' "create the table with its first write" path (not in ``lakelog.__all__``)."""
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
     if not len(schema):
@@ -977,7 +982,7 @@ def write_table(
         schema = reader.schema.remove_metadata()
         parts = check_partition_columns(schema, partition_by)
         check_parquet_properties(props, schema, parts)
-        opts_table = _options_from(props)
+        opts_table = write_options_from(props)
         batches = (conform(b, schema) for b in reader if b.num_rows)
         lease = Lease.acquire(storage, operation="CREATE TABLE AS WRITE", properties=props)
         with lease:
@@ -990,7 +995,7 @@ def write_table(
                 lease_id=lease.lease_id,
             )
             try:
-                created = _create(
+                created = create_with_files(
                     storage,
                     schema,
                     partition_by=parts,
@@ -1007,7 +1012,7 @@ def write_table(
                     storage.delete([a.path for a in adds])
                     raise
             except BaseException as e:
-                if _not_landed(e):  # e.g. a schema _create refuses: no orphans left
+                if _not_landed(e):  # e.g. a schema create_with_files refuses: no orphans left
                     storage.delete([a.path for a in adds])
                 raise
             # created concurrently: commit the files already written on top of it (the
@@ -1050,7 +1055,8 @@ def write_table(
     return table.overwrite(data, schema_mode=schema_mode)
 
 
-def _options_from(props: Mapping[str, str]) -> WriteOptions:
+def write_options_from(props: Mapping[str, str]) -> WriteOptions:
+    """The write options a table's properties give (library-internal: Arrow and Spark writers)."""
     return WriteOptions(
         target_file_size=get_int(props, "lakelog.target_file_size"),
         row_group_size=get_int(props, "lakelog.row_group_size"),

@@ -50,7 +50,7 @@ from ..log.actions import Action, AddFile, DataFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import check_partition_columns, partition_scalar
 from ..storage import Storage
-from ..table import Table, _create, _options_from
+from ..table import Table, create_with_files, write_options_from
 from .pushdown import translate_pushed
 from .read import _resolve
 from .schema import check_dataframe_schema, to_arrow_schema, to_arrow_type, to_spark_schema
@@ -235,7 +235,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             conformed(),
             schema=schema,
             partition_by=self.partition_by,
-            options=_options_from(self.props),
+            options=write_options_from(self.props),
         )
         return _Commit(msgspec.json.encode(adds))
 
@@ -252,7 +252,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
         metrics = {"num_files": len(adds), "num_rows": sum(a.num_rows for a in adds)}
         if self.read_version is None:
             schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
-            _create(
+            create_with_files(
                 storage,
                 schema,
                 partition_by=self.partition_by,

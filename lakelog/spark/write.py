@@ -49,7 +49,7 @@ from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, pa
 from ..properties import get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
-from ..table import Table, _create
+from ..table import Table, create_with_files
 from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
 from .read import columns_of, session_conf, spark_url
 from .schema import (
@@ -348,7 +348,7 @@ def _commit(
     }
     if snap is None:
         try:
-            created = _create(
+            created = create_with_files(
                 storage,
                 schema,
                 partition_by=parts,

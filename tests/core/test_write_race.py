@@ -18,14 +18,14 @@ def test_table_created_concurrently_gets_the_written_stream(
 ) -> None:
     uri = str(tmp_path / "t")
     rival = pa.table({"id": [100, 101]})
-    real_create = table_module._create
+    real_create = table_module.create_with_files
 
     def create_after_rival(*args: Any, **kwargs: Any) -> lakelog.Table:
-        monkeypatch.setattr(table_module, "_create", real_create)
+        monkeypatch.setattr(table_module, "create_with_files", real_create)
         lakelog.write_table(uri, rival)  # the rival wins version 0
         return real_create(*args, **kwargs)
 
-    monkeypatch.setattr(table_module, "_create", create_after_rival)
+    monkeypatch.setattr(table_module, "create_with_files", create_after_rival)
     ours = pa.table({"id": [1, 2, 3]})
     # a one-shot stream: it cannot be read a second time
     reader = pa.RecordBatchReader.from_batches(ours.schema, ours.to_batches())
