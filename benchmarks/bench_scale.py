@@ -454,6 +454,29 @@ def _link_copy(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=copy)
 
 
+def format1_copy(src: str, dst: str, version: int) -> dict[str, Any]:
+    """A copy of the lakelog log whose manifest at ``version`` is a version-1 manifest
+    (one flat file of every live file, as before format 2): commits and older manifests
+    hard-linked, the version-1 manifest written by lakelog's own checkpoint."""
+    from lakelog.log.commits import LOG_DIR
+    from lakelog.log.snapshot import load_snapshot, write_checkpoint
+    from lakelog.storage import Storage
+
+    src_log, dst_log = Path(src) / LOG_DIR, Path(dst) / LOG_DIR
+    dst_log.mkdir(parents=True)
+    for item in src_log.iterdir():
+        name = item.name
+        if item.is_dir():
+            _link_copy(item, dst_log / name)
+        elif name.endswith(".json") or (
+            name.endswith(".manifest.parquet") and int(name.split(".")[0]) < version
+        ):
+            os.link(item, dst_log / name)
+    snap = load_snapshot(Storage(dst), version)
+    write_checkpoint(snap, leaf_files=1, format_version=1)
+    return {"files": snap.num_files}
+
+
 def _percentile(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -629,6 +652,26 @@ def measure_reads(res: Results, shape: Shape, paths: dict[str, Path], runs: int)
         dl_rss=b["rss"],
         files=f"{shape.files_at_mid:,}",
     )
+    # the same with a version-1 manifest at that version: what time travel cost before
+    # format 2 ("stays as fast as today"), in this run
+    v1 = Path(tempfile.mkdtemp(prefix="lakelog-scale-v1-"))
+    try:
+        _child("format1_copy", ll, str(v1 / "t"), shape.mid)
+        c = _median_cold("lakelog_cold", str(v1 / "t"), "time_travel", shape.mid, runs)
+    finally:
+        shutil.rmtree(v1, ignore_errors=True)
+    if c["files"] != shape.files_at_mid:
+        raise AssertionError(f"format-1 copy: {c['files']} files at v{shape.mid}")
+    res.add(
+        size,
+        f"time travel to v{shape.mid}, format-1 manifest (before format 2)",
+        c["seconds"],
+        b["seconds"],
+        ll_rss=c["rss"],
+        dl_rss=b["rss"],
+        files=f"{shape.files_at_mid:,}",
+    )
+    print(f"    time travel: format 2 / format 1 = {a['seconds'] / c['seconds']:.2f}x", flush=True)
 
 
 def measure_commits(

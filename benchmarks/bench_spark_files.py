@@ -6,10 +6,13 @@ local disk, committed by lakelog. Each side is timed from nothing to a planned q
 (``df._jdf.queryExecution().executedPlan()``: Spark has resolved its file index and
 cut its splits), which is where per-file status calls happen; no rows are read:
 
-* ``lakelog.spark.read`` on local disk: the file list from the log; the driver checks
-  every file one by one (cheap here; ``listing_conf``);
-* the same with the checks in one Spark job, as ``lakelog.spark.read`` does on every
-  other filesystem (where a check is a request);
+* ``lakelog.spark.read``: the file list, sizes and times from the log, handed to Spark as
+  a file-sink log (``MetadataLogFileIndex``): no status call per file;
+* the plan's URLs handed to ``spark.read.parquet`` (what ``lakelog.spark.read`` did
+  before, and still does on Spark Connect): the driver checks every file one by one
+  (cheap here; ``listing_conf``);
+* the same with the checks in one Spark job, as the URL path does on every other
+  filesystem (where a check is a request);
 * ``spark.read.format("lakelog")``: the Python data source takes sizes from the log
   and makes no status call at all (reads go through pyarrow in Python workers);
 * peer: ``spark.read.parquet(<folder>)``, Spark listing the folder itself (one
@@ -101,6 +104,12 @@ def main() -> None:
     def lakelog_read() -> None:
         planned(lspark.read(spark, uri))
 
+    def lakelog_urls() -> None:
+        plan = lspark.plan_read(spark, uri)
+        with session_conf(spark, listing_conf(spark, len(plan.urls), plan.base_url)):
+            reader = spark.read.schema("id long, v string").option("__globPaths__", "false")
+            planned(reader.parquet(*plan.urls))
+
     def lakelog_job() -> None:
         plan = lspark.plan_read(spark, uri)
         with session_conf(spark, listing_conf(spark, len(plan.urls), "s3a://")):
@@ -117,8 +126,9 @@ def main() -> None:
     results = {}
     for name, fn in [
         ("spark folder listing (peer)", folder),
-        ("lakelog.spark.read (driver checks files)", lakelog_read),
-        ("lakelog, one Spark job checks files", lakelog_job),
+        ("lakelog.spark.read (file list from the log)", lakelog_read),
+        ("lakelog URLs, driver checks each file", lakelog_urls),
+        ("lakelog URLs, one Spark job checks files", lakelog_job),
         ('spark.read.format("lakelog")', data_source),
     ]:
         median, samples = median_time(fn, repeat=runs, warmup=1)

@@ -17,11 +17,12 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import io
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -252,21 +253,35 @@ def _strings(typed: pa.Array) -> list[str | None]:
     return [forms[i] for i in codes.tolist()]
 
 
+@functools.lru_cache(maxsize=64)
+def _row_dicts(k: int) -> Callable[..., list[dict[str, Any]]]:
+    """A function of ``k`` keys and ``k`` equal-length columns giving one dict per row.
+
+    Built from a dict display in a comprehension (``{k0: v0, k1: v1}``), which is about
+    twice as fast per row as ``dict(zip(keys, row))``; the generated source holds only
+    names made from integers.
+    """
+    keys = ", ".join(f"k{i}" for i in range(k))
+    cols = ", ".join(f"c{i}" for i in range(k))
+    body = ", ".join(f"k{i}: v{i}" for i in range(k))
+    rows = "v0 in c0" if k == 1 else f"{', '.join(f'v{i}' for i in range(k))} in zip({cols})"
+    built: Callable[..., list[dict[str, Any]]] = eval(
+        f"lambda {keys}, {cols}: [{{{body}}} for {rows}]"
+    )
+    return built
+
+
 def _dicts(fields: dict[str, pa.Array], n: int) -> list[dict[str, Any]]:
     """One dict per row of the non-null values of ``fields`` (bounds in JSON form)."""
     names = list(fields)
     values = [_json_form(a) for a in fields.values()]
-    if all(a.null_count == 0 for a in fields.values()):
-        return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
-    out: list[dict[str, Any]] = [{} for _ in range(n)]
-    for name, column, arr in zip(names, values, fields.values(), strict=True):
-        if arr.null_count == 0:
-            for d, v in zip(out, column, strict=True):
-                d[name] = v
-        else:
-            for d, v in zip(out, column, strict=True):
-                if v is not None:
-                    d[name] = v
+    if not names:
+        return [{} for _ in range(n)]
+    out = _row_dicts(len(names))(*names, *values)
+    for name, arr in fields.items():
+        if arr.null_count:
+            for i in np.flatnonzero(~np.asarray(arr.is_valid())).tolist():
+                del out[i][name]
     return out
 
 

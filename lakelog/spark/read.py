@@ -2,26 +2,35 @@
 
 The snapshot comes from the log; its files are pruned by partition values
 and min/max stats; the remaining files go to Spark's own Parquet reader
-(vectorized, with predicate pushdown), never a directory listing. Files laid
-out as ``<root>/<col>=<value>/...`` (everything lakelog and
-:func:`lakelog.spark.write` produce) are read in ONE scan with ``basePath``
-and a schema that types the partition columns, so Spark parses their values
-from the folder names with the logged types. A file whose folders do not
-spell its logged partition values the way Spark parses them (for example a
-non-ASCII string, which lakelog percent-encodes as UTF-8 bytes and Spark
-decodes per byte) is read in a separate scan per partition with the values
-added as literals, and unioned.
+(vectorized, with predicate pushdown), never a directory listing. Spark gets
+them as a file-sink log written to a local temporary folder (its
+``MetadataLogFileIndex``), with their sizes and times from the log, so it
+makes no status call per file; where that cannot be used (Spark Connect, a
+table root named like a partition folder) it gets their URLs and checks each.
+Files laid out as ``<root>/<col>=<value>/...`` (everything lakelog and
+:func:`lakelog.spark.write` produce) are read in ONE scan in which Spark
+parses partition values from the folder names with the logged types. A file
+whose folders do not spell its logged partition values the way Spark parses
+them (for example a non-ASCII string, which lakelog percent-encodes as UTF-8
+bytes and Spark decodes per byte) is read in a separate scan per partition
+with the values added as literals, and unioned.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
+import shutil
+import tempfile
 import threading
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,7 +45,7 @@ from .schema import check_spark_readable, to_spark_schema, to_spark_type
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ReadPlan", "history", "plan_read", "read", "session_conf", "spark_url"]
+__all__ = ["ReadPlan", "SparkFile", "history", "plan_read", "read", "session_conf", "spark_url"]
 
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
@@ -45,7 +54,8 @@ _SEQUENTIAL_FILES = 32
 
 
 def listing_conf(spark: SparkSession, n_files: int, base_url: str) -> dict[str, str]:
-    """Settings for Spark's file index over an explicit list of ``n_files`` files.
+    """Settings for Spark's file index over an explicit list of ``n_files`` URLs (the
+    fallback of :meth:`ReadPlan.to_dataframe`, and clustering's group reads).
 
     Spark asks the filesystem for the status of every path it is given, on the driver
     one by one, or in a Spark job when there are more than the listing threshold. On
@@ -180,9 +190,107 @@ def _spark_parses(f: DataFile, partition_by: Sequence[str], string_cols: set[str
 # -- plan ---------------------------------------------------------------------------
 
 
+class SparkFile(NamedTuple):
+    """A data file as :func:`read` hands it to Spark: URL, and size and time from the log."""
+
+    url: str
+    size_bytes: int
+    modification_ms: int
+
+
+# -- a file index built from the log, without a status call per file ----------------
+
+
+class _SinkEntry(msgspec.Struct):
+    """One line of a Spark file-sink log (Spark's ``SinkFileStatus``; its field names)."""
+
+    path: str
+    size: int
+    isDir: bool
+    modificationTime: int
+    blockReplication: int
+    blockSize: int
+    action: str
+
+
+_SINK_ENCODER = msgspec.json.Encoder()
+_SINK_LOG_HEADER = b"v1"
+_SINK_IGNORED = "spark.sql.streaming.fileStreamSink.ignoreMetadata"
+_BLOCK_SIZE = 32 << 20
+"""What Hadoop's local and S3A filesystems report; Spark cuts splits by its own size."""
+
+
+def _uri(url: str) -> str:
+    """A URL as a URI (percent-encoded, as Spark's file-sink log holds paths)."""
+    return urllib.parse.quote(url, safe="/:=")
+
+
+@contextlib.contextmanager
+def _file_log(files: Sequence[SparkFile]) -> Iterator[str]:
+    """A local temporary folder holding a Spark file-sink log of exactly ``files``.
+
+    Spark reads a folder with a ``_spark_metadata`` log through its
+    ``MetadataLogFileIndex``: the files, sizes and times come from the log, so Spark
+    makes no status call per file and never lists a folder. The log is read once,
+    when the DataFrame is built; the folder is deleted when the block ends.
+    """
+    folder = tempfile.mkdtemp(prefix="lakelog-read-")
+    try:
+        os.mkdir(os.path.join(folder, "_spark_metadata"))
+        with open(os.path.join(folder, "_spark_metadata", "0"), "wb") as out:
+            out.write(_SINK_LOG_HEADER)
+            for f in files:
+                entry = _SinkEntry(
+                    _uri(f.url), f.size_bytes, False, f.modification_ms, 1, _BLOCK_SIZE, "add"
+                )
+                out.write(b"\n" + _SINK_ENCODER.encode(entry))
+        yield Path(folder).as_uri()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _logged_scan(
+    spark: SparkSession, schema: Any, files: Sequence[SparkFile], *, partitioned: bool
+) -> DataFrame | None:
+    """``files`` as one Parquet scan whose file index comes from a file-sink log.
+
+    ``partitioned``: Spark parses partition values from the folder names (the files'
+    folders are ``col=value`` up to the table root, whose own name has no ``=``);
+    otherwise it parses none. None when Spark would not take the log as the whole
+    file list (a Spark without this index, or a setting that ignores the log): the
+    caller then hands Spark the URLs.
+    """
+    if getattr(spark, "_jsparkSession", None) is None:  # Spark Connect: no driver JVM here
+        return None
+    expected = sum(1 for f in files if f.size_bytes > 0)
+    try:
+        with _file_log(files) as folder, session_conf(spark, {_SINK_IGNORED: "false"}):
+            reader = spark.read.schema(schema)
+            if not partitioned:
+                reader = reader.option("recursiveFileLookup", "true")
+            df = reader.parquet(folder)
+            index = df._jdf.queryExecution().analyzed().relation().location()  # type: ignore[attr-defined]
+            if (
+                index.getClass().getSimpleName() != "MetadataLogFileIndex"
+                or index.allFiles().size() != expected
+            ):
+                return None
+    except Exception:  # noqa: BLE001 - any surprise: the URL list is the safe way
+        return None
+    return df
+
+
+def _root_is_partition_like(base_url: str) -> bool:
+    """True if Spark would take the table root's own folder name as a partition."""
+    return "=" in base_url.rstrip("/").rsplit("/", 1)[-1]
+
+
+# -- plan ---------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class ReadPlan:
-    """What :func:`read` hands to Spark: the snapshot, the pruning and the file URLs."""
+    """What :func:`read` hands to Spark: the snapshot, the pruning and the files."""
 
     snapshot: Snapshot
     files: tuple[DataFile, ...]
@@ -192,44 +300,57 @@ class ReadPlan:
     filter: str | Column | None = field(repr=False)
     columns: tuple[str, ...] | None
     base_url: str
-    direct: tuple[str, ...] = field(repr=False)
-    """URLs read in one scan with ``basePath`` (partition values from folder names)."""
-    grouped: tuple[tuple[tuple[tuple[str, str | None], ...], tuple[str, ...]], ...] = field(
+    direct: tuple[SparkFile, ...] = field(repr=False)
+    """Files read in one scan (partition values parsed by Spark from folder names)."""
+    grouped: tuple[tuple[tuple[tuple[str, str | None], ...], tuple[SparkFile, ...]], ...] = field(
         repr=False
     )
-    """(partition values, URLs) read one scan per partition with literal values."""
+    """(partition values, files) read one scan per partition with literal values."""
 
     @property
     def urls(self) -> list[str]:
-        """Exactly the file URLs handed to ``spark.read.parquet``."""
-        return [*self.direct, *(u for _, urls in self.grouped for u in urls)]
+        """Exactly the file URLs handed to Spark."""
+        return [f.url for f in self.direct] + [f.url for _, fs in self.grouped for f in fs]
 
     @property
     def skipped_files(self) -> int:
         """Live files of the snapshot that pruning left out."""
         return self.snapshot.num_files - len(self.files)
 
+    def _scan(
+        self, spark: SparkSession, schema: Any, files: Sequence[SparkFile], *, direct: bool
+    ) -> DataFrame:
+        """One Parquet scan of ``files``: from a file-sink log when Spark takes it (no
+        status call per file), else from their URLs (Spark checks each one)."""
+        partitioned = direct and bool(self.snapshot.partition_by)
+        df = None
+        if not (partitioned and _root_is_partition_like(self.base_url)):
+            df = _logged_scan(spark, schema, files, partitioned=partitioned)
+        if df is None:
+            with session_conf(spark, listing_conf(spark, len(files), self.base_url)):
+                reader = spark.read.schema(schema).option("__globPaths__", "false")
+                if partitioned:
+                    reader = reader.option("basePath", self.base_url)
+                df = reader.parquet(*(f.url for f in files))
+        return df
+
     def to_dataframe(self, spark: SparkSession) -> DataFrame:
         """The DataFrame of this plan (lazy: Spark reads when an action runs)."""
         from pyspark.sql import functions as F
 
         schema = self.snapshot.schema
-        parts = self.snapshot.partition_by
         full = to_spark_schema(schema)
         frames: list[DataFrame] = []
-        with session_conf(spark, listing_conf(spark, len(self.files), self.base_url)):
-            if self.direct:
-                reader = spark.read.schema(full).option("__globPaths__", "false")
-                if parts:
-                    reader = reader.option("basePath", self.base_url)
-                frames.append(reader.parquet(*self.direct).select(*columns_of(schema.names)))
-            file_schema = to_spark_schema(self.snapshot.file_schema)
-            for values, urls in self.grouped:
-                df = spark.read.schema(file_schema).option("__globPaths__", "false").parquet(*urls)
-                for col, text in values:
-                    t = to_spark_type(schema.field(col).type)
-                    df = df.withColumn(col, F.lit(text).cast(t))
-                frames.append(df.select(*columns_of(schema.names)))
+        if self.direct:
+            df = self._scan(spark, full, self.direct, direct=True)
+            frames.append(df.select(*columns_of(schema.names)))
+        file_schema = to_spark_schema(self.snapshot.file_schema)
+        for values, files in self.grouped:
+            df = self._scan(spark, file_schema, files, direct=False)
+            for col, text in values:
+                t = to_spark_type(schema.field(col).type)
+                df = df.withColumn(col, F.lit(text).cast(t))
+            frames.append(df.select(*columns_of(schema.names)))
         if not frames:
             out = spark.createDataFrame([], full)
         else:
@@ -305,8 +426,8 @@ def plan_read(
         if pa.types.is_string(schema.field(c).type)
         or pa.types.is_large_string(schema.field(c).type)
     }
-    direct: list[str] = []
-    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
+    direct: list[SparkFile] = []
+    groups: dict[tuple[tuple[str, str | None], ...], list[SparkFile]] = {}
     for f in files:
         name = f.path.rsplit("/", 1)[-1]
         if hidden_name(name):  # Spark's file index skips these, even when listed
@@ -315,12 +436,12 @@ def plan_read(
                 f"skips files whose names start with '_' or '.'. Rewrite (compact) the "
                 f"files of this table before reading it in Spark."
             )
-        url = spark_url(storage, f.path)
+        one = SparkFile(spark_url(storage, f.path), f.size_bytes, f.modification_ms)
         if not snap.partition_by or _spark_parses(f, snap.partition_by, string_cols):
-            direct.append(url)
+            direct.append(one)
         else:
             key = tuple((c, f.partition.get(c)) for c in snap.partition_by)
-            groups.setdefault(key, []).append(url)
+            groups.setdefault(key, []).append(one)
     return ReadPlan(
         snapshot=snap,
         files=tuple(files),

@@ -589,3 +589,23 @@ def test_manifests_on_s3(s3_backend: Any) -> None:
         assert isinstance(got, Root) and set(got.leaves) <= on_disk
     CACHE.clear()
     assert set(load_snapshot(storage).paths()) == want
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 7])
+def test_leaf_bounds_become_dicts_of_the_known_values(width: int) -> None:
+    """A leaf's typed bound columns become one dict per file holding exactly its non-null
+    values, for any number of columns (the dict builder is generated per width)."""
+    from lakelog.log.leaves import _dicts
+
+    names = [f"c{i}" for i in range(width)]
+    values = [
+        [None if (row + col) % 3 == 0 else row * 10 + col for row in range(5)]
+        for col in range(width)
+    ]
+    fields = {n: pa.array(v, pa.int64()) for n, v in zip(names, values, strict=True)}
+    want = [
+        {n: v[row] for n, v in zip(names, values, strict=True) if v[row] is not None}
+        for row in range(5)
+    ]
+    assert _dicts(fields, 5) == want
+    assert _dicts({}, 3) == [{}, {}, {}]
