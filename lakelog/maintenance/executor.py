@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._failpoints import failpoint, pausepoint
-from ..errors import InvalidArgumentError, LakelogError
+from ..errors import InvalidArgumentError, LakelogError, VersionExpiredError
 from ..leases import Lease
 from ..log.snapshot import Snapshot
 from ..transaction import CommitResult
@@ -55,6 +55,7 @@ __all__ = [
     "check_plan_table",
     "execute_groups",
     "live_groups",
+    "plan_read_snapshot",
     "run_groups",
 ]
 
@@ -313,14 +314,28 @@ def check_plan_table(table: Table, plan: RewritePlan) -> None:
 def live_groups(table: Table, plan: RewritePlan) -> tuple[Snapshot, list[FileGroup], list[str]]:
     """The snapshot at the plan's read version, the groups whose sources are all still
     live in the latest version, and the ids of the others (*stale*: a saved plan made
-    from an older version, whose sources a later commit removed)."""
+    from an older version, whose sources a later commit removed).
+
+    When the read version was expired since the plan was made, the latest version is
+    the read snapshot: the live groups' sources are the same files there, and their
+    rewrites then conflict only with what commits after it."""
     latest = table.snapshot()
     if latest.version == plan.read_version:
         return latest, list(plan.groups), []
     live = {f.path for f in latest.files()}
     stale = [g.group_id for g in plan.groups if any(f.path not in live for f in g.files)]
     todo = [g for g in plan.groups if g.group_id not in stale]
-    return table.snapshot(plan.read_version), todo, stale
+    return plan_read_snapshot(table, plan, latest), todo, stale
+
+
+def plan_read_snapshot(table: Table, plan: RewritePlan, latest: Snapshot | None = None) -> Snapshot:
+    """The snapshot a stored plan was made from, or the latest one if expiry removed it
+    since (the sources of its still-live groups are the same files there; files are read
+    and written with the latest schema, which reads every older file)."""
+    try:
+        return table.snapshot(plan.read_version)
+    except VersionExpiredError:
+        return latest if latest is not None else table.snapshot()
 
 
 def execute_groups(

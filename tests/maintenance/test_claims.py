@@ -522,3 +522,31 @@ def test_resume_finishes_a_killed_clustering_run(tmp_path: Path) -> None:
     ops = [h.operation for h in reversed(t.history())]
     assert ops.count("OPTIMIZE") == 2 and ops.count("CLAIM") == 2  # the run's, the resume's
     assert all("lakelog.clustering.spec" in f.tags for f in t.snapshot().files())
+
+
+@pytest.mark.parametrize("run", ["compact", "optimize"])
+def test_resume_after_the_plans_version_was_expired(tmp_path: Path, run: str) -> None:
+    """A plan outlives the version it was made from: resume reads from the latest version
+    (its remaining groups' files are the same files there) instead of failing."""
+    uri = str(tmp_path / "t")
+    t = _table(uri, ttl="1", files=12)
+    before = _rows(t)
+    code = COMPACT_PARTIAL if run == "compact" else OPTIMIZE_PARTIAL
+    killed = _spawn(code, uri, {"LAKELOG_CRASH_AT": "rewrite:committed"})
+    killed.communicate(timeout=120)
+    assert killed.returncode == -9
+    (plan,) = t.plans()
+    _wait_stopped(t)
+    extra = pa.table({"kind": ["b"] * 3, "a": [1, 2, 3], "b": [0.5, 1.5, 2.5]}, schema=SCHEMA)
+    for _ in range(3):
+        t.append(extra)
+    t.refresh().expire_snapshots(older_than=dt.timedelta(0), retain_last=1)
+    with pytest.raises(lakelog.VersionExpiredError):
+        t.snapshot(plan.claim_version - 1)  # the version the plan was made from
+    report = t.refresh().resume(plan.plan_id)
+    assert report.version is not None and not report.abandoned_groups
+    assert t.plans() == []
+    ops = [h.operation for h in t.history()]
+    assert ops.index(run.upper()) < ops.index("APPEND")  # the resume landed after expiry
+    want = before + Counter({tuple(r.values()): 3 for r in extra.to_pylist()})
+    assert _rows(t) == want

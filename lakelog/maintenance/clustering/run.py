@@ -26,7 +26,7 @@ from ...log.snapshot import Snapshot
 from ...storage import Storage
 from ...transaction import CommitResult
 from ..claims import claimed_files
-from ..executor import GroupRunner, ProgressCallback, execute_groups
+from ..executor import GroupRunner, ProgressCallback, execute_groups, plan_read_snapshot
 from ..groups import FileGroup, GroupResult
 from ..options import ExecutionOptions, check_flag, execution_options
 from ..pacing import Pacer
@@ -255,11 +255,12 @@ def execute_cluster_plan(
 
     ``execution`` defaults to the table's properties. A plan made from an older
     version first drops the groups whose sources are no longer live (reported as
-    abandoned); the spec is decoded against the schema at the plan's read version.
+    abandoned); the spec is decoded against the schema at the plan's read version (the
+    latest version's if that one was expired since).
     """
     started = time.monotonic() if started is None else started
     if read_snapshot is None:
-        read_snapshot = table.snapshot(plan.read_version)
+        read_snapshot = plan_read_snapshot(table, plan)
         given = None
     else:
         given = read_snapshot
