@@ -8,8 +8,9 @@ files of ``--target`` bytes. Three copies of the same rows:
   bloom filters, row groups cut every ``lakelog.row_group_size`` rows; read with
   lakelog's reader without plan-time row-group skipping (pyarrow still skips row
   groups by statistics during the scan, as it always did);
-* **skipping**: lakelog with the defaults (page index, compact row-group cuts) plus
-  bloom filters on ``customer_id`` and ``payload``; read with plan-time skipping;
+* **skipping**: lakelog with the defaults (page index, compact row-group cuts of about
+  16,384 rows in clustered files) plus bloom filters on ``customer_id`` and ``payload``;
+  read with plan-time skipping;
 * **delta-rs**: the same rows written by delta-rs and z-ordered by it on the same
   columns, read through its pyarrow dataset (file stats from its log, then pyarrow's
   row-group statistics).
@@ -22,7 +23,15 @@ fsspec filesystem (``countfile://``) under every reader, footers and bloom filte
 included. Write cost: ``write_table`` and a full ``optimize`` of the same rows with
 the features off and on (median of ``--runs``).
 
-Usage: ``python benchmarks/bench_skipping.py [--queries 300] [--runs 3] [--target 128MiB]``
+With ``--spark``, the same queries also go through ``lakelog.spark.read(spark, uri,
+filter=<SQL>).collect()`` on a local SparkSession over the **today** and **skipping**
+copies, and through ``spark.read.parquet(<delta-rs's live files>).where(<SQL>)`` over
+delta-rs's (Delta's Spark jars cannot be installed here): bytes are Hadoop's own count
+of bytes read from the local filesystem (what Spark's input metrics are made of), with
+Spark's Parquet column-index and bloom-filter filtering at their defaults (on).
+
+Usage: ``python benchmarks/bench_skipping.py [--queries 300] [--runs 3] [--target 128MiB]
+[--spark [--spark-queries N]] [--spark-only]``
 """
 
 from __future__ import annotations
@@ -62,7 +71,10 @@ TS_WINDOW = 20_000
 FEATURES = {
     "lakelog.parquet.bloom_filter_columns": "customer_id,payload",
 }
-NO_FEATURES = {"lakelog.parquet.page_index": "false"}
+NO_FEATURES = {
+    "lakelog.parquet.page_index": "false",
+    "lakelog.clustering.row_group_size": str(256 * 1024),  # before it existed: 262,144
+}
 
 
 # -- counting every byte read ------------------------------------------------------------
@@ -250,6 +262,99 @@ def delta_reader(path: Path) -> Reader:
     return read
 
 
+def _sql(expr: pc.Expression) -> str:
+    """The Spark SQL text of one of :func:`queries`' expressions (``==``, ``>=``, ``<``
+    over a column and a literal, joined by ``and``)."""
+    text = str(expr)
+    if "'" in text or "\\" in text:
+        raise ValueError(f"a literal this translation does not escape: {text}")
+    for op, sql in ((" == ", " = "), (" and ", " AND ")):
+        text = text.replace(op, sql)
+    return text.replace('"', "'")
+
+
+def _spark_reader(spark: Any, name: str, path: Path) -> Callable[[str], Any]:
+    """A query's DataFrame: through ``lakelog.spark.read`` for lakelog's copies; for
+    delta-rs's, Spark's Parquet reader over the live files its log lists (no Delta jars
+    can be installed here), the same scan a Delta reader would plan without stats."""
+    import lakelog.spark as lspark
+
+    if name != "delta-rs":
+        return lambda sql: lspark.read(spark, str(path), filter=sql)
+    from deltalake import DeltaTable
+
+    urls = DeltaTable(str(path)).file_uris()
+    frame = spark.read.parquet(*urls)
+    return lambda sql: frame.where(sql)
+
+
+def measure_spark(paths: dict[str, Path], qs: dict[str, list[pc.Expression]]) -> list[dict]:
+    """Bytes read and time per query through ``lakelog.spark.read`` on a local Spark."""
+    import os
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("lakelog-bench-skipping")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Hadoop counts the bytes of stream reads only: parquet-mr's vectored reads of
+        # the local filesystem bypass the counters, and Spark's input metrics with them
+        # (a lookup then "reads" its footers alone); the same ranges are read either way
+        .config("spark.hadoop.parquet.hadoop.vectored.io.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
+
+    def bytes_read() -> int:
+        """Spark's input metrics: bytes read by every task so far (the status store is
+        fed asynchronously: read until two looks agree)."""
+        last = -1
+        while True:
+            executors = store.executorList(True).iterator()
+            total = 0
+            while executors.hasNext():
+                total += int(executors.next().totalInputBytes())
+            if total == last:
+                return total
+            last = total
+            time.sleep(0.2)
+
+    rows = []
+    try:
+        for shape, q in qs.items():
+            base: float | None = None
+            for name, path in paths.items():
+                read = _spark_reader(spark, name, path)
+                for expr in q[:3]:  # warm the JVM and the OS cache
+                    read(_sql(expr)).collect()
+                b0, t0, got = bytes_read(), time.perf_counter(), 0
+                for expr in q:
+                    got += len(read(_sql(expr)).collect())
+                ms = 1000 * (time.perf_counter() - t0) / len(q)
+                per = (bytes_read() - b0) / len(q)
+                base = base or per
+                print(f"{shape:14s} spark/{name:9s} {fmt_bytes(per)}/query {ms:.1f} ms", flush=True)
+                rows.append(
+                    {
+                        "query": shape,
+                        "reader": f"spark: {name}",
+                        "bytes/query": fmt_bytes(per),
+                        "x today": per / base,
+                        "ms/query": ms,
+                        "rows": got,
+                    }
+                )
+    finally:
+        spark.stop()
+    return rows
+
+
 def measure(read: Reader, qs: list[pc.Expression]) -> dict[str, float]:
     COUNTER.bytes = COUNTER.reads = 0
     rows = 0
@@ -283,6 +388,18 @@ def main() -> None:
         "--reuse", action="store_true", help="query the tables a previous run built (no write cost)"
     )
     ap.add_argument("--write-only", action="store_true", help="measure the write cost only")
+    ap.add_argument("--spark", action="store_true", help="also read through lakelog.spark.read")
+    ap.add_argument(
+        "--spark-queries",
+        type=int,
+        default=None,
+        help="Spark reads only the first N queries of each shape (default: all)",
+    )
+    ap.add_argument(
+        "--spark-only",
+        action="store_true",
+        help="only the Spark reads, on the tables a previous run built",
+    )
     args = ap.parse_args()
     n = _data.n_batches()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -293,15 +410,15 @@ def main() -> None:
 
     # write cost: the same rows with the features off and on, alternating, median of runs
     cost: dict[str, list[tuple[float, float, float, float]]] = {"today": [], "skipping": []}
-    for _ in range(0 if args.reuse else args.runs):
+    for _ in range(0 if args.reuse or args.spark_only else args.runs):
         for name in ("today", "skipping"):
             cost[name].append(
                 build_lakelog(WORK / name, n, args.target, features=name == "skipping")
             )
-    if not args.skip_delta and not args.reuse:
+    if not args.skip_delta and not args.reuse and not args.spark_only:
         delta_cost = build_delta(WORK / "delta", n, args.target)
     write_rows: list[dict[str, Any]] = []
-    for name, runs in cost.items() if not args.reuse else ():
+    for name, runs in cost.items() if not (args.reuse or args.spark_only) else ():
         write_rows.append(
             {
                 "copy": name,
@@ -329,6 +446,12 @@ def main() -> None:
     if args.write_only:
         return
     qs = queries(n, args.queries)
+    spark_qs = {k: v[: args.spark_queries] for k, v in qs.items()}
+    copies = ("today", "skipping") if args.skip_delta else ("today", "skipping", "delta-rs")
+    spark_paths = {c: WORK / ("delta" if c == "delta-rs" else c) for c in copies}
+    if args.spark_only:
+        print_table(measure_spark(spark_paths, spark_qs))
+        return
     readers: dict[str, Reader] = {
         "today": lakelog_reader(WORK / "today", skipping=False),
         "skipping": lakelog_reader(WORK / "skipping", skipping=True),
@@ -357,6 +480,8 @@ def main() -> None:
                     "rows": int(m["rows"]),
                 }
             )
+    if args.spark:
+        rows += measure_spark(spark_paths, spark_qs)
     print_table(rows)
     with collect_skip_stats() as stats:
         readers["skipping"](qs["customer_id ="][0])

@@ -296,6 +296,14 @@ PROPERTIES: dict[str, Property] = {
             low_open=True,
         ),
         Property(
+            "lakelog.clustering.row_group_size",
+            "int",
+            str(16 * 1024),
+            "most rows per Parquet row group in files optimize writes (the smaller of this "
+            "and lakelog.row_group_size applies)",
+            low=1,
+        ),
+        Property(
             "lakelog.clustering.max_group_bytes",
             "int",
             str(1024 * MiB),

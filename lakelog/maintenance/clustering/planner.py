@@ -75,6 +75,7 @@ PROP_RATIO = "lakelog.clustering.max_rewrite_ratio"
 PROP_DELTA = "lakelog.clustering.min_delta_file_ratio"
 
 PROP_GROUP = "lakelog.clustering.max_group_bytes"
+PROP_ROW_GROUP = "lakelog.clustering.row_group_size"
 
 
 class ClusterOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -512,7 +513,10 @@ def cluster_options(
         get_int(props, "lakelog.target_file_size") if target_file_size is None else target_file_size
     )
     positive_int("target_file_size", target, unit="bytes")
-    rg = get_int(props, "lakelog.row_group_size") if row_group_size is None else row_group_size
+    if row_group_size is None:  # small row groups: the unit most readers skip by
+        rg = min(get_int(props, "lakelog.row_group_size"), get_int(props, PROP_ROW_GROUP))
+    else:
+        rg = row_group_size
     positive_int("row_group_size", rg, unit="rows")
     codec = check_codec(
         get_str(props, "lakelog.compression") if compression is None else compression
