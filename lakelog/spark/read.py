@@ -187,7 +187,7 @@ def _spark_parses(f: DataFile, partition_by: Sequence[str], string_cols: set[str
     return True
 
 
-# -- plan ---------------------------------------------------------------------------
+# -- the files Spark gets -----------------------------------------------------------
 
 
 class SparkFile(NamedTuple):
