@@ -38,9 +38,11 @@ __all__ = [
     "CODECS",
     "DATA_PAGE_SIZE",
     "ParquetOptions",
+    "SINGLE_PAGE_TAG",
     "RollingWriter",
     "WriteOptions",
     "check_codec",
+    "single_page_chunks",
     "split_partitions",
     "write_files",
 ]
@@ -75,6 +77,21 @@ def bloom_type_ok(t: pa.DataType) -> bool:
 
 BLOOM_TYPES = "integers, strings, binary, dates (date32), timestamps and decimals"
 """The column types :func:`bloom_type_ok` accepts, in words for messages."""
+
+
+SINGLE_PAGE_TAG = "lakelog.parquet.single_page_chunks"
+"""A file's tag when every column chunk is one data page (docs/format.md, "Page tag")."""
+
+
+def single_page_chunks(md: pq.FileMetaData, data_page_size: int) -> bool:
+    """True if every column chunk of the file is at most one data page: its uncompressed
+    size (dictionary page included) is within the page size the writer cut pages at."""
+    for r in range(md.num_row_groups):
+        group = md.row_group(r)
+        for c in range(group.num_columns):
+            if group.column(c).total_uncompressed_size > data_page_size:
+                return False
+    return bool(md.num_row_groups > 0)
 
 
 class ParquetOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -324,6 +341,11 @@ class RollingWriter:
             footer = max(0, size - data - self._footer_fixed)
             self._footer_per_group = footer / self._groups_in_file
         self._groups_in_file = 0
+        tags = {k: v for k, v in self.options.tags.items() if k != SINGLE_PAGE_TAG}
+        if self.options.parquet.page_index and single_page_chunks(
+            md, self.options.parquet.data_page_size
+        ):
+            tags[SINGLE_PAGE_TAG] = "true"
         self.written.append(
             AddFile(
                 path=self._path,
@@ -333,7 +355,7 @@ class RollingWriter:
                 stats=stats_from_metadata(md, self.schema),
                 data_change=True,
                 modification_ms=int(time.time() * 1000),
-                tags=dict(self.options.tags),
+                tags=tags,
             )
         )
 

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError, LakelogError
+from ..io.writer import SINGLE_PAGE_TAG
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
 from ..partitioning import NULL_PARTITION, hidden_name
@@ -196,6 +197,9 @@ class SparkFile(NamedTuple):
     url: str
     size_bytes: int
     modification_ms: int
+    single_page: bool = False
+    """Every column chunk is one data page (the writer's tag): the column index holds
+    nothing the row-group statistics do not."""
 
 
 # -- a file index built from the log, without a status call per file ----------------
@@ -216,6 +220,8 @@ class _SinkEntry(msgspec.Struct):
 _SINK_ENCODER = msgspec.json.Encoder()
 _SINK_LOG_HEADER = b"v1"
 _SINK_IGNORED = "spark.sql.streaming.fileStreamSink.ignoreMetadata"
+_COLUMN_INDEX = "parquet.filter.columnindex.enabled"
+"""parquet-mr's page-level filtering by the column index (on by default)."""
 _BLOCK_SIZE = 32 << 20
 """What Hadoop's local and S3A filesystems report; Spark cuts splits by its own size."""
 
@@ -250,7 +256,12 @@ def _file_log(files: Sequence[SparkFile]) -> Iterator[str]:
 
 
 def _logged_scan(
-    spark: SparkSession, schema: Any, files: Sequence[SparkFile], *, partitioned: bool
+    spark: SparkSession,
+    schema: Any,
+    files: Sequence[SparkFile],
+    *,
+    partitioned: bool,
+    options: Mapping[str, str],
 ) -> DataFrame | None:
     """``files`` as one Parquet scan whose file index comes from a file-sink log.
 
@@ -265,7 +276,7 @@ def _logged_scan(
     expected = sum(1 for f in files if f.size_bytes > 0)
     try:
         with _file_log(files) as folder, session_conf(spark, {_SINK_IGNORED: "false"}):
-            reader = spark.read.schema(schema)
+            reader = spark.read.schema(schema).options(**options)
             if not partitioned:
                 reader = reader.option("recursiveFileLookup", "true")
             df = reader.parquet(folder)
@@ -323,12 +334,16 @@ class ReadPlan:
         """One Parquet scan of ``files``: from a file-sink log when Spark takes it (no
         status call per file), else from their URLs (Spark checks each one)."""
         partitioned = direct and bool(self.snapshot.partition_by)
+        # files whose chunks are single pages: parquet-mr would read their column index
+        # for every row group it keeps and learn nothing the statistics did not say
+        options = {_COLUMN_INDEX: "false"} if all(f.single_page for f in files) else {}
         df = None
         if not (partitioned and _root_is_partition_like(self.base_url)):
-            df = _logged_scan(spark, schema, files, partitioned=partitioned)
+            df = _logged_scan(spark, schema, files, partitioned=partitioned, options=options)
         if df is None:
             with session_conf(spark, listing_conf(spark, len(files), self.base_url)):
-                reader = spark.read.schema(schema).option("__globPaths__", "false")
+                reader = spark.read.schema(schema).options(**options)
+                reader = reader.option("__globPaths__", "false")
                 if partitioned:
                     reader = reader.option("basePath", self.base_url)
                 df = reader.parquet(*(f.url for f in files))
@@ -436,7 +451,12 @@ def plan_read(
                 f"skips files whose names start with '_' or '.'. Rewrite (compact) the "
                 f"files of this table before reading it in Spark."
             )
-        one = SparkFile(spark_url(storage, f.path), f.size_bytes, f.modification_ms)
+        one = SparkFile(
+            spark_url(storage, f.path),
+            f.size_bytes,
+            f.modification_ms,
+            f.tags.get(SINGLE_PAGE_TAG) == "true",
+        )
         if not snap.partition_by or _spark_parses(f, snap.partition_by, string_cols):
             direct.append(one)
         else:

@@ -306,7 +306,9 @@ def finalize_staged_file(payload: bytes, storage_options: Mapping[str, Any] | No
         storage.delete(writer.abort())
         raise
     tags = spec_tags(spec, tier=item.tier, key_min=key_min or 0, key_max=key_max)
-    added = [msgspec.structs.replace(a, data_change=False, tags=tags) for a in written]
+    added = [
+        msgspec.structs.replace(a, data_change=False, tags={**a.tags, **tags}) for a in written
+    ]
     return msgspec.json.encode(added)
 
 

@@ -568,3 +568,42 @@ def test_timestamps_and_dates_in_lookups(tmp_path: Path) -> None:
         got = snap.to_arrow(filter="day = '2026-03-01'")
     assert got.num_rows == t.filter(pc.field("day") == dt.date(2026, 3, 1)).num_rows
     assert not stats.errors
+
+
+def test_files_of_single_page_chunks_are_tagged_and_no_others(tmp_path: Path) -> None:
+    """The page tag is set exactly when every column chunk fits one data page and the file
+    has a page index (docs/format.md, "Page tag")."""
+    from lakelog.io.writer import SINGLE_PAGE_TAG
+
+    data = pa.table(
+        {"k": pa.array(range(40_000), pa.int64()), "s": [f"v{i}" for i in range(40_000)]}
+    )
+
+    def tags(name: str, props: dict[str, Any]) -> list[str | None]:
+        lakelog.write_table(str(tmp_path / name), data, properties=props)
+        files = lakelog.open_table(str(tmp_path / name)).snapshot().files()
+        for f in files:  # the tag says what the footer says
+            md = pq.ParquetFile(tmp_path / name / f.path).metadata
+            biggest = max(
+                md.row_group(r).column(c).total_uncompressed_size
+                for r in range(md.num_row_groups)
+                for c in range(md.num_columns)
+            )
+            page = int(props.get("lakelog.parquet.data_page_size", 1 << 20))
+            assert (f.tags.get(SINGLE_PAGE_TAG) == "true") == (
+                biggest <= page and props.get("lakelog.parquet.page_index") != "false"
+            )
+        return [f.tags.get(SINGLE_PAGE_TAG) for f in files]
+
+    assert tags("small", {"lakelog.row_group_size": 5_000}) == ["true"]
+    # optimize's files keep it beside their clustering tags
+    table = lakelog.open_table(str(tmp_path / "small"))
+    table.append(data)
+    table.optimize(zorder_by=["k"])
+    after = table.refresh().snapshot().files()
+    assert after and all(f.tags.get(SINGLE_PAGE_TAG) == "true" for f in after)
+    assert all("lakelog.clustering.spec" in f.tags for f in after)
+    assert tags("big_chunks", {"lakelog.parquet.data_page_size": 4096}) == [None]
+    assert tags(
+        "no_index", {"lakelog.row_group_size": 5_000, "lakelog.parquet.page_index": "false"}
+    ) == [None]

@@ -160,3 +160,28 @@ def test_when_spark_does_not_take_the_log_the_urls_are_read(
     df = lspark.read(spark, uri)
     assert _index_name(df) == "other"
     assert df.count() == 12
+
+
+def _column_index_option(df: Any) -> str | None:
+    leaf = df._jdf.queryExecution().analyzed().collectLeaves().head()
+    got = leaf.relation().options().get("parquet.filter.columnindex.enabled")
+    return str(got.get()) if got.isDefined() else None
+
+
+@pytest.mark.parametrize("page_index", ["true", "false"])
+def test_single_page_files_are_read_without_the_column_index(
+    spark: Any, tmp_path: Path, page_index: str
+) -> None:
+    """Files whose chunks are single pages (tagged by the writer) are scanned with
+    parquet-mr's column-index filtering off: their index repeats the statistics."""
+    uri = str(tmp_path / "t")
+    data = pa.table({"k": pa.array(range(3_000), pa.int64()), "s": [f"v{i}" for i in range(3_000)]})
+    lakelog.write_table(
+        uri,
+        data,
+        properties={"lakelog.row_group_size": 500, "lakelog.parquet.page_index": page_index},
+    )
+    df = lspark.read(spark, uri, filter="k between 700 and 720")
+    assert _index_name(df) == "MetadataLogFileIndex"
+    assert _column_index_option(df) == ("false" if page_index == "true" else None)
+    assert sorted(r.k for r in df.collect()) == list(range(700, 721))

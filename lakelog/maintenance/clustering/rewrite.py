@@ -113,7 +113,10 @@ def cluster_group(
         msgspec.structs.replace(
             w.add,
             data_change=False,
-            tags=spec_tags(spec, tier=w.tier, key_min=w.key_min, key_max=w.key_max),
+            tags={
+                **w.add.tags,
+                **spec_tags(spec, tier=w.tier, key_min=w.key_min, key_max=w.key_max),
+            },
         )
         for w in written
     )
