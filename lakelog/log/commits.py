@@ -157,6 +157,7 @@ def read_tail(storage: Storage, first: int) -> Iterator[tuple[int, bytes]]:
     size = TAIL_FIRST_BATCH
     while True:
         got = storage.read_many([commit_path(x) for x in range(v, v + size)])
+        resume = None
         for i, data in enumerate(got):
             if data is None:
                 after = got[i + 1 :]
@@ -165,11 +166,20 @@ def read_tail(storage: Storage, first: int) -> Iterator[tuple[int, bytes]]:
                     after += storage.read_many(
                         [commit_path(x) for x in range(start, start + GAP_PROBE - len(after))]
                     )
-                for j, later in enumerate(after):
-                    if later is not None:
-                        raise gap_error(storage, v + i, v + i + 1 + j)
-                return
+                later = next((j for j, d in enumerate(after) if d is not None), None)
+                if later is None:
+                    return
+                # commits are created in order, and the names are read one after the
+                # other: the missing one may have been created (and later ones after it)
+                # between the two reads. Only if it is still missing is the log holed.
+                if storage.read_many([commit_path(v + i)])[0] is None:
+                    raise gap_error(storage, v + i, v + i + 1 + later)
+                resume = v + i
+                break
             yield v + i, data
+        if resume is not None:
+            v = resume
+            continue
         v += len(got)
         size = min(2 * size, TAIL_MAX_BATCH)
 

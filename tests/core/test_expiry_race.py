@@ -272,3 +272,31 @@ def test_a_wide_hole_is_found_by_refresh(local_backend: Any) -> None:
     t.storage.delete([commit_path(v) for v in (6, 7)])
     with pytest.raises(lakelog.CorruptLogError, match=r"commit 6 .*missing while commit 8"):
         lakelog.open_table(local_backend.uri)
+
+
+def test_a_commit_created_between_two_reads_is_no_hole(
+    local_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail is read one name after the other: commit 6 can be missing when read and
+    exist, with 7 after it, by the time 7 is read (racing writers on a loaded machine).
+    That is no hole: the reader looks at 6 again and goes on."""
+    from lakelog.log.commits import read_tail
+
+    t = _table_with_manifest(local_backend.uri)
+    real = t.storage.read_many
+    first = {"done": False}
+
+    def read_many(rels: Any) -> Any:  # the first look at commit 6 comes too early
+        got = real(rels)
+        if not first["done"] and commit_path(6) in rels:
+            first["done"] = True
+            got[list(rels).index(commit_path(6))] = None
+        return got
+
+    monkeypatch.setattr(t.storage, "read_many", read_many)
+    versions = [v for v, _ in read_tail(t.storage, 5)]
+    assert first["done"] and versions == list(range(5, versions[-1] + 1)) and 7 in versions
+    monkeypatch.undo()
+    t.storage.delete([commit_path(6)])  # a real hole is still one
+    with pytest.raises(lakelog.CorruptLogError, match=r"commit 6 .*missing while commit 7"):
+        list(read_tail(t.storage, 5))

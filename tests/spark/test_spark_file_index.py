@@ -18,7 +18,6 @@ SparkSession:
 from __future__ import annotations
 
 import datetime as dt
-import glob
 import os
 import sys
 import tempfile
@@ -62,17 +61,22 @@ def _local_paths(uris: list[str]) -> list[str]:
     return [urllib.parse.unquote(urllib.parse.urlparse(u).path) for u in uris]
 
 
-def _leftover_folders() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "lakelog-read-*")))
-
-
-def test_the_scan_takes_its_files_from_the_log(spark: Any, tmp_path: Path) -> None:
+def test_the_scan_takes_its_files_from_the_log(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = _partitioned(tmp_path)
-    before = _leftover_folders()
+    made: list[str] = []
+    real = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(read_module.tempfile, "mkdtemp", mkdtemp)
     plan = lspark.plan_read(spark, uri)
     df = plan.to_dataframe(spark)
     assert _index_name(df) == "MetadataLogFileIndex"
-    assert _leftover_folders() == before  # the log's folder is gone already
+    assert made and not any(os.path.exists(m) for m in made)  # the log's folder is gone
     assert sorted(_local_paths(df.inputFiles())) == sorted(
         u.removeprefix("file://") for u in plan.urls
     )
