@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from .._failpoints import pausepoint
 from ..errors import CorruptLogError, LogGapError, UnsupportedFormatError
 from ..storage import Storage
 from .actions import BASE_FORMAT_VERSION, FORMAT_VERSION, Action, Commit, CommitHeader
@@ -162,6 +163,7 @@ def read_tail(storage: Storage, first: int) -> Iterator[tuple[int, bytes]]:
             if data is None:
                 after = got[i + 1 :]
                 if len(after) < GAP_PROBE:
+                    pausepoint("log:tail-probe")
                     start = v + len(got)
                     after += storage.read_many(
                         [commit_path(x) for x in range(start, start + GAP_PROBE - len(after))]

@@ -300,3 +300,36 @@ def test_a_commit_created_between_two_reads_is_no_hole(
     t.storage.delete([commit_path(6)])  # a real hole is still one
     with pytest.raises(lakelog.CorruptLogError, match=r"commit 6 .*missing while commit 7"):
         list(read_tail(t.storage, 5))
+
+
+_OPEN = """
+import json, sys, lakelog
+t = lakelog.open_table(sys.argv[1])
+print(json.dumps({"version": t.version}), flush=True)
+"""
+
+
+def test_commits_landing_while_a_reader_probes_the_tail_are_no_hole(tmp_path: Path) -> None:
+    """Real processes, forced interleaving: a reader finds commit 10 missing (the end of
+    the log) and stops before probing the names past its batch; a writer lands 10 to 14
+    meanwhile; the probe then finds 14. The reader must read 10 again and go on to the
+    end, not report a hole at 10 (``LogGapError``, which kills an appending process)."""
+    uri = str(tmp_path / "t")
+    t = _table_with_manifest(uri)  # versions 0..8, a manifest at 5
+    t.append(_row(8))  # 9: the tail read from 6 has its first missing name at index 4
+    gate = tmp_path / "gate"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _OPEN, uri],
+        env=_env(LAKELOG_PAUSE_AT=f"log:tail-probe:{gate}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for(Path(f"{gate}.paused"), reader)
+    for i in range(9, 14):
+        t.append(_row(i))  # versions 10..14 land while the reader is paused
+    gate.touch()
+    out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    assert json.loads(out.splitlines()[-1]) == {"version": 14}
+    assert _ids(lakelog.open_table(uri).snapshot()) == list(range(14))
