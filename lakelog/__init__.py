@@ -11,6 +11,7 @@
 from .__about__ import __version__
 from .changes import ChangeResult, FileChange, MergeReport
 from .errors import (
+    AdoptedFilesMissingError,
     AppVersionCommittedError,
     CommitConflictError,
     CorruptLogError,
@@ -41,6 +42,7 @@ from .table import Table, create_table, open_table, write_table
 from .transaction import CommitResult
 
 __all__ = [
+    "AdoptedFilesMissingError",
     "AppVersionCommittedError",
     "ChangeResult",
     "CommitConflictError",

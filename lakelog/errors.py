@@ -6,6 +6,7 @@ Every error says what was expected, what was found and what to do.
 from __future__ import annotations
 
 __all__ = [
+    "AdoptedFilesMissingError",
     "AppVersionCommittedError",
     "CommitConflictError",
     "CorruptLogError",
@@ -184,6 +185,18 @@ class LeaseExpiredError(LakelogError):
         super().__init__(message)
         self.missing_files = missing_files
         self.expired_s = expired_s
+
+
+class AdoptedFilesMissingError(LakelogError, FileNotFoundError):
+    """Files ``add_files`` was adopting disappeared before its commit (a vacuum that
+    started before its writer lease deleted them as orphans); nothing was committed.
+
+    ``missing_files`` are the files (root-relative).
+    """
+
+    def __init__(self, message: str, *, missing_files: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.missing_files = missing_files
 
 
 class DeltaViewError(LakelogError):

@@ -6,7 +6,9 @@ file, puts the lease id into the path of every file it writes (the file name,
 or the Spark staging folder), renews the lease from a heartbeat thread every
 ``ttl / 4`` and deletes it once its commit landed or it gave up; a killed
 writer's lease simply expires. ``vacuum`` keeps every file whose path carries
-the id of a live lease, whatever ``older_than`` or ``force`` say.
+the id of a live lease, whatever ``older_than`` or ``force`` say. ``add_files``,
+which adopts files that already exist (their names carry no lease id), names them
+in its lease instead (``paths``; see :meth:`Lease.confirm_adopted`).
 
 A lease is live for vacuum until ``expires_ms`` plus one ``ttl`` of grace
 (clock skew between machines). Vacuum deletes within
@@ -31,13 +33,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 
 import msgspec
 
 from ._failpoints import pausepoint
-from .errors import LeaseExpiredError
+from .errors import AdoptedFilesMissingError, LeaseExpiredError
 from .log.actions import Action, AddFile
 from .log.commits import LOG_DIR
 from .properties import get_float
@@ -84,6 +86,9 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_ms: int
     expires_ms: int
     ttl_ms: int
+    paths: tuple[str, ...] = ()
+    """Root-relative paths of existing files the writer adopts (``add_files``): covered
+    by the lease although their names carry no lease id."""
 
     def live(self, now_ms: float) -> bool:
         """Whether vacuum must keep this lease's files: until ``expires_ms`` plus one
@@ -151,9 +156,12 @@ class Lease:
     ``lease_id`` goes into the path of every file the writer writes.
     """
 
-    def __init__(self, storage: Storage, *, operation: str, ttl_s: float) -> None:
+    def __init__(
+        self, storage: Storage, *, operation: str, ttl_s: float, paths: Sequence[str] = ()
+    ) -> None:
         self.storage = storage
         self.operation = operation
+        self.paths = tuple(paths)
         self.lease_id = uuid.uuid4().hex
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.created_ms = _now_ms()
@@ -169,13 +177,22 @@ class Lease:
         self._released = False
 
     @classmethod
-    def acquire(cls, storage: Storage, *, operation: str, properties: Mapping[str, str]) -> Lease:
+    def acquire(
+        cls,
+        storage: Storage,
+        *,
+        operation: str,
+        properties: Mapping[str, str],
+        paths: Sequence[str] = (),
+    ) -> Lease:
         """Write a new lease (TTL from ``lakelog.lease.ttl_seconds``) and start its
-        heartbeat. Call before writing the first data file."""
+        heartbeat. Call before writing the first data file. ``paths``: existing files
+        (root-relative) the writer adopts, covered by name (see :meth:`confirm_adopted`)."""
         lease = cls(
             storage,
             operation=operation,
             ttl_s=get_float(properties, "lakelog.lease.ttl_seconds"),
+            paths=paths,
         )
         lease.renew()
         if not os.environ.get(NO_HEARTBEAT_ENV):
@@ -213,6 +230,7 @@ class Lease:
                 created_ms=self.created_ms,
                 expires_ms=now + self.ttl_ms,
                 ttl_ms=self.ttl_ms,
+                paths=self.paths,
             )
             self.storage.write_bytes(lease_path(self.lease_id), msgspec.json.encode(record))
             done = _now_ms()
@@ -305,6 +323,32 @@ class Lease:
             with self._lock:
                 self._checked = lapses
         raise self._unconfirmed(None)
+
+    def confirm_adopted(self, paths: Sequence[str]) -> None:
+        """Make sure existing files this lease names (``paths``) survived every vacuum
+        that read the leases before this one was written: such a vacuum deletes at most
+        :data:`LEASE_RECHECK_SECONDS` after its reading, so wait until twice that has
+        passed since the lease was first written, then check that each file exists.
+        Raises :class:`AdoptedFilesMissingError` naming the missing ones."""
+        pausepoint("lease:before-confirm")
+        wanted = list(paths)
+        if not wanted:
+            return
+        left = self.created_ms / 1000 + 2 * LEASE_RECHECK_SECONDS - time.time()
+        if left > 0:
+            time.sleep(left)
+        missing = [p for p in wanted if not self.storage.exists(p)]
+        if missing:
+            raise AdoptedFilesMissingError(
+                f"expected the {len(wanted)} files this {self.operation} adopts to exist "
+                f"after taking writer lease {self.lease_id}, found {len(missing)} missing "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): they "
+                f"were older than vacuum's age limit and a vacuum that started before the "
+                f"lease deleted them as orphans (or another process removed them). Nothing "
+                f"was committed. Write the files again and adopt them while they are young, "
+                f"or outside vacuum runs.",
+                missing_files=tuple(missing),
+            )
 
     def _unconfirmed(self, cause: Exception | None) -> LeaseExpiredError:
         """The error when an expired lease could not be renewed and checked."""

@@ -34,11 +34,12 @@ import pyarrow as pa
 
 from ..errors import CommitConflictError, InvalidArgumentError, TableExistsError
 from ..io.parquet_settings import check_parquet_properties
+from ..leases import Lease
 from ..log.actions import Action, AddFile, Commit, Metadata, encode_schema
 from ..log.commits import LOG_DIR, list_log
 from ..log.snapshot import load_snapshot
 from ..partitioning import check_partition_columns
-from ..properties import validate_properties
+from ..properties import get_float, validate_properties
 from ..storage import FileInfo, Storage
 from ..transaction import CommitResult, Transaction
 from .footers import (
@@ -282,25 +283,45 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
             f"expected files not yet in the table, found {listed(already, 0)} already in "
             f"version {snap.version}; nothing was committed."
         )
-    footers = readable_footers(
-        read_footers(storage, sorted(infos, key=lambda i: i.path), types=snap.file_schema),
-        nothing="nothing was committed.",
+    infos.sort(key=lambda i: i.path)
+    # The files carry no lease id: the lease names them, so vacuum keeps them from now
+    # on; a vacuum that read the leases just before may still take the old ones.
+    with Lease.acquire(
+        storage, operation="ADD FILES", properties=snap.properties, paths=[i.path for i in infos]
+    ) as lease:
+        footers = readable_footers(
+            read_footers(storage, infos, types=snap.file_schema),
+            nothing="nothing was committed.",
+        )
+        parts = list(snap.partition_by)
+        schema = snap.schema
+        given = pa.schema([schema.field(c) for c in parts])
+        _, partitions = partition_layout(footers, given)
+        check_no_partition_columns(footers, parts)
+        check_against_table(footers, snap.file_schema)
+        adds = add_actions(footers, partitions)
+        lease.confirm_adopted(_vacuumable(infos, snap.properties))
+        return table.commit(
+            adds,
+            operation="ADD FILES",
+            kind="append",
+            read_snapshot=snap,
+            metrics=_metrics(adds),
+            rebase=_RefuseAddedTwice({a.path for a in adds}),
+            lease=lease,
+        )
+
+
+def _vacuumable(infos: Sequence[FileInfo], properties: Mapping[str, str]) -> list[str]:
+    """Files a vacuum may delete without ``force``: older than
+    ``lakelog.vacuum.min_age_seconds`` less one lease TTL (the skew allowed between the
+    storage's clock and ours), or of unknown age."""
+    limit_ms = 1000 * (
+        get_float(properties, "lakelog.vacuum.min_age_seconds")
+        - get_float(properties, "lakelog.lease.ttl_seconds")
     )
-    parts = list(snap.partition_by)
-    schema = snap.schema
-    given = pa.schema([schema.field(c) for c in parts])
-    _, partitions = partition_layout(footers, given)
-    check_no_partition_columns(footers, parts)
-    check_against_table(footers, snap.file_schema)
-    adds = add_actions(footers, partitions)
-    return table.commit(
-        adds,
-        operation="ADD FILES",
-        kind="append",
-        read_snapshot=snap,
-        metrics=_metrics(adds),
-        rebase=_RefuseAddedTwice({a.path for a in adds}),
-    )
+    now_ms = time.time() * 1000
+    return [i.path for i in infos if i.mtime_ms is None or now_ms - i.mtime_ms > limit_ms]
 
 
 class _RefuseAddedTwice:

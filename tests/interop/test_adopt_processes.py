@@ -207,3 +207,81 @@ def test_cli_convert_add_files_and_metadata_tables(tmp_path: Path) -> None:
 
     p = _cli("convert", str(tmp_path / "raw2"), "--partition-by", "day:float")
     assert p.returncode == 1 and "--partition-by" in p.stderr and "'float'" in p.stderr
+
+
+VACUUM = textwrap.dedent(
+    """
+    import datetime as dt, json, sys
+    import lakelog
+
+    r = lakelog.open_table(sys.argv[1]).vacuum(older_than=dt.timedelta(hours=1), dry_run=False)
+    print(json.dumps({"deleted": list(r.files), "leased": r.files_leased}))
+    """
+)
+
+
+def _old_file(tmp_path: Path, name: str) -> Path:
+    """A file another tool wrote three hours ago: old enough for vacuum to take."""
+    path = tmp_path / "t" / name
+    pq.write_table(pa.table({"id": [7, 8], "v": ["x", "y"]}), path)
+    then = time.time() - 3 * 3600
+    os.utime(path, (then, then))
+    return path
+
+
+def test_a_vacuum_during_adoption_keeps_the_files(tmp_path: Path) -> None:
+    """add_files names the files in its writer lease: a vacuum that runs while it adopts
+    old files (unreferenced, older than ``older_than``) keeps them, and the commit
+    lands on files that exist."""
+    t = _table(tmp_path)
+    path = _old_file(tmp_path, "old.parquet")
+    gate = tmp_path / "gate"
+    adder = _spawn(
+        ADDER, t.uri, "old.parquet", env={"LAKELOG_PAUSE_AT": f"commit:before-put:{gate}"}
+    )
+    _wait_for(Path(f"{gate}.paused"), adder)
+    vac = _spawn(VACUUM, t.uri)
+    out, err = vac.communicate(timeout=120)
+    assert vac.returncode == 0, err
+    report = json.loads(out)
+    assert report["deleted"] == [] and report["leased"] == 1 and path.exists(), report
+    gate.touch()
+    out, err = adder.communicate(timeout=120)
+    assert out.startswith("added 1"), out + err
+    assert sorted(t.refresh().snapshot().to_arrow()["id"].to_pylist()) == [0, 7, 8]
+
+
+def test_a_vacuum_that_read_the_leases_first_never_leaves_a_missing_file(tmp_path: Path) -> None:
+    """The interleaving the lease alone cannot cover, forced: a vacuum read the leases
+    (none) and stops before deleting; an adder takes its lease on an old file; the vacuum
+    goes on and, within its recheck window, deletes the file. The adder waits out that
+    window and checks its files before committing: it fails with
+    AdoptedFilesMissingError and commits nothing, or (the vacuum re-read the leases
+    because the machine was slow) the file is kept and it lands. Never a version that
+    references a missing file."""
+    t = _table(tmp_path)
+    path = _old_file(tmp_path, "old.parquet")
+    gate = tmp_path / "gate"
+    vac = _spawn(VACUUM, t.uri, env={"LAKELOG_PAUSE_AT": f"vacuum:before-batch:{gate}"})
+    _wait_for(Path(f"{gate}.paused"), vac)
+    adder = _spawn(ADDER, t.uri, "old.parquet")
+    leases = tmp_path / "t" / "_lakelog" / "_leases"
+    deadline = time.monotonic() + 60
+    while not list(leases.glob("*.json")):
+        assert adder.poll() is None, adder.communicate()
+        assert time.monotonic() < deadline, "the adder never took its lease"
+        time.sleep(0.01)
+    gate.touch()
+    out, err = vac.communicate(timeout=120)
+    assert vac.returncode == 0, err
+    deleted = json.loads(out)["deleted"]
+    out, err = adder.communicate(timeout=120)
+    snap = t.refresh().snapshot()
+    if deleted:
+        assert deleted == ["old.parquet"] and not path.exists()
+        assert out.startswith("refused AdoptedFilesMissingError"), out + err
+        assert "old.parquet" in out and "Nothing was committed" in out
+        assert snap.version == 0
+    else:
+        assert out.startswith("added 1"), out + err
+    assert sorted(snap.to_arrow()["id"].to_pylist()) == ([0] if deleted else [0, 7, 8])

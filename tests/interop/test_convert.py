@@ -298,3 +298,39 @@ def test_a_converted_table_can_keep_a_delta_view(tmp_path: Path) -> None:
     want = _rows(table.snapshot().to_arrow(), ["id", "x", "day"])
     got = deltalake.DeltaTable(str(folder)).to_pyarrow_table()
     assert _rows(got, ["id", "x", "day"]) == want and len(want) == 15
+
+
+def test_add_files_waits_out_vacuum_only_for_files_vacuum_could_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease names the adopted files; a file younger than vacuum's age limit (less the
+    lease TTL) is adopted at once, an older one after the recheck window, while the lease
+    (listing it) is live."""
+    import lakelog.leases as leases
+
+    uri = str(tmp_path / "t")
+    lakelog.write_table(uri, pa.table({"id": [0]}))
+    t = lakelog.open_table(uri)
+    sleeps: list[float] = []
+    seen: list[tuple[str, ...]] = []
+    real_renew = leases.Lease.renew
+
+    def renew(self: leases.Lease) -> None:
+        seen.append(self.paths)
+        real_renew(self)
+
+    monkeypatch.setattr(leases.time, "sleep", sleeps.append)  # time.sleep, everywhere
+    monkeypatch.setattr(leases.Lease, "renew", renew)
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "t" / "young.parquet")
+    t.add_files(["young.parquet"])
+    assert max(sleeps, default=0) < 1 and seen[0] == ("young.parquet",)
+    sleeps.clear()
+    old = tmp_path / "t" / "old.parquet"
+    pq.write_table(pa.table({"id": [2]}), old)
+    then = dt.datetime.now().timestamp() - 3000.5  # 3600 s less the 600 s TTL, and a bit
+    os.utime(old, (then, then))
+    t.add_files(["old.parquet"])
+    assert [s for s in sleeps if s >= 1] and max(sleeps) <= 2 * leases.LEASE_RECHECK_SECONDS
+    assert max(sleeps) > 2 * leases.LEASE_RECHECK_SECONDS - 2
+    assert sorted(t.snapshot().to_arrow()["id"].to_pylist()) == [0, 1, 2]
+    assert not list((tmp_path / "t" / "_lakelog" / "_leases").glob("*.json"))

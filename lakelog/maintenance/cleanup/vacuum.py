@@ -8,8 +8,9 @@ short, from expired versions. What is kept, always:
   ``s3://``, ``file://`` or a plain path, trailing slashes) the log or the
   caller used;
 * every file whose path carries the id of a live writer lease
-  (:mod:`lakelog.leases`): a writer is about to commit it, however long it has
-  been running, whatever ``older_than`` or ``force`` say;
+  (:mod:`lakelog.leases`), or that a live lease names (a file ``add_files`` is
+  adopting): a writer is about to commit it, however long it has been running,
+  whatever ``older_than`` or ``force`` say;
 * every file younger than ``older_than``: a writer that holds no lease (an
   older lakelog) may be about to commit it. Values below
   ``lakelog.vacuum.min_age_seconds`` need ``force=True``;
@@ -50,7 +51,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ... import leases
-from ..._failpoints import failpoint
+from ..._failpoints import failpoint, pausepoint
 from ...errors import InvalidArgumentError, VersionExpiredError
 from ...leases import LEASE_DIR, LeaseRecord, lease_ids_in, lease_path, read_leases
 from ...log.commits import LOG_DIR, list_log
@@ -173,6 +174,8 @@ class _Guard:
         self.storage = storage
         self.latest = latest
         self.live: set[str] = set()
+        self.named: set[str] = set()
+        """Files live leases name (``paths``: files being adopted), normalized."""
         self.expired: list[LeaseRecord] = []
         self.committed: set[str] = set()
         self.read_at = 0.0
@@ -182,6 +185,9 @@ class _Guard:
         now_ms = time.time() * 1000
         found = read_leases(self.storage)
         self.live = {r.lease_id for r in found if r.live(now_ms)}
+        self.named = {
+            normalize_path(p, self.storage) for r in found if r.live(now_ms) for p in r.paths
+        }
         self.expired = [r for r in found if not r.live(now_ms)]
 
     def read_log(self) -> None:
@@ -193,7 +199,7 @@ class _Guard:
         return time.monotonic() - self.read_at > leases.LEASE_RECHECK_SECONDS
 
     def leased(self, path: str) -> bool:
-        return not self.live.isdisjoint(lease_ids_in(path))
+        return path in self.named or not self.live.isdisjoint(lease_ids_in(path))
 
 
 def _foreign_hidden(rel: str) -> bool:
@@ -349,6 +355,7 @@ def _delete(guard: _Guard, orphans: list[FileInfo]) -> tuple[list[FileInfo], int
     for i in range(0, len(orphans), _DELETE_BATCH):
         if i == 0:
             guard.read_log()  # committed since the first reading: kept
+            pausepoint("vacuum:before-batch")
         if not _fresh(guard):
             break
         batch = []
