@@ -78,15 +78,21 @@ def carried_fields() -> list[str]:
     :class:`ManifestHeader`: carried from the replayed state into every header written,
     and from a header read back into the state."""
     state = set(ReplayState.__struct_fields__)
-    return [f for f in ManifestHeader.__struct_fields__ if f in state and f not in _OWN_FIELDS]
+    return [
+        f
+        for f in ManifestHeader.__struct_fields__
+        if f in state and f not in _OWN_FIELDS and f != "plans"  # plans: JSON until asked
+    ]
 
 
 def header_for(state: ReplayState, **counts: Any) -> ManifestHeader:
     """The header of a manifest of ``state`` (its version, metadata, carried fields)."""
     assert state.metadata is not None
-    extra = {f: getattr(state, f) for f in carried_fields()}
+    extra: dict[str, Any] = {f: getattr(state, f) for f in carried_fields()}
+    extra["plans"] = plans = state.plans_as_json()
     if "format_version" not in counts:  # the layout's version, or 3 when plans are pending
-        counts["format_version"] = PLANS_FORMAT if state.plans else ROOT_FORMAT
+        pending = len(memoryview(plans)) > 8 or bytes(plans).strip() not in (b"", b"{}")
+        counts["format_version"] = PLANS_FORMAT if pending else ROOT_FORMAT
     return ManifestHeader(
         version=state.version,
         timestamp_ms=state.timestamp_ms,

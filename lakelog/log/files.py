@@ -138,7 +138,13 @@ class ReplayState(msgspec.Struct):
     app_commits: dict[str, int] = {}
     """The commit that recorded each app id's version."""
     plans: dict[str, PendingPlan] = {}
-    """Pending maintenance plans (format.md, "Maintenance plans and claims")."""
+    """Pending maintenance plans (format.md, "Maintenance plans and claims"), once
+    decoded: read them through :meth:`pending_plans`."""
+    plans_json: msgspec.Raw | None = None
+    """The base's pending plans as JSON, not decoded yet (None: decoded, in ``plans``).
+    A large plan lists every file it claims, and most readers never look at plans."""
+    plans_todo: list[Commit] = []
+    """Commits since the base that change the plans of ``plans_json``, in order."""
 
     @classmethod
     def start(
@@ -177,10 +183,39 @@ class ReplayState(msgspec.Struct):
                     self.app_commits[action.app_id] = commit.header.version
             elif isinstance(action, Metadata):
                 self.metadata = action
-        if self.plans or any(isinstance(a, (PlanClaim, PlanRelease)) for a in commit.actions):
+        claims = any(isinstance(a, (PlanClaim, PlanRelease)) for a in commit.actions)
+        if self.plans_json is not None:
+            if claims or any(isinstance(a, RemoveFile) for a in commit.actions):
+                self.plans_todo.append(commit)
+        elif self.plans or claims:
             apply_plan_actions(self.plans, commit)
         self.version = commit.header.version
         self.timestamp_ms = commit.header.timestamp_ms
+
+    def set_plans_json(self, raw: msgspec.Raw) -> None:
+        """Start from a manifest's pending plans (its header's ``plans`` JSON), decoded
+        only when asked for."""
+        self.plans, self.plans_todo = {}, []
+        empty = len(memoryview(raw)) < 8 and bytes(raw).strip() in (b"", b"{}")
+        self.plans_json = None if empty else raw
+
+    def pending_plans(self) -> dict[str, PendingPlan]:
+        """The pending plans, decoding the base's and applying the commits since."""
+        raw = self.plans_json
+        if raw is None:
+            return self.plans
+        plans = _PLANS_DECODER.decode(raw)
+        for commit in self.plans_todo:
+            apply_plan_actions(plans, commit)
+        self.plans, self.plans_json, self.plans_todo = plans, None, []
+        return plans
+
+    def plans_as_json(self) -> msgspec.Raw:
+        """The pending plans as a header's ``plans`` JSON (the base's bytes as they were
+        when no commit since changed them)."""
+        if self.plans_json is not None and not self.plans_todo:
+            return self.plans_json
+        return msgspec.Raw(msgspec.json.encode(self.pending_plans()))
 
     def dead(self) -> dict[str, dict[str, str | None]]:
         """Paths whose base row (if any) is no longer live, with a partition hint."""
@@ -209,6 +244,9 @@ class ReplayState(msgspec.Struct):
             return base, keep, None
         added = files_from_adds(list(self.added.values()))
         return pa.concat_tables([base, added]), keep, added
+
+
+_PLANS_DECODER = msgspec.json.Decoder(dict[str, PendingPlan])
 
 
 def replay(

@@ -34,7 +34,6 @@ from .file_index import bounded_columns
 from .files import FILES_SCHEMA
 from .leaves import META_KEY as _META_KEY
 from .leaves import conform, read_log_parquet, struct_fields
-from .plans import PendingPlan
 
 __all__ = [
     "LAST_MANIFEST",
@@ -86,8 +85,10 @@ class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
     """Recorded version of each app id as of this version (format.md, "App transactions")."""
     app_commits: dict[str, int] = {}
     """The commit that recorded each app id's version."""
-    plans: dict[str, PendingPlan] = {}
-    """Version 3: pending maintenance plans (format.md, "Maintenance plans and claims")."""
+    plans: msgspec.Raw = msgspec.Raw(b"{}")
+    """Version 3: pending maintenance plans (format.md, "Maintenance plans and claims"):
+    plan id to :class:`~lakelog.log.plans.PendingPlan`, kept as JSON until someone asks
+    (``ReplayState.pending_plans``): a large plan lists every file it claims."""
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -110,7 +111,7 @@ def manifest_path(version: int) -> str:
 
 
 def _v1_header(header: ManifestHeader) -> bytes:
-    raw = msgspec.to_builtins(header)
+    raw = msgspec.json.decode(msgspec.json.encode(header))
     raw["format_version"] = 1
     for name in _V2_FIELDS:
         raw.pop(name, None)
@@ -366,10 +367,21 @@ class Root:
 
 
 def encode_root(header: ManifestHeader, entries: pa.Table) -> bytes:
+    """A root's bytes: the header in the Parquet key-value metadata under ``lakelog``.
+
+    The stored Arrow schema (``ARROW:schema``) carries the same header without its
+    pending plans: a large plan lists every file it claims, and a copy there (base64,
+    decoded by every reader) was most of the cost of opening such a table. Reading the
+    file (``ParquetFile.read``) gives the key-value header, as before; readers that look
+    only at the Arrow schema's (``root_leaves`` of older lakelog versions) get every
+    field they use."""
     header = msgspec.structs.replace(header, format_version=max(ROOT_FORMAT, header.format_version))
-    table = entries.replace_schema_metadata({_META_KEY: msgspec.json.encode(header)})
+    stub = msgspec.structs.replace(header, plans=msgspec.Raw(b"{}"))
+    table = entries.replace_schema_metadata({_META_KEY: msgspec.json.encode(stub)})
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", row_group_size=max(1, entries.num_rows))
+    with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
+        writer.write_table(table, row_group_size=max(1, entries.num_rows))
+        writer.add_key_value_metadata({_META_KEY: msgspec.json.encode(header)})
     return buf.getvalue()
 
 
@@ -402,6 +414,7 @@ def root_leaves(storage: Storage, versions: Sequence[int]) -> dict[int, list[str
                 continue
             try:
                 f = pq.ParquetFile(pa.BufferReader(data))
+                # the Arrow schema's copy of the header: all but the plans, not needed here
                 raw = (f.schema_arrow.metadata or {}).get(_META_KEY)
                 header = None if raw is None else msgspec.json.decode(raw, type=ManifestHeader)
                 if header is None or header.format_version < ROOT_FORMAT:

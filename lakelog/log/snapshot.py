@@ -172,7 +172,7 @@ class Snapshot:
     def plans(self) -> dict[str, PendingPlan]:
         """Pending maintenance plans by plan id (``docs/format.md``, "Maintenance plans
         and claims"). Shared with the snapshot: do not change them."""
-        return dict(self._state.plans)
+        return dict(self._state.pending_plans())
 
     @property
     def num_files(self) -> int:
@@ -533,6 +533,7 @@ def _from_manifest(storage: Storage, version: int) -> ReplayState | None:
     state = ReplayState.start(h.metadata, base, h.version, h.timestamp_ms, h.oldest_version)
     for name in carried_fields():
         setattr(state, name, getattr(h, name))
+    state.set_plans_json(h.plans)
     return state
 
 

@@ -609,3 +609,64 @@ def test_leaf_bounds_become_dicts_of_the_known_values(width: int) -> None:
     ]
     assert _dicts(fields, 5) == want
     assert _dicts({}, 3) == [{}, {}, {}]
+
+
+def test_pending_plans_in_a_root_are_decoded_only_when_asked(tmp_path: Path) -> None:
+    """A root keeps the pending plans in its key-value header only (the stored Arrow
+    schema's copy has none: a large plan lists every file it claims); a reader opening
+    the table decodes them only when asked, applying the commits since the root, and gets
+    what a replay of the whole log gives."""
+    import pyarrow.parquet as pq
+
+    from lakelog.log.actions import ClaimGroup, PlanClaim, PlanRelease, RemoveFile
+    from lakelog.log.manifests import manifest_path
+
+    uri = str(tmp_path / "t")
+    t = _table(uri, interval=4)
+    adds = [_add(DAYS[i % 3], i) for i in range(6)]
+    t.commit(adds, operation="APPEND", kind="append")  # 1
+    groups = {"g1": adds[0:2], "g2": adds[2:4], "g3": adds[4:6]}
+    claim = PlanClaim(
+        plan_id="p" * 32,
+        operation="COMPACT",
+        owner="h:1",
+        lease_id="l" * 32,
+        claimed_ms=1,
+        groups=[ClaimGroup(group_id=g, paths=[a.path for a in fs]) for g, fs in groups.items()],
+    )
+    t.commit([claim], operation="CLAIM", kind="append")  # 2
+    for i in (6, 7):  # 3, 4: a root at 4 holds the plan
+        t.commit([_add(DAYS[0], i)], operation="APPEND", kind="append")
+    root = pq.ParquetFile(os.path.join(uri, manifest_path(4)))
+    kv = json.loads(root.metadata.metadata[b"lakelog"])
+    assert kv["format_version"] == 3 and set(kv["plans"]["p" * 32]["groups"]) == {"g1", "g2", "g3"}
+    assert json.loads(root.schema_arrow.metadata[b"lakelog"])["plans"] == {}
+    t.commit([PlanRelease(plan_id="p" * 32, group_ids=["g1"])], operation="X", kind="append")
+    gone = RemoveFile(path=adds[2].path, deletion_ms=1, partition=dict(adds[2].partition))
+    t.commit([gone], operation="DELETE", kind="overwrite")  # 6: drops g2
+
+    fresh = lakelog.open_table(uri)
+    state = fresh.snapshot()._state
+    assert state.plans_json is not None and len(state.plans_todo) == 2  # not decoded yet
+    plans = fresh.snapshot().plans
+    assert state.plans_json is None
+    assert {g: sorted(p) for g, p in plans["p" * 32].groups.items()} == {
+        "g3": sorted(a.path for a in adds[4:6])
+    }
+    t.commit([_add(DAYS[1], 8)], operation="APPEND", kind="append")  # 7
+    t.commit([_add(DAYS[1], 9)], operation="APPEND", kind="append")  # 8: a root again
+    assert json.loads(
+        pq.ParquetFile(os.path.join(uri, manifest_path(8))).metadata.metadata[b"lakelog"]
+    )["plans"]["p" * 32]["groups"] == {"g3": [a.path for a in adds[4:6]]}
+    for v in range(9):  # every version, from roots or replay, as a full replay says
+        assert lakelog.open_table(uri).snapshot(v).plans == _replayed_plans(t, v)
+
+
+def _replayed_plans(t: lakelog.Table, version: int) -> dict[str, Any]:
+    from lakelog.log.commits import read_commit
+    from lakelog.log.plans import apply_plan_actions
+
+    plans: dict[str, Any] = {}
+    for v in range(version + 1):
+        apply_plan_actions(plans, read_commit(t.storage, v))
+    return plans
