@@ -187,6 +187,8 @@ class ReplayState(msgspec.Struct):
         if self.plans_json is not None:
             if claims or any(isinstance(a, RemoveFile) for a in commit.actions):
                 self.plans_todo.append(commit)
+                if len(self.plans_todo) >= _MAX_DEFERRED:  # a long-lived reader: bounded
+                    self.pending_plans()
         elif self.plans or claims:
             apply_plan_actions(self.plans, commit)
         self.version = commit.header.version
@@ -247,6 +249,9 @@ class ReplayState(msgspec.Struct):
 
 
 _PLANS_DECODER = msgspec.json.Decoder(dict[str, PendingPlan])
+_MAX_DEFERRED = 32
+"""Commits changing undecoded plans kept before decoding them anyway: a process that
+advances one snapshot for days must not hold (and copy at every advance) them all."""
 
 
 def replay(

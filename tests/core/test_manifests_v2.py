@@ -670,3 +670,38 @@ def _replayed_plans(t: lakelog.Table, version: int) -> dict[str, Any]:
     for v in range(version + 1):
         apply_plan_actions(plans, read_commit(t.storage, v))
     return plans
+
+
+def test_a_long_lived_reader_decodes_deferred_plans_after_a_bounded_number_of_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that keeps advancing its snapshot past many rewrites while a plan is
+    pending holds at most a bounded number of undecoded commits, and the plans it then
+    reports are a full replay's."""
+    from lakelog.log import files as files_mod
+    from lakelog.log.actions import ClaimGroup, PlanClaim, RemoveFile
+
+    monkeypatch.setattr(files_mod, "_MAX_DEFERRED", 8)
+    uri = str(tmp_path / "t")
+    t = _table(uri, interval=3)
+    adds = [_add(DAYS[0], i) for i in range(80)]
+    t.commit(adds, operation="APPEND", kind="append")
+    claim = PlanClaim(
+        plan_id="q" * 32,
+        operation="COMPACT",
+        owner="h:1",
+        lease_id="l" * 32,
+        claimed_ms=1,
+        groups=[ClaimGroup(group_id=f"g{i}", paths=[adds[i].path]) for i in range(80)],
+    )
+    t.commit([claim], operation="CLAIM", kind="append")
+    t.commit([_add(DAYS[1], 99)], operation="APPEND", kind="append")  # 3: a root
+    reader = lakelog.open_table(uri)
+    assert reader.snapshot()._state.plans_json is not None
+    for i in range(13):
+        gone = RemoveFile(path=adds[i].path, deletion_ms=1, partition=dict(adds[i].partition))
+        t.commit([gone], operation="DELETE", kind="overwrite", read_snapshot=t.refresh().snapshot())
+        reader.refresh()
+        assert len(reader.snapshot()._state.plans_todo) < 8
+    assert reader.snapshot().plans == _replayed_plans(t, t.version)
+    assert len(reader.snapshot().plans["q" * 32].groups) == 80 - 13
