@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import CommitConflictError, InvalidArgumentError, TableExistsError
+from ..errors import (
+    AdoptedFilesMissingError,
+    CommitConflictError,
+    InvalidArgumentError,
+    TableExistsError,
+)
 from ..io.parquet_settings import check_parquet_properties
 from ..leases import Lease
 from ..log.actions import Action, AddFile, Commit, Metadata, encode_schema
@@ -43,6 +48,7 @@ from ..properties import get_float, validate_properties
 from ..storage import FileInfo, Storage
 from ..transaction import CommitResult, Transaction
 from .footers import (
+    Unreadable,
     add_actions,
     check_against_table,
     check_no_partition_columns,
@@ -289,10 +295,18 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
     with Lease.acquire(
         storage, operation="ADD FILES", properties=snap.properties, paths=[i.path for i in infos]
     ) as lease:
-        footers = readable_footers(
-            read_footers(storage, infos, types=snap.file_schema),
-            nothing="nothing was committed.",
-        )
+        read = read_footers(storage, infos, types=snap.file_schema)
+        gone = [r.path for r in read if isinstance(r, Unreadable) and r.gone]
+        if gone:
+            raise AdoptedFilesMissingError(
+                f"expected the {len(infos)} files to adopt to exist while reading their "
+                f"footers, found {listed(gone, 0)} deleted meanwhile (by a vacuum that "
+                f"started before this add_files took its writer lease, or another process). "
+                f"Nothing was committed. Write the files again and adopt them while they "
+                f"are young, or outside vacuum runs.",
+                missing_files=tuple(gone),
+            )
+        footers = readable_footers(read, nothing="nothing was committed.")
         parts = list(snap.partition_by)
         schema = snap.schema
         given = pa.schema([schema.field(c) for c in parts])

@@ -77,6 +77,8 @@ class Footer:
 class Unreadable:
     path: str
     reason: str
+    gone: bool = False
+    """The file was there when listed and missing when read."""
 
 
 def _normalized(schema: pa.Schema) -> pa.Schema:
@@ -156,7 +158,7 @@ def _read_footer(
         schema = _schema_of(md, cache)
         stats = stats_from_metadata(md, schema if types is None else types)
     except FileNotFoundError:
-        return Unreadable(path, "gone (deleted while reading)")
+        return Unreadable(path, "gone (deleted while reading)", gone=True)
     except (OSError, pa.ArrowException, ValueError) as e:
         return Unreadable(path, f"an unreadable footer ({' '.join(str(e).split())})")
     return Footer(path, size, info.mtime_ms or 0, md.num_rows, schema, stats)

@@ -334,3 +334,29 @@ def test_add_files_waits_out_vacuum_only_for_files_vacuum_could_take(
     assert max(sleeps) > 2 * leases.LEASE_RECHECK_SECONDS - 2
     assert sorted(t.snapshot().to_arrow()["id"].to_pylist()) == [0, 1, 2]
     assert not list((tmp_path / "t" / "_lakelog" / "_leases").glob("*.json"))
+
+
+def test_a_file_deleted_before_its_footer_is_read_is_reported_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vacuum that started before add_files took its lease may delete a file between the
+    listing and the footer read: AdoptedFilesMissingError naming it, nothing committed."""
+    import lakelog.interop.convert as convert
+
+    uri = str(tmp_path / "t")
+    lakelog.write_table(uri, pa.table({"id": [0]}))
+    t = lakelog.open_table(uri)
+    victim = tmp_path / "t" / "late.parquet"
+    pq.write_table(pa.table({"id": [1]}), victim)
+    pq.write_table(pa.table({"id": [2]}), tmp_path / "t" / "kept.parquet")
+    real = convert.read_footers
+
+    def read_footers(*args: object, **kwargs: object) -> object:
+        victim.unlink()
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(convert, "read_footers", read_footers)
+    with pytest.raises(lakelog.AdoptedFilesMissingError, match=r"late\.parquet") as e:
+        t.add_files(["late.parquet", "kept.parquet"])
+    assert e.value.missing_files == ("late.parquet",)
+    assert t.refresh().version == 0
