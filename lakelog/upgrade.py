@@ -1,7 +1,7 @@
 """Upgrading a table to the newest format version (``Table.upgrade``, ``lakelog upgrade``).
 
 A table declaring an older format version first gets a ``metadata`` commit declaring
-the newest one (:data:`~lakelog.log.actions.FORMAT_VERSION`: version 3 lets maintenance
+the newest one (:data:`~lakelog.log.actions.TABLE_FORMAT_VERSION`: version 3 lets maintenance
 runs claim their files); like every metadata change it conflicts with concurrent
 commits, and is retried by running upgrade again. Then the latest version gets a
 version-2 manifest (root and leaves) unless it has one, replacing a version-1 manifest
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .errors import CorruptLogError
-from .log.actions import FORMAT_VERSION
+from .log.actions import TABLE_FORMAT_VERSION
 from .log.manifests import ROOT_FORMAT, manifest_path, read_manifest_header, read_root
 from .log.snapshot import write_checkpoint
 from .properties import get_int
@@ -40,9 +40,9 @@ class UpgradeReport:
     """Whether this run wrote the root (False: it was there already)."""
     leaves: int
     files: int
-    declared_before: int = FORMAT_VERSION
+    declared_before: int = TABLE_FORMAT_VERSION
     """The format version the table declared before (its ``metadata`` action)."""
-    declared: int = FORMAT_VERSION
+    declared: int = TABLE_FORMAT_VERSION
     """The format version it declares now."""
 
     def summary(self) -> str:
@@ -87,14 +87,14 @@ def upgrade_table(table: Table) -> UpgradeReport:
     version of ``table`` unless it has one."""
     snap = table.refresh().snapshot()
     declared_before = snap.metadata.format_version
-    if declared_before < FORMAT_VERSION:
-        md = msgspec.structs.replace(snap.metadata, format_version=FORMAT_VERSION)
+    if declared_before < TABLE_FORMAT_VERSION:
+        md = msgspec.structs.replace(snap.metadata, format_version=TABLE_FORMAT_VERSION)
         table.commit(
             [md],
             operation="UPGRADE",
             kind="metadata",
             read_snapshot=snap,
-            parameters={"format_version": FORMAT_VERSION, "previous": declared_before},
+            parameters={"format_version": TABLE_FORMAT_VERSION, "previous": declared_before},
         )
         snap = table.snapshot()
     storage = table.storage

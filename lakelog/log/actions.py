@@ -17,6 +17,7 @@ import pyarrow as pa
 __all__ = [
     "BASE_FORMAT_VERSION",
     "FORMAT_VERSION",
+    "TABLE_FORMAT_VERSION",
     "Action",
     "AddFile",
     "AppTransaction",
@@ -35,8 +36,13 @@ __all__ = [
     "required_format_version",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The newest format version this library reads and writes (see ``docs/format.md``)."""
+
+TABLE_FORMAT_VERSION = 3
+"""The newest version a table declares (its ``metadata`` action; what ``lakelog upgrade``
+moves a table to): version 4 changes only manifests (plans files), which a writer uses
+on any table of version 3."""
 
 BASE_FORMAT_VERSION = 1
 """What an absent ``format_version`` means: the first version of the format. A header
@@ -71,7 +77,7 @@ class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
     """Arrow IPC serialization of the full table schema, base64."""
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = {}
-    format_version: int = FORMAT_VERSION
+    format_version: int = TABLE_FORMAT_VERSION
     created_ms: int = 0
 
     def arrow_schema(self) -> pa.Schema:

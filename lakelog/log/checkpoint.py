@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +32,7 @@ from .leaves import (
     leaf_path,
     leaf_schema,
     load_leaves,
+    plans_path,
     sort_entries,
     struct_fields,
 )
@@ -71,6 +73,12 @@ _TIER_CROWD = 4
 """Small leaves of one size tier are merged once there are this many."""
 
 _OWN_FIELDS = {"metadata", "version", "timestamp_ms", "oldest_version"}
+_PLANS_FIELDS = {"plans", "plans_file"}
+"""Written by :func:`header_for` itself: plans stay JSON until asked, large ones in a file."""
+PLANS_INLINE_BYTES = 65_536
+"""Pending plans whose JSON is longer go to a plans file (format.md, "Pending plans in a
+file (version 4)")."""
+PLANS_FILE_FORMAT = 4
 
 
 def carried_fields() -> list[str]:
@@ -81,7 +89,7 @@ def carried_fields() -> list[str]:
     return [
         f
         for f in ManifestHeader.__struct_fields__
-        if f in state and f not in _OWN_FIELDS and f != "plans"  # plans: JSON until asked
+        if f in state and f not in _OWN_FIELDS and f not in _PLANS_FIELDS
     ]
 
 
@@ -89,10 +97,25 @@ def header_for(state: ReplayState, **counts: Any) -> ManifestHeader:
     """The header of a manifest of ``state`` (its version, metadata, carried fields)."""
     assert state.metadata is not None
     extra: dict[str, Any] = {f: getattr(state, f) for f in carried_fields()}
-    extra["plans"] = plans = state.plans_as_json()
-    if "format_version" not in counts:  # the layout's version, or 3 when plans are pending
+    flat = counts.get("format_version") == 1
+    if state.plans_file is not None and not flat:  # unchanged since the root that wrote it
+        extra["plans"], extra["plans_file"] = msgspec.Raw(b"{}"), state.plans_file
+    else:
+        plans = state.plans_as_json()
+        if len(memoryview(plans)) > PLANS_INLINE_BYTES and not flat:
+            extra["plans"], extra["plans_file"] = msgspec.Raw(b"{}"), plans_path(state.version)
+        else:
+            extra["plans"] = plans
+    if "format_version" not in counts:  # the layout's version, 3 with plans, 4 in a file
+        plans = extra["plans"]
         pending = len(memoryview(plans)) > 8 or bytes(plans).strip() not in (b"", b"{}")
-        counts["format_version"] = PLANS_FORMAT if pending else ROOT_FORMAT
+        counts["format_version"] = (
+            PLANS_FILE_FORMAT
+            if extra.get("plans_file")
+            else PLANS_FORMAT
+            if pending
+            else ROOT_FORMAT
+        )
     return ManifestHeader(
         version=state.version,
         timestamp_ms=state.timestamp_ms,
@@ -394,7 +417,7 @@ def checkpoint(
         return existing
     fs = _newest_base(storage, fs, version)
     root, new = plan_root(fs, state, leaf_files=leaf_files)
-    if not _publish(storage, root, new):
+    if not _publish(storage, root, new, _plans_blob(root, state)):
         return read_root(storage, version)  # another writer's root was there first
     failpoint("checkpoint:after-root")
     # an older base than the newest root: an expiry may have deleted a leaf we reused
@@ -415,6 +438,7 @@ def checkpoint(
             root, new = plan_root(fs, state, leaf_files=leaf_files)
             for leaf in new:
                 _write_leaf(storage, leaf)
+            _write_plans(storage, root, _plans_blob(root, state))
             replace_root(storage, root)
     return root
 
@@ -446,15 +470,32 @@ def _write_leaf(storage: Storage, leaf: Leaf) -> None:
     CACHE.put(storage.uri, leaf)
 
 
-def _publish(storage: Storage, root: Root, new: Sequence[Leaf]) -> bool:
-    """The new leaves, then the root put-if-absent. False if a root was there first:
-    then the new leaves are deleted again."""
+def _plans_blob(root: Root, state: ReplayState) -> bytes | None:
+    """The plans file ``root`` names that is not written yet (None: it names none, or
+    the one holding the state's unchanged plans)."""
+    path = root.header.plans_file
+    if path is None or path == state.plans_file:
+        return None
+    return bytes(state.plans_as_json())
+
+
+def _write_plans(storage: Storage, root: Root, blob: bytes | None) -> list[str]:
+    if blob is None or root.header.plans_file is None:
+        return []
+    storage.write_bytes(root.header.plans_file, blob)
+    return [root.header.plans_file]
+
+
+def _publish(storage: Storage, root: Root, new: Sequence[Leaf], plans: bytes | None) -> bool:
+    """The new leaves and plans file, then the root put-if-absent. False if a root was
+    there first: then the new leaves and plans file are deleted again."""
     for leaf in new:
         _write_leaf(storage, leaf)
+    written = _write_plans(storage, root, plans)
     failpoint("checkpoint:before-root")
     if write_root(storage, root):
         return True
-    storage.delete([leaf.path for leaf in new if leaf.path is not None])
+    storage.delete([leaf.path for leaf in new if leaf.path is not None] + written)
     return False
 
 
@@ -465,4 +506,6 @@ def snapshot_state(state: ReplayState, root: Root | None) -> ReplayState:
     out = state.copy()
     out.base = root
     out.added, out.removed = {}, {}
+    if root.header.plans_file is not None:  # the state's plans, as just written
+        out.plans_file = root.header.plans_file
     return out

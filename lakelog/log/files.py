@@ -8,7 +8,7 @@ only when asked for.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -145,6 +145,10 @@ class ReplayState(msgspec.Struct):
     A large plan lists every file it claims, and most readers never look at plans."""
     plans_todo: list[Commit] = []
     """Commits since the base that change the plans of ``plans_json``, in order."""
+    plans_load: Callable[[], bytes] | None = None
+    """Reads the base's plans file (format version 4) while it is not read yet."""
+    plans_file: str | None = None
+    """A plans file that holds exactly the current pending plans (None: none does)."""
 
     @classmethod
     def start(
@@ -184,25 +188,38 @@ class ReplayState(msgspec.Struct):
             elif isinstance(action, Metadata):
                 self.metadata = action
         claims = any(isinstance(a, (PlanClaim, PlanRelease)) for a in commit.actions)
-        if self.plans_json is not None:
-            if claims or any(isinstance(a, RemoveFile) for a in commit.actions):
+        changes = claims or any(isinstance(a, RemoveFile) for a in commit.actions)
+        if self.plans_json is not None or self.plans_load is not None:
+            if changes:
                 self.plans_todo.append(commit)
+                self.plans_file = None
                 if len(self.plans_todo) >= _MAX_DEFERRED:  # a long-lived reader: bounded
                     self.pending_plans()
         elif self.plans or claims:
             apply_plan_actions(self.plans, commit)
+            if changes:
+                self.plans_file = None
         self.version = commit.header.version
         self.timestamp_ms = commit.header.timestamp_ms
 
     def set_plans_json(self, raw: msgspec.Raw) -> None:
         """Start from a manifest's pending plans (its header's ``plans`` JSON), decoded
         only when asked for."""
-        self.plans, self.plans_todo = {}, []
+        self.plans, self.plans_todo, self.plans_load, self.plans_file = {}, [], None, None
         empty = len(memoryview(raw)) < 8 and bytes(raw).strip() in (b"", b"{}")
         self.plans_json = None if empty else raw
 
+    def set_plans_file(self, path: str, read: Callable[[str], bytes]) -> None:
+        """Start from a manifest whose pending plans are in the plans file ``path``
+        (format version 4), read with ``read`` only when asked for."""
+        self.plans, self.plans_todo, self.plans_json = {}, [], None
+        self.plans_load, self.plans_file = (lambda: read(path)), path
+
     def pending_plans(self) -> dict[str, PendingPlan]:
         """The pending plans, decoding the base's and applying the commits since."""
+        load = self.plans_load
+        if load is not None:
+            self.plans_json, self.plans_load = msgspec.Raw(load()), None
         raw = self.plans_json
         if raw is None:
             return self.plans
@@ -215,8 +232,12 @@ class ReplayState(msgspec.Struct):
     def plans_as_json(self) -> msgspec.Raw:
         """The pending plans as a header's ``plans`` JSON (the base's bytes as they were
         when no commit since changed them)."""
-        if self.plans_json is not None and not self.plans_todo:
-            return self.plans_json
+        if not self.plans_todo:
+            load = self.plans_load
+            if load is not None:
+                self.plans_json, self.plans_load = msgspec.Raw(load()), None
+            if self.plans_json is not None:
+                return self.plans_json
         return msgspec.Raw(msgspec.json.encode(self.pending_plans()))
 
     def dead(self) -> dict[str, dict[str, str | None]]:

@@ -48,6 +48,7 @@ __all__ = [
     "leaf_path",
     "leaf_schema",
     "leaf_version",
+    "plans_path",
     "load_leaves",
     "sort_entries",
     "struct_fields",
@@ -108,11 +109,20 @@ def leaf_path(version: int) -> str:
     return f"{LEAF_DIR}/{version:020d}-{secrets.token_hex(8)}.parquet"
 
 
+def plans_path(version: int) -> str:
+    """A fresh name for the plans file of the root of ``version`` (format version 4)."""
+    return f"{LEAF_DIR}/{version:020d}-{secrets.token_hex(8)}{PLANS_SUFFIX}"
+
+
+PLANS_SUFFIX = ".plans.json"
+
+
 def leaf_version(path: str) -> int | None:
-    """The root version a leaf was written for (from its name), None if not a leaf name."""
+    """The root version a leaf (or a plans file, which counts as one) was written for,
+    from its name; None if not such a name."""
     name = path.rsplit("/", 1)[-1]
     head, _, rest = name.partition("-")
-    if len(head) != 20 or not head.isdigit() or not rest.endswith(".parquet"):
+    if len(head) != 20 or not head.isdigit() or not rest.endswith((".parquet", PLANS_SUFFIX)):
         return None
     return int(head)
 

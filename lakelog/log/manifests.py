@@ -89,6 +89,8 @@ class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
     """Version 3: pending maintenance plans (format.md, "Maintenance plans and claims"):
     plan id to :class:`~lakelog.log.plans.PendingPlan`, kept as JSON until someone asks
     (``ReplayState.pending_plans``): a large plan lists every file it claims."""
+    plans_file: str | None = None
+    """Version 4: the plans file holding the pending plans (``plans`` is then empty)."""
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -403,7 +405,8 @@ def write_root(storage: Storage, root: Root) -> bool:
 
 def root_leaves(storage: Storage, versions: Sequence[int]) -> dict[int, list[str]]:
     """The leaves each version-2 root at ``versions`` lists (read concurrently on object
-    stores; only the ``leaf`` column). Versions without a readable root are left out."""
+    stores; only the ``leaf`` column), and its plans file if it names one (version 4).
+    Versions without a readable root are left out."""
     out: dict[int, list[str]] = {}
     versions = list(versions)
     for start in range(0, len(versions), 64):
@@ -419,7 +422,8 @@ def root_leaves(storage: Storage, versions: Sequence[int]) -> dict[int, list[str
                 header = None if raw is None else msgspec.json.decode(raw, type=ManifestHeader)
                 if header is None or header.format_version < ROOT_FORMAT:
                     continue
-                out[v] = f.read(columns=["leaf"], use_threads=False).column("leaf").to_pylist()
+                leaves = f.read(columns=["leaf"], use_threads=False).column("leaf").to_pylist()
+                out[v] = leaves + ([header.plans_file] if header.plans_file else [])
             except (pa.ArrowException, ValueError, KeyError, msgspec.DecodeError, OSError):
                 continue
     return out

@@ -533,8 +533,23 @@ def _from_manifest(storage: Storage, version: int) -> ReplayState | None:
     state = ReplayState.start(h.metadata, base, h.version, h.timestamp_ms, h.oldest_version)
     for name in carried_fields():
         setattr(state, name, getattr(h, name))
-    state.set_plans_json(h.plans)
+    if h.plans_file:
+        state.set_plans_file(h.plans_file, lambda p: _read_plans_file(storage, p, h.version))
+    else:
+        state.set_plans_json(h.plans)
     return state
+
+
+def _read_plans_file(storage: Storage, path: str, version: int) -> bytes:
+    try:
+        return storage.read_bytes(path)
+    except FileNotFoundError as e:
+        raise ManifestLeafError(
+            f"expected the plans file {path} that the manifest of version {version} names, "
+            f"found it missing: an expiry removed that manifest meanwhile. Open the table "
+            f"again (refresh) and retry.",
+            leaf=path,
+        ) from e
 
 
 def oldest_readable_version(storage: Storage, listing: LogListing | None = None) -> int:
