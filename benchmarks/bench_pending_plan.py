@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_DIR, print_table, run_in_subprocess_peak_rss
+from _common import BENCH_DIR, fmt_bytes, print_table, run_in_subprocess_peak_rss
 from bench_scale import Shape, _link_copy, ensure_logs
 
 WORK = Path("/tmp/lakelog-bench-pending-plan")
@@ -62,14 +62,15 @@ def delta_open(path: str) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "files": n}
 
 
-def _claim_everything(uri: str) -> tuple[int, int]:
+def _claim_everything(uri: str) -> tuple[int, int, int]:
     """Commit one plan claiming every live file (a group per partition), then empty
-    appends up to the next manifest. Returns the claim commit's and the manifest's size."""
+    appends up to the next manifest. Returns the sizes of the claim commit, of the
+    manifest and of its plans file (0: none, format version 3 and before)."""
     import lakelog
     from lakelog.leases import Lease
     from lakelog.log.actions import ClaimGroup, PlanClaim
     from lakelog.log.commits import commit_path
-    from lakelog.log.manifests import manifest_path
+    from lakelog.log.manifests import manifest_path, read_manifest_header
 
     table = lakelog.open_table(uri)
     snap = table.snapshot()
@@ -93,7 +94,10 @@ def _claim_everything(uri: str) -> tuple[int, int]:
         v = table.commit_files([], mode="append", operation="WRITE").version
         if v % interval == 0:
             break
-    return claim_bytes, os.path.getsize(os.path.join(uri, manifest_path(v)))
+    header = read_manifest_header(table.storage, v)
+    plans_file = getattr(header, "plans_file", None)
+    plans_bytes = os.path.getsize(os.path.join(uri, plans_file)) if plans_file else 0
+    return claim_bytes, os.path.getsize(os.path.join(uri, manifest_path(v))), plans_bytes
 
 
 def _cold(func: str, target: str, runs: int) -> float:
@@ -118,8 +122,11 @@ def main() -> None:
     for name in ("no plan", "plan pending"):
         copies[name] = WORK / name.replace(" ", "-")
         _link_copy(logs["lakelog"], copies[name])
-    claim_bytes, manifest_bytes = _claim_everything(str(copies["plan pending"]))
-    print(f"claim commit {claim_bytes / 2**20:.1f} MiB, manifest {manifest_bytes / 2**20:.1f} MiB")
+    claim_bytes, manifest_bytes, plans_bytes = _claim_everything(str(copies["plan pending"]))
+    print(
+        f"claim commit {fmt_bytes(claim_bytes)}, manifest {fmt_bytes(manifest_bytes)}, "
+        f"its plans file {fmt_bytes(plans_bytes)}"
+    )
     rows = []
     base_open = _cold("lakelog_open", str(copies["no plan"]), args.runs)
     delta = _cold("delta_open", str(logs["delta"]), args.runs)
