@@ -31,6 +31,7 @@ from .leaves import (
     entries_from_files,
     leaf_path,
     leaf_schema,
+    leaf_version,
     load_leaves,
     plans_path,
     sort_entries,
@@ -93,13 +94,20 @@ def carried_fields() -> list[str]:
     ]
 
 
-def header_for(state: ReplayState, **counts: Any) -> ManifestHeader:
-    """The header of a manifest of ``state`` (its version, metadata, carried fields)."""
+def header_for(
+    state: ReplayState, *, base_plans_file: str | None = None, **counts: Any
+) -> ManifestHeader:
+    """The header of a manifest of ``state`` (its version, metadata, carried fields).
+
+    Plans unchanged since the state's own base root (``state.plans_file``) are named, not
+    written again: by the plans file of the root this manifest is built on
+    (``base_plans_file``, at or after the state's base, so the same plans), which expiry
+    keeps as long as it keeps that root's leaves; never by an older root's file."""
     assert state.metadata is not None
     extra: dict[str, Any] = {f: getattr(state, f) for f in carried_fields()}
     flat = counts.get("format_version") == 1
-    if state.plans_file is not None and not flat:  # unchanged since the root that wrote it
-        extra["plans"], extra["plans_file"] = msgspec.Raw(b"{}"), state.plans_file
+    if state.plans_file is not None and base_plans_file is not None and not flat:
+        extra["plans"], extra["plans_file"] = msgspec.Raw(b"{}"), base_plans_file
     else:
         plans = state.plans_as_json()
         if len(memoryview(plans)) > PLANS_INLINE_BYTES and not flat:
@@ -218,6 +226,7 @@ def plan_root(fs: FileSet, state: ReplayState, *, leaf_files: int) -> tuple[Root
     files = int(pc.sum(entries.column("live_files")).as_py() or 0)
     header = header_for(
         state,
+        base_plans_file=root.header.plans_file if root is not None else None,
         num_files=files,
         num_rows=int(pc.sum(entries.column("live_rows")).as_py() or 0),
         num_bytes=int(pc.sum(entries.column("live_bytes")).as_py() or 0),
@@ -474,7 +483,7 @@ def _plans_blob(root: Root, state: ReplayState) -> bytes | None:
     """The plans file ``root`` names that is not written yet (None: it names none, or
     the one holding the state's unchanged plans)."""
     path = root.header.plans_file
-    if path is None or path == state.plans_file:
+    if path is None or leaf_version(path) != root.version:  # named, not written here
         return None
     return bytes(state.plans_as_json())
 

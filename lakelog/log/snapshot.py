@@ -172,7 +172,12 @@ class Snapshot:
     def plans(self) -> dict[str, PendingPlan]:
         """Pending maintenance plans by plan id (``docs/format.md``, "Maintenance plans
         and claims"). Shared with the snapshot: do not change them."""
-        return dict(self._state.pending_plans())
+        try:
+            return dict(self._state.pending_plans())
+        except ManifestLeafError as e:  # the base root's plans file was expired since
+            log.warning("resolving version %d of %s again: %s", self.version, self.storage.uri, e)
+            fresh = load_snapshot(self.storage, self.version)
+            return dict(fresh._state.pending_plans())
 
     @property
     def num_files(self) -> int:

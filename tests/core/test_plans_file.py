@@ -25,6 +25,7 @@ from lakelog.log.commits import read_commit
 from lakelog.log.leaves import LEAF_DIR
 from lakelog.log.manifests import manifest_path, read_manifest_header
 from lakelog.log.plans import apply_plan_actions
+from lakelog.log.snapshot import advance
 
 REPO = str(Path(__file__).resolve().parents[2])
 V3_COMMIT = "372c0b8"  # the last commit of format version 3
@@ -204,3 +205,57 @@ def test_a_version_3_reader_refuses_a_root_with_a_plans_file_clearly(tmp_path: P
     refused = read()
     assert refused["error"] == "UnsupportedFormatError"
     assert "found 4" in str(refused["message"]) and "upgrade lakelog" in str(refused["message"])
+
+
+@pytest.mark.usefixtures("small_inline")
+def test_a_stale_state_names_the_plans_file_of_its_base_root_not_an_expired_one(
+    tmp_path: Path,
+) -> None:
+    """Two writers keep equal plans in different plans files; expiry deletes the older
+    file with the roots that listed it. A state that still points at that file
+    (unchanged plans, an old base) names the file of the root a new manifest is built
+    on, never its own; and a snapshot whose deferred plans file was expired resolves
+    its version again."""
+    uri = str(tmp_path / "t")
+    t = lakelog.create_table(
+        uri, SCHEMA, partition_by=["day"], properties={"lakelog.manifest_interval": 3}
+    )
+    adds = [_add(i) for i in range(30)]
+    t.commit(adds, operation="APPEND", kind="append")  # 1
+    claim = PlanClaim(
+        plan_id=PLAN,
+        operation="COMPACT",
+        owner="h:1",
+        lease_id="b" * 32,
+        claimed_ms=1,
+        groups=[ClaimGroup(group_id=f"g{i}", paths=[adds[i].path]) for i in range(30)],
+    )
+    t.commit([claim], operation="CLAIM", kind="append")  # 2
+    w0 = lakelog.open_table(uri)  # its state replays the claim: no plans file of its own
+    t.commit([_add(100)], operation="APPEND", kind="append")  # 3: a root with file P
+    p = read_manifest_header(t.storage, 3)
+    assert p is not None and p.plans_file
+    stale = lakelog.open_table(uri).snapshot()  # based on root 3: plans in P, not read
+    assert stale._state.plans_file == p.plans_file and stale._state.plans_load is not None
+    w0.refresh()
+    for i in (101, 102, 103):  # 6: w0's root, whose plans file (same plans) is P'
+        w0.commit([_add(i)], operation="APPEND", kind="append")
+    p2 = read_manifest_header(t.storage, 6)
+    assert p2 is not None and p2.plans_file not in (None, p.plans_file)
+    for i in (104, 105, 106):  # 9: reuses P'
+        w0.commit([_add(i)], operation="APPEND", kind="append")
+    assert read_manifest_header(t.storage, 9).plans_file == p2.plans_file  # type: ignore[union-attr]
+    at9 = advance(stale, [read_commit(t.storage, v) for v in range(4, 10)])  # appends only
+    assert at9.version == 9 and at9._state.plans_file == p.plans_file
+    t.refresh().expire_snapshots(older_than=dt.timedelta(0), retain_last=1)  # oldest 9
+    assert not (Path(uri) / p.plans_file).exists()  # only roots 0 and 3 listed P
+
+    header = checkpoint.header_for(
+        at9._state, base_plans_file=p2.plans_file, num_files=0, num_rows=0, num_bytes=0
+    )
+    assert header.plans_file == p2.plans_file and header.format_version == 4
+    fresh = lakelog.open_table(uri).snapshot()
+    assert at9.plans == fresh.plans == w0.snapshot().plans  # resolved again from the log
+    assert len(fresh.plans[PLAN].groups) == 30
+    with pytest.raises(lakelog.VersionExpiredError, match="found 3"):
+        stale.plans  # noqa: B018 - version 3 itself is gone: said so
