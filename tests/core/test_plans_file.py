@@ -43,21 +43,25 @@ def _add(i: int) -> AddFile:
     )
 
 
+def _claim(adds: list[AddFile]) -> PlanClaim:
+    """Plan ``PLAN`` claiming each of ``adds`` as a group of its own."""
+    return PlanClaim(
+        plan_id=PLAN,
+        operation="COMPACT",
+        owner="h:1",
+        lease_id="b" * 32,
+        claimed_ms=1,
+        groups=[ClaimGroup(group_id=f"g{i}", paths=[a.path]) for i, a in enumerate(adds)],
+    )
+
+
 def _table(uri: str) -> tuple[lakelog.Table, list[AddFile]]:
     t = lakelog.create_table(
         uri, SCHEMA, partition_by=["day"], properties={"lakelog.manifest_interval": 3}
     )
     adds = [_add(i) for i in range(30)]
     t.commit(adds, operation="APPEND", kind="append")  # 1
-    claim = PlanClaim(
-        plan_id=PLAN,
-        operation="COMPACT",
-        owner="h:1",
-        lease_id="b" * 32,
-        claimed_ms=1,
-        groups=[ClaimGroup(group_id=f"g{i}", paths=[adds[i].path]) for i in range(30)],
-    )
-    t.commit([claim], operation="CLAIM", kind="append")  # 2
+    t.commit([_claim(adds)], operation="CLAIM", kind="append")  # 2
     t.commit([_add(100)], operation="APPEND", kind="append")  # 3: a root
     return t, adds
 
@@ -222,15 +226,7 @@ def test_a_stale_state_names_the_plans_file_of_its_base_root_not_an_expired_one(
     )
     adds = [_add(i) for i in range(30)]
     t.commit(adds, operation="APPEND", kind="append")  # 1
-    claim = PlanClaim(
-        plan_id=PLAN,
-        operation="COMPACT",
-        owner="h:1",
-        lease_id="b" * 32,
-        claimed_ms=1,
-        groups=[ClaimGroup(group_id=f"g{i}", paths=[adds[i].path]) for i in range(30)],
-    )
-    t.commit([claim], operation="CLAIM", kind="append")  # 2
+    t.commit([_claim(adds)], operation="CLAIM", kind="append")  # 2
     w0 = lakelog.open_table(uri)  # its state replays the claim: no plans file of its own
     t.commit([_add(100)], operation="APPEND", kind="append")  # 3: a root with file P
     p = read_manifest_header(t.storage, 3)
