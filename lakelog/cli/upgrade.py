@@ -13,9 +13,10 @@ def register(sub: Any) -> None:
         "upgrade",
         help="move a table to the newest format version now",
         description=(
-            "Move a table to the newest format version now: declare format version 3 (a "
-            "metadata commit; maintenance runs then claim their files on the log, so "
-            "concurrent runs pick disjoint files), and write a version-2 manifest (a root "
+            "Move a table to the newest format version now: declare format version 3, the "
+            "newest a table declares (version 4 changes only manifests), in a metadata "
+            "commit, so maintenance runs claim their files on the log and concurrent runs "
+            "pick disjoint files; and write a version-2 manifest (a root "
             "and its leaves) at the latest version, in place of a version-1 manifest there. "
             "Running it again does nothing. Readers of older lakelog versions refuse the "
             "table afterwards; upgrade them first."
