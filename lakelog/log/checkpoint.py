@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from .._failpoints import failpoint
 from ..storage import Storage
-from .files import ReplayState
+from .files import ReplayState, no_plans
 from .fileset import FileSet
 from .leaves import (
     CACHE,
@@ -115,14 +115,12 @@ def header_for(
         else:
             extra["plans"] = plans
     if "format_version" not in counts:  # the layout's version, 3 with plans, 4 in a file
-        plans = extra["plans"]
-        pending = len(memoryview(plans)) > 8 or bytes(plans).strip() not in (b"", b"{}")
         counts["format_version"] = (
             PLANS_FILE_FORMAT
             if extra.get("plans_file")
-            else PLANS_FORMAT
-            if pending
             else ROOT_FORMAT
+            if no_plans(extra["plans"])
+            else PLANS_FORMAT
         )
     return ManifestHeader(
         version=state.version,

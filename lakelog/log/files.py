@@ -206,8 +206,7 @@ class ReplayState(msgspec.Struct):
         """Start from a manifest's pending plans (its header's ``plans`` JSON), decoded
         only when asked for."""
         self.plans, self.plans_todo, self.plans_load, self.plans_file = {}, [], None, None
-        empty = len(memoryview(raw)) < 8 and bytes(raw).strip() in (b"", b"{}")
-        self.plans_json = None if empty else raw
+        self.plans_json = None if no_plans(raw) else raw
 
     def set_plans_file(self, path: str, read: Callable[[str], bytes]) -> None:
         """Start from a manifest whose pending plans are in the plans file ``path``
@@ -217,9 +216,7 @@ class ReplayState(msgspec.Struct):
 
     def pending_plans(self) -> dict[str, PendingPlan]:
         """The pending plans, decoding the base's and applying the commits since."""
-        load = self.plans_load
-        if load is not None:
-            self.plans_json, self.plans_load = msgspec.Raw(load()), None
+        self._read_plans_file()
         raw = self.plans_json
         if raw is None:
             return self.plans
@@ -229,13 +226,16 @@ class ReplayState(msgspec.Struct):
         self.plans, self.plans_json, self.plans_todo = plans, None, []
         return plans
 
+    def _read_plans_file(self) -> None:
+        load = self.plans_load
+        if load is not None:
+            self.plans_json, self.plans_load = msgspec.Raw(load()), None
+
     def plans_as_json(self) -> msgspec.Raw:
         """The pending plans as a header's ``plans`` JSON (the base's bytes as they were
         when no commit since changed them)."""
         if not self.plans_todo:
-            load = self.plans_load
-            if load is not None:
-                self.plans_json, self.plans_load = msgspec.Raw(load()), None
+            self._read_plans_file()
             if self.plans_json is not None:
                 return self.plans_json
         return msgspec.Raw(msgspec.json.encode(self.pending_plans()))
@@ -270,6 +270,13 @@ class ReplayState(msgspec.Struct):
 
 
 _PLANS_DECODER = msgspec.json.Decoder(dict[str, PendingPlan])
+
+
+def no_plans(raw: msgspec.Raw) -> bool:
+    """Whether a header's ``plans`` JSON holds no plan (``{}``)."""
+    return len(memoryview(raw)) < 8 and bytes(raw).strip() in (b"", b"{}")
+
+
 _MAX_DEFERRED = 32
 """Commits changing undecoded plans kept before decoding them anyway: a process that
 advances one snapshot for days must not hold (and copy at every advance) them all."""
