@@ -13,6 +13,7 @@ from .changes import ChangeResult, FileChange, MergeReport
 from .errors import (
     AdoptedFilesMissingError,
     AppVersionCommittedError,
+    CleanupRunningError,
     CommitConflictError,
     CorruptLogError,
     DataFileMissingError,
@@ -44,6 +45,7 @@ from .transaction import CommitResult
 __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
+    "CleanupRunningError",
     "ChangeResult",
     "CommitConflictError",
     "CommitResult",

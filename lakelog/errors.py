@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
+    "CleanupRunningError",
     "CommitConflictError",
     "CorruptLogError",
     "DataFileMissingError",
@@ -197,6 +198,21 @@ class AdoptedFilesMissingError(LakelogError, FileNotFoundError):
     def __init__(self, message: str, *, missing_files: tuple[str, ...]) -> None:
         super().__init__(message)
         self.missing_files = missing_files
+
+
+class CleanupRunningError(LakelogError):
+    """Another expiry or vacuum is deleting from the table (its cleanup lease is live),
+    or this one's lease lapsed while it ran, so another may have started; one cleanup
+    runs at a time. Nothing was deleted after the conflict was found: run it again
+    once the other finished.
+
+    ``operation`` and ``owner`` (``host:pid``) name the other cleanup when known.
+    """
+
+    def __init__(self, message: str, *, operation: str | None, owner: str | None) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.owner = owner
 
 
 class DeltaViewError(LakelogError):

@@ -52,6 +52,7 @@ __all__ = [
     "LeaseRecord",
     "lease_ids_in",
     "lease_path",
+    "process_gone",
     "read_leases",
 ]
 
@@ -97,6 +98,21 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _DECODER = msgspec.json.Decoder(LeaseRecord)
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """Whether ``host``/``pid`` names a process of this host that no longer runs (its
+    lease is over although it has not expired: a crashed run re-run from the same cron
+    host need not wait out the TTL). False for other hosts: they are judged by expiry."""
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
 
 
 def lease_path(lease_id: str) -> str:
@@ -252,6 +268,12 @@ class Lease:
                     e,
                     interval,
                 )
+
+    def held(self) -> bool:
+        """Whether every renewal so far landed before the lease expired and it has not
+        expired now (on this process's clock): nobody could have judged it lapsed."""
+        with self._lock:
+            return not self._released and self._lapses == 0 and _now_ms() < self.expires_ms
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lease (best effort: it expires anyway)."""

@@ -21,12 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._failpoints import failpoint
+from .._failpoints import failpoint, pausepoint
 from ..storage import Storage
 from .files import ReplayState, no_plans
 from .fileset import FileSet
 from .leaves import (
     CACHE,
+    LEAF_DIR,
     Leaf,
     entries_from_files,
     leaf_path,
@@ -57,7 +58,10 @@ __all__ = [
     "carried_fields",
     "checkpoint",
     "header_for",
+    "missing_leaves",
     "plan_root",
+    "rewrite_root",
+    "root_files",
     "snapshot_state",
 ]
 
@@ -427,26 +431,29 @@ def checkpoint(
     if not _publish(storage, root, new, _plans_blob(root, state)):
         return read_root(storage, version)  # another writer's root was there first
     failpoint("checkpoint:after-root")
-    # an older base than the newest root: an expiry may have deleted a leaf we reused
-    hint = read_hint(storage)
-    base = fs.root.version if fs.root is not None else None
-    if base is not None and hint is not None and base < hint < version:
-        newer = read_root(storage, hint)
-        reused = set(root.leaves) - {leaf.path for leaf in new}
-        reused -= set(newer.leaves) if newer is not None else set()
-        if any(not storage.exists(p) for p in sorted(reused)) and newer is not None:
-            log.warning(
-                "manifest of version %d reused leaves an expiry deleted meanwhile; "
-                "writing it again on the manifest of version %d",
-                version,
-                hint,
-            )
-            fs = FileSet(storage, fs.metadata, fs.schema, newer, fs.added, fs.removed)
-            root, new = plan_root(fs, state, leaf_files=leaf_files)
-            for leaf in new:
-                _write_leaf(storage, leaf)
-            _write_plans(storage, root, _plans_blob(root, state))
-            replace_root(storage, root)
+    return root
+
+
+def root_files(root: Root) -> list[str]:
+    """The leaves a root lists, and its plans file if it names one."""
+    return list(root.leaves) + ([root.header.plans_file] if root.header.plans_file else [])
+
+
+def missing_leaves(storage: Storage, root: Root) -> list[str]:
+    """The leaves (and plans file) of ``root`` not in ``_leaves/`` now: one listing, never
+    the process's leaf cache (a leaf cached here may be gone from storage)."""
+    on_disk = set(storage.list_names(LEAF_DIR))
+    return [p for p in root_files(root) if p.rsplit("/", 1)[-1] not in on_disk]
+
+
+def rewrite_root(storage: Storage, fs: FileSet, state: ReplayState, *, leaf_files: int) -> Root:
+    """Write the root of ``state.version`` again on the base of ``fs`` (whose leaves the
+    caller found whole), replacing the root there: new leaves and plans file first."""
+    root, new = plan_root(fs, state, leaf_files=leaf_files)
+    for leaf in new:
+        _write_leaf(storage, leaf)
+    _write_plans(storage, root, _plans_blob(root, state))
+    replace_root(storage, root)
     return root
 
 
@@ -500,6 +507,7 @@ def _publish(storage: Storage, root: Root, new: Sequence[Leaf], plans: bytes | N
         _write_leaf(storage, leaf)
     written = _write_plans(storage, root, plans)
     failpoint("checkpoint:before-root")
+    pausepoint("checkpoint:before-root")
     if write_root(storage, root):
         return True
     storage.delete([leaf.path for leaf in new if leaf.path is not None] + written)

@@ -53,7 +53,13 @@ from ..stats import (
 )
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Commit, DataFile, ExpireVersions, Metadata
-from .checkpoint import carried_fields, checkpoint, snapshot_state
+from .checkpoint import (
+    carried_fields,
+    checkpoint,
+    missing_leaves,
+    rewrite_root,
+    snapshot_state,
+)
 from .commits import (
     TAIL_MAX_BATCH,
     LogListing,
@@ -68,10 +74,12 @@ from .files import FILES_SCHEMA, ReplayState
 from .fileset import FileSet, FlatBlock
 from .manifests import (
     Manifest,
+    Root,
     read_hint,
     read_hint_oldest,
     read_manifest,
     read_manifest_header,
+    root_leaves,
 )
 from .plans import PendingPlan
 
@@ -80,6 +88,8 @@ __all__ = [
     "advance",
     "load_snapshot",
     "oldest_readable_version",
+    "rebuild_root",
+    "repair_roots",
     "version_as_of",
     "write_checkpoint",
 ]
@@ -692,9 +702,15 @@ def write_checkpoint(
 ) -> Snapshot:
     """Write the manifest of the snapshot's version (a version-2 root and the leaves it
     needs, built incrementally: ``lakelog.log.checkpoint``) and return the same snapshot
-    resolved from it, so that later commits advance from the new root."""
+    resolved from it, so that later commits advance from the new root.
+
+    Once the root is there (written here or found), its leaves are checked against a
+    listing: an expiry or vacuum may have deleted a leaf it reused from an older root
+    meanwhile (``docs/format.md``, "Leaves in expiry and vacuum"). Then the root is
+    written again on a whole base (:func:`rebuild_root`)."""
+    storage = snapshot.storage
     root = checkpoint(
-        snapshot.storage,
+        storage,
         snapshot._files(),
         snapshot._state,
         leaf_files=leaf_files,
@@ -702,7 +718,63 @@ def write_checkpoint(
     )
     if root is None:
         return snapshot
-    return _finish(snapshot.storage, snapshot_state(snapshot._state, root))
+    gone = missing_leaves(storage, root)
+    if gone:
+        log.warning(
+            "the manifest of version %d of %s lists leaves deleted meanwhile (%s); "
+            "writing it again on a whole manifest",
+            root.version,
+            storage.uri,
+            ", ".join(gone),
+        )
+        root = rebuild_root(storage, root.version, leaf_files=leaf_files)
+    return _finish(storage, snapshot_state(snapshot._state, root))
+
+
+def rebuild_root(storage: Storage, version: int, *, leaf_files: int) -> Root:
+    """Write the root of ``version`` again, replacing the one there, on the newest older
+    root whose leaves are all in storage (or by replay from the first commit), and
+    check the result the same way. :class:`CorruptLogError` when no such base is left
+    (the commits since one are gone)."""
+    avoid = {version}
+    for _ in range(8):
+        snap = load_snapshot(storage, version, avoid=frozenset(avoid))
+        base = snap._state.base
+        if isinstance(base, Root) and missing_leaves(storage, base):
+            avoid.add(base.version)
+            continue
+        root = rewrite_root(storage, snap._files(), snap._state, leaf_files=leaf_files)
+        if not missing_leaves(storage, root):
+            return root
+        if isinstance(base, Root):  # its leaves went while we built on them: go older
+            avoid.add(base.version)
+    raise CorruptLogError(
+        f"expected to write the manifest of version {version} of {storage.uri} again on a "
+        f"whole older manifest, found leaves deleted under each one tried "
+        f"({sorted(avoid)}); run the expiry or vacuum that is deleting them to its end, "
+        f"then `lakelog upgrade`."
+    )
+
+
+def repair_roots(
+    storage: Storage, deleted: Sequence[str], *, oldest: int, leaf_files: int
+) -> list[int]:
+    """After ``deleted`` leaves were deleted: write again every root at or above
+    ``oldest`` that lists one of them (a checkpoint published after the deleter listed
+    the roots, and checked before it deleted). Returns the versions repaired."""
+    gone = set(deleted)
+    if not gone:
+        return []
+    retained = [m for m in list_log(storage).manifests if m >= oldest]
+    damaged = [v for v, paths in root_leaves(storage, retained).items() if gone.intersection(paths)]
+    for v in sorted(damaged):
+        log.warning(
+            "the manifest of version %d of %s lists a leaf just deleted; writing it again",
+            v,
+            storage.uri,
+        )
+        rebuild_root(storage, v, leaf_files=leaf_files)
+    return sorted(damaged)
 
 
 def version_as_of(storage: Storage, when: dt.datetime | int) -> int:

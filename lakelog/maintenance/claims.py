@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import CommitConflictError, InvalidArgumentError, LakelogError
-from ..leases import Lease, LeaseRecord, read_leases
+from ..leases import Lease, LeaseRecord, process_gone, read_leases
 from ..log.actions import Action, ClaimGroup, Commit, PlanClaim, PlanRelease, RemoveFile
 from ..log.commits import LOG_DIR, read_commit
 from ..log.plans import PLANS_FORMAT, PendingPlan, claimed_paths
@@ -78,18 +78,9 @@ def _live_leases(storage: Storage, now_ms: float | None = None) -> dict[str, Lea
 
 def _dead_here(owner: str) -> bool:
     """Whether ``owner`` (``host:pid``) is a process of this host that no longer runs:
-    its claim is over even though its lease has not expired yet (a crashed run re-run
-    from the same cron host need not wait out the lease)."""
+    its claim is over even though its lease has not expired yet."""
     host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists, owned by someone else
-        return False
-    return False
+    return pid.isdigit() and process_gone(host, int(pid))
 
 
 def live_plan_ids(storage: Storage, plans: Mapping[str, PendingPlan]) -> set[str]:

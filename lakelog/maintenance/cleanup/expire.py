@@ -26,15 +26,24 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ..._failpoints import failpoint
+from ..._failpoints import failpoint, pausepoint
 from ...errors import InvalidArgumentError, VersionExpiredError
+from ...leases import Lease
 from ...log.actions import ExpireVersions
+from ...log.checkpoint import missing_leaves
 from ...log.commits import LogListing, commit_path, list_log, read_header
 from ...log.expiry_marks import prune_marks, write_mark
-from ...log.manifests import manifest_path, root_leaves
-from ...log.snapshot import Snapshot, load_snapshot, write_checkpoint
+from ...log.manifests import manifest_path, read_root, root_leaves
+from ...log.snapshot import (
+    Snapshot,
+    load_snapshot,
+    rebuild_root,
+    repair_roots,
+    write_checkpoint,
+)
 from ...properties import get_bool, get_float, get_int
 from ...storage import Storage
+from .exclusive import ensure_held, exclusive_cleanup
 from .logscan import read_changes
 from .report import ExpireReport
 
@@ -104,9 +113,11 @@ def resolve_oldest(
     return candidates[lo] if lo < len(candidates) else by_count
 
 
-def _delete(storage: Storage, paths: list[str], point: str) -> None:
-    """Delete in batches, in the given order; ``point`` fires after the first batch."""
+def _delete(storage: Storage, paths: list[str], point: str, lease: Lease) -> None:
+    """Delete in batches, in the given order, while the cleanup lease holds; ``point``
+    fires after the first batch."""
     for i in range(0, len(paths), _DELETE_BATCH):
+        ensure_held(storage, lease)
         storage.delete(paths[i : i + _DELETE_BATCH])
         if i == 0:
             failpoint(point)
@@ -149,6 +160,14 @@ def expired_leaves(storage: Storage, below: list[int], oldest: int) -> list[str]
     return sorted(old)
 
 
+def _whole_oldest(storage: Storage, oldest: int, leaf_files: int) -> None:
+    """Check the root at the oldest version against a listing of the leaves, and write it
+    again while the commits below it are still there if a leaf is gone."""
+    root = read_root(storage, oldest)
+    if root is not None and missing_leaves(storage, root):
+        rebuild_root(storage, oldest, leaf_files=leaf_files)
+
+
 def _txn_ids(storage: Storage, versions: list[int]) -> dict[int, str]:
     return {c.version: c.txn_id for c in read_changes(storage, versions)}
 
@@ -162,7 +181,25 @@ def expire_snapshots(
 ) -> ExpireReport:
     """Expire versions older than ``older_than`` and not among the newest
     ``retain_last`` (defaults: the ``lakelog.expire.*`` table properties), then
-    delete the files only expired versions used. See the module docstring."""
+    delete the files only expired versions used. See the module docstring.
+
+    Holds a cleanup lease unless ``dry_run`` (one expiry or vacuum at a time:
+    :mod:`.exclusive`)."""
+    if dry_run:
+        return _expire(table, None, older_than=older_than, retain_last=retain_last)
+    props = table.snapshot().properties
+    with exclusive_cleanup(table.storage, props, operation="EXPIRE SNAPSHOTS") as lease:
+        return _expire(table, lease, older_than=older_than, retain_last=retain_last)
+
+
+def _expire(
+    table: Table,
+    lease: Lease | None,
+    *,
+    older_than: dt.timedelta | None,
+    retain_last: int | None,
+) -> ExpireReport:
+    dry_run = lease is None
     started = time.perf_counter()
     storage = table.storage
     for attempt in range(3):
@@ -258,15 +295,22 @@ def expire_snapshots(
     leaves = expired_leaves(storage, below, oldest)
     log_files = [manifest_path(m) for m in below]
     log_files += [commit_path(v) for v in listing.commits if v < oldest]  # oldest first
-    if not dry_run:
-        _delete(storage, data_files, "expire:mid-data")
+    if lease is not None:
+        _delete(storage, data_files, "expire:mid-data", lease)
         failpoint("expire:after-data")
         # 4. the log below the oldest version: first the manifest leaves only manifests
         # below it list (the manifests stay for a rerun until then), then manifests and
         # commits, commits oldest first
         leaves = expired_leaves(storage, below, oldest)  # roots written meanwhile count
-        _delete(storage, leaves, "expire:mid-leaves")
-        _delete(storage, log_files, "expire:mid-log")
+        pausepoint("expire:before-leaves")
+        _delete(storage, leaves, "expire:mid-leaves", lease)
+        # a checkpoint published after the roots were listed may reuse a leaf just
+        # deleted: write it again; the root at the oldest version must be whole before
+        # the commits it stands for go (format.md, "Leaves in expiry and vacuum")
+        leaf_files = get_int(at_oldest.properties, "lakelog.manifest.leaf_files")
+        repair_roots(storage, leaves, oldest=oldest, leaf_files=leaf_files)
+        _whole_oldest(storage, oldest, leaf_files)
+        _delete(storage, log_files, "expire:mid-log", lease)
         prune_marks(storage)
     log_files = leaves + log_files
     return ExpireReport(

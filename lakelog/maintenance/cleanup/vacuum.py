@@ -53,15 +53,16 @@ from typing import TYPE_CHECKING
 from ... import leases
 from ..._failpoints import failpoint, pausepoint
 from ...errors import InvalidArgumentError, VersionExpiredError
-from ...leases import LEASE_DIR, LeaseRecord, lease_ids_in, lease_path, read_leases
+from ...leases import LEASE_DIR, Lease, LeaseRecord, lease_ids_in, lease_path, read_leases
 from ...log.commits import LOG_DIR, list_log
 from ...log.leaves import LEAF_DIR, leaf_version
 from ...log.manifests import root_leaves
-from ...log.snapshot import load_snapshot
+from ...log.snapshot import load_snapshot, repair_roots
 from ...partitioning import STAGING_DIR, hidden_name
-from ...properties import get_float
+from ...properties import get_float, get_int
 from ...storage import FileInfo, Storage, normalize_uri
 from ..claims import PLAN_DIR
+from .exclusive import ensure_held, exclusive_cleanup
 from .expire import duration_seconds
 from .logscan import read_changes
 from .report import VacuumReport
@@ -282,6 +283,16 @@ def vacuum(
             f"{older_s:g}s: files that young may belong to a writer that has not committed "
             f"yet. Pass force=True if no writer is running, or lower the property."
         )
+    if dry_run:
+        return _vacuum(storage, props, older_s, None, started)
+    with exclusive_cleanup(storage, props, operation="VACUUM") as lease:
+        return _vacuum(storage, props, older_s, lease, started)
+
+
+def _vacuum(
+    storage: Storage, props: dict[str, str], older_s: float, lease: Lease | None, started: float
+) -> VacuumReport:
+    dry_run = lease is None
     cutoff_ms = time.time() * 1000 - older_s * 1000
     candidates, nested, hidden, plan_files = _scan(storage)  # list first, then read the log
     referenced, oldest, latest = referenced_paths(storage)
@@ -302,9 +313,18 @@ def vacuum(
     finished = _finished_plans(
         storage, plan_files, grace_s=2 * get_float(props, "lakelog.lease.ttl_seconds")
     )
-    if not dry_run:
+    if lease is not None:
+        ensure_held(storage, lease)
         storage.delete([f.path for f in finished])
-        orphans, spared_kept, spared_leased = _delete(guard, orphans)
+        orphans, spared_kept, spared_leased = _delete(guard, orphans, lease)
+        # a checkpoint published after the roots were read may reuse an orphan leaf
+        # just deleted (one of a root an expiry deleted): write that root again
+        repair_roots(
+            storage,
+            [f.path for f in orphans if f.path.startswith(f"{LEAF_DIR}/")],
+            oldest=oldest,
+            leaf_files=get_int(props, "lakelog.manifest.leaf_files"),
+        )
         kept += spared_kept
         leased += spared_leased
         expired = _delete_expired_leases(guard)
@@ -346,7 +366,9 @@ def _fresh(guard: _Guard) -> bool:
     return False
 
 
-def _delete(guard: _Guard, orphans: list[FileInfo]) -> tuple[list[FileInfo], int, int]:
+def _delete(
+    guard: _Guard, orphans: list[FileInfo], lease: Lease
+) -> tuple[list[FileInfo], int, int]:
     """Delete orphans in batches, each within LEASE_RECHECK_SECONDS of a reading of
     the leases (and of the log after it). Returns the files deleted and how many
     turned out committed or leased meanwhile (kept)."""
@@ -358,6 +380,7 @@ def _delete(guard: _Guard, orphans: list[FileInfo]) -> tuple[list[FileInfo], int
             pausepoint("vacuum:before-batch")
         if not _fresh(guard):
             break
+        ensure_held(guard.storage, lease)
         batch = []
         for f in orphans[i : i + _DELETE_BATCH]:
             if f.path in guard.committed:

@@ -1,0 +1,151 @@
+"""A checkpoint that reuses a leaf an expiry deletes meanwhile: forced interleavings of
+real processes (``docs/format.md``, "Leaves in expiry and vacuum").
+
+The setup makes the race possible: a writer builds version 8's root on the root of
+version 1 (the newest it saw), reusing its one-file leaf; meanwhile roots at 2, 4 and 5
+are written and the one at 5 merges that leaf away; an expiry to version 6 then spares
+only the leaves of the root at 5 and of the roots at or above 6, so it deletes the
+leaf the writer is about to publish in version 8's root.
+
+Either the writer publishes after the expiry's last look at the roots and before it
+deletes (the expiry must repair the root it damaged), or after the expiry finished
+(the writer must find its leaf gone and rebuild). Without those checks the root at 8
+lists a missing leaf, and the next expiry, building its root on that one, leaves the
+latest version unreadable once it deletes the older log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import lakelog
+from lakelog.log.actions import AddFile
+from lakelog.log.commits import list_log
+from lakelog.log.leaves import CACHE, LEAF_DIR
+from lakelog.log.manifests import root_leaves
+from lakelog.log.snapshot import load_snapshot, write_checkpoint
+from lakelog.storage import Storage
+
+REPO = str(Path(__file__).resolve().parents[2])
+SCHEMA = pa.schema([("cid", pa.int64())])
+ZERO = dt.timedelta(0)
+
+_CHECKPOINT_LATEST = """
+import sys
+from lakelog.log.snapshot import load_snapshot, write_checkpoint
+from lakelog.storage import Storage
+snap = load_snapshot(Storage(sys.argv[1]))
+print(snap.version, flush=True)
+write_checkpoint(snap, leaf_files=8)
+"""
+
+_EXPIRE = """
+import datetime as dt, sys, lakelog
+r = lakelog.open_table(sys.argv[1]).expire_snapshots(older_than=dt.timedelta(0), retain_last=3)
+print(r.oldest_version, flush=True)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": REPO}
+    env.pop("LAKELOG_CRASH_AT", None)
+    env.pop("LAKELOG_PAUSE_AT", None)
+    env.update(extra)
+    return env
+
+
+def _start(script: str, uri: str, pause: str, gate: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, uri],
+        env=_env(LAKELOG_PAUSE_AT=f"{pause}:{gate}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_paused(gate: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not Path(f"{gate}.paused").exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited before its pause point: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("process never reached its pause point")
+        time.sleep(0.01)
+
+
+def _finish(proc: subprocess.Popen[str]) -> str:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return out
+
+
+def _add(i: int) -> AddFile:
+    return AddFile(path=f"f{i:03d}.parquet", size_bytes=100, num_rows=1)
+
+
+def _whole(storage: Storage, oldest: int) -> None:
+    on_disk = {f"{LEAF_DIR}/{n}" for n in storage.list_names(LEAF_DIR)}
+    retained = [m for m in list_log(storage).manifests if m >= oldest]
+    for m, leaves in root_leaves(storage, retained).items():
+        assert set(leaves) <= on_disk, f"the root of version {m} lists a deleted leaf"
+
+
+@pytest.mark.parametrize("writer_publishes", ["between-listing-and-delete", "after-expiry"])
+def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
+    tmp_path: Path, writer_publishes: str
+) -> None:
+    uri = str(tmp_path / "t")
+    props = {"lakelog.manifest.leaf_files": 8, "lakelog.manifest_interval": 1000}
+    t = lakelog.create_table(uri, SCHEMA, properties=props)
+    storage = Storage(uri)
+    for i in range(1, 9):  # versions 1..8, one file each
+        t.commit([_add(i)], operation="WRITE", kind="append")
+    write_checkpoint(load_snapshot(storage, 1), leaf_files=8)  # the root of 1: leaf [f001]
+
+    gate_w = tmp_path / "writer"
+    writer = _start(_CHECKPOINT_LATEST, uri, "checkpoint:before-root", gate_w)
+    _wait_paused(gate_w, writer)  # version 8 planned on the root of 1: [f001] reused
+
+    for v in (2, 4, 5):  # the root of 5 merges four small leaves, [f001] among them
+        write_checkpoint(load_snapshot(storage, v), leaf_files=8)
+    (leaf_1,) = root_leaves(storage, [1])[1]
+    assert leaf_1 not in root_leaves(storage, [5])[5]
+
+    gate_e = tmp_path / "expiry"
+    if writer_publishes == "between-listing-and-delete":
+        expiry = _start(_EXPIRE, uri, "expire:before-leaves", gate_e)
+        _wait_paused(gate_e, expiry)  # the leaves to delete are chosen, none deleted yet
+        gate_w.touch()
+        _finish(writer)  # the root of 8 is published (and checked) before the delete
+        gate_e.touch()
+        assert _finish(expiry).split() == ["6"]
+    else:
+        expiry = _start(_EXPIRE, uri, "never", gate_e)
+        assert _finish(expiry).split() == ["6"]
+        gate_w.touch()
+        _finish(writer)  # publishes the root of 8 after the leaf is gone
+    assert not storage.exists(leaf_1)  # the race happened: the expiry deleted the leaf
+
+    _whole(storage, 6)
+    for v in range(6, 10):  # 9: the expiry's commit
+        CACHE.clear()
+        want = {f"f{i:03d}.parquet" for i in range(1, min(v, 8) + 1)}
+        assert set(load_snapshot(storage, v).paths()) == want, v
+    expected = {f"f{i:03d}.parquet" for i in range(1, 9)}
+    # the next expiry builds its root on the newest one, then deletes the older log
+    t = lakelog.open_table(uri)
+    t.commit([_add(9)], operation="WRITE", kind="append")
+    report = t.expire_snapshots(older_than=ZERO, retain_last=1)
+    _whole(storage, report.oldest_version)
+    CACHE.clear()
+    assert set(lakelog.open_table(uri).snapshot().paths()) == expected | {"f009.parquet"}
