@@ -27,6 +27,7 @@ from .partitioning import partition_expression
 
 __all__ = [
     "Filter",
+    "StatsPlan",
     "file_guarantee",
     "normalize_filter",
     "stats_from_metadata",
@@ -120,67 +121,84 @@ def _json_converter(t: pa.DataType) -> Callable[[Any], Any]:
     return _plain_value
 
 
-def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
+class StatsPlan:
+    """What :func:`stats_from_metadata` works out once per schema: for each column of
+    the schema the footer has, its index, whether it gets bounds and the converter of
+    its statistics. Files written alike share one (``lakelog.interop.footers``)."""
+
+    __slots__ = ("columns", "num_columns")
+
+    def __init__(self, metadata: pq.FileMetaData, schema: pa.Schema) -> None:
+        pq_schema = metadata.schema
+        self.num_columns = metadata.num_columns
+        index = {pq_schema.column(i).path: i for i in range(self.num_columns)}
+        self.columns = tuple(
+            (f.name, index[f.name], _stat_type_ok(f.type), _json_converter(f.type))
+            for f in schema
+            if f.name in index
+        )
+
+
+def stats_from_metadata(
+    metadata: pq.FileMetaData, schema: pa.Schema, *, plan: StatsPlan | None = None
+) -> FileStats:
     """Combine the row-group statistics of a footer into file statistics.
 
     Only top-level primitive columns get bounds; a column any row group lacks
     bounds for gets none (unknown), but its null count is kept when known.
+    ``plan``: one made for this schema and a footer with the same columns.
     """
+    if plan is None or plan.num_columns != metadata.num_columns:
+        plan = StatsPlan(metadata, schema)
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = {}
     no_bounds: set[str] = set()
     no_nulls: set[str] = set()
-    pq_schema = metadata.schema
-    index = {pq_schema.column(i).path: i for i in range(metadata.num_columns)}
-    groups = [metadata.row_group(rg) for rg in range(metadata.num_row_groups)]
-    for field in schema:
-        i = index.get(field.name)
-        if i is None:
-            continue
-        bounded = _stat_type_ok(field.type)
-        convert = _json_converter(field.type)
-        for group in groups:
+    for rg in range(metadata.num_row_groups):
+        group = metadata.row_group(rg)
+        for name, i, bounded, convert in plan.columns:
             st = group.column(i).statistics
             if st is None:
-                no_bounds.add(field.name)
-                no_nulls.add(field.name)
+                no_bounds.add(name)
+                no_nulls.add(name)
                 continue
-            if st.null_count is None:
-                no_nulls.add(field.name)
+            null_count = st.null_count
+            if null_count is None:
+                no_nulls.add(name)
             else:
-                nulls[field.name] = nulls.get(field.name, 0) + st.null_count
-            if not bounded:
-                no_bounds.add(field.name)
+                nulls[name] = nulls.get(name, 0) + null_count
+            if not bounded or name in no_bounds:
+                no_bounds.add(name)
                 continue
             if not st.has_min_max:
-                if st.null_count is not None and st.num_values == 0:
+                if null_count is not None and st.num_values == 0:
                     continue  # all-null row group: no bounds needed
-                no_bounds.add(field.name)
+                no_bounds.add(name)
                 continue
             try:
                 lo, hi = convert(st.min), convert(st.max)
             except (ValueError, TypeError, UnicodeDecodeError, pa.ArrowException):
-                no_bounds.add(field.name)
+                no_bounds.add(name)
                 continue
             if lo is None or hi is None:
-                no_bounds.add(field.name)
+                no_bounds.add(name)
                 continue
-            if field.name not in mins or lo < mins[field.name]:
-                mins[field.name] = lo
-            if field.name not in maxs or hi > maxs[field.name]:
-                maxs[field.name] = hi
+            have = mins.get(name)
+            if have is None or lo < have:
+                mins[name] = lo
+            have = maxs.get(name)
+            if have is None or hi > have:
+                maxs[name] = hi
     for name in no_bounds:
         mins.pop(name, None)
         maxs.pop(name, None)
     for name in no_nulls:
         nulls.pop(name, None)
-    for name in list(maxs):
-        v = maxs[name]
+    for name, v in list(maxs.items()):
         if isinstance(v, str) and len(v) > _MAX_STRING_STAT:
             del mins[name], maxs[name]  # a truncated max would be wrong; keep none
-    for name in list(mins):
-        v = mins[name]
+    for name, v in list(mins.items()):
         if isinstance(v, str) and len(v) > _MAX_STRING_STAT:
             mins[name] = v[:_MAX_STRING_STAT]  # a prefix is still a lower bound
     return FileStats(min=mins, max=maxs, null_count=nulls)
