@@ -750,9 +750,9 @@ def rebuild_root(storage: Storage, version: int, *, leaf_files: int) -> Root:
             avoid.add(base.version)
     raise CorruptLogError(
         f"expected to write the manifest of version {version} of {storage.uri} again on a "
-        f"whole older manifest, found leaves deleted under each one tried "
-        f"({sorted(avoid)}); run the expiry or vacuum that is deleting them to its end, "
-        f"then `lakelog upgrade`."
+        f"whole older manifest, found leaves deleted under each one tried (versions "
+        f"{sorted(avoid)}): an expiry or vacuum of a lakelog without cleanup leases may be "
+        f"running beside this one. Let it finish, then run this again."
     )
 
 
