@@ -17,11 +17,13 @@ latest version unreadable once it deletes the older log.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -39,17 +41,18 @@ SCHEMA = pa.schema([("cid", pa.int64())])
 ZERO = dt.timedelta(0)
 
 _CHECKPOINT_LATEST = """
-import sys
+import json, sys
 from lakelog.log.snapshot import load_snapshot, write_checkpoint
 from lakelog.storage import Storage
-snap = load_snapshot(Storage(sys.argv[1]))
+snap = load_snapshot(Storage(sys.argv[1], json.loads(sys.argv[2]) or None))
 print(snap.version, flush=True)
 write_checkpoint(snap, leaf_files=8)
 """
 
 _EXPIRE = """
-import datetime as dt, sys, lakelog
-r = lakelog.open_table(sys.argv[1]).expire_snapshots(older_than=dt.timedelta(0), retain_last=3)
+import datetime as dt, json, sys, lakelog
+t = lakelog.open_table(sys.argv[1], storage_options=json.loads(sys.argv[2]) or None)
+r = t.expire_snapshots(older_than=dt.timedelta(0), retain_last=3)
 print(r.oldest_version, flush=True)
 """
 
@@ -62,9 +65,9 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _start(script: str, uri: str, pause: str, gate: Path) -> subprocess.Popen[str]:
+def _start(script: str, place: Any, pause: str, gate: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", script, uri],
+        [sys.executable, "-c", script, place.uri, json.dumps(place.storage_options)],
         env=_env(LAKELOG_PAUSE_AT=f"{pause}:{gate}"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,20 +103,25 @@ def _whole(storage: Storage, oldest: int) -> None:
         assert set(leaves) <= on_disk, f"the root of version {m} lists a deleted leaf"
 
 
+@pytest.fixture(params=["local", "s3"])
+def place(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(f"{request.param}_backend")
+
+
 @pytest.mark.parametrize("writer_publishes", ["between-listing-and-delete", "after-expiry"])
 def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
-    tmp_path: Path, writer_publishes: str
+    place: Any, tmp_path: Path, writer_publishes: str
 ) -> None:
-    uri = str(tmp_path / "t")
+    opts = place.storage_options or None
     props = {"lakelog.manifest.leaf_files": 8, "lakelog.manifest_interval": 1000}
-    t = lakelog.create_table(uri, SCHEMA, properties=props)
-    storage = Storage(uri)
+    t = lakelog.create_table(place.uri, SCHEMA, properties=props, storage_options=opts)
+    storage = Storage(place.uri, opts)
     for i in range(1, 9):  # versions 1..8, one file each
         t.commit([_add(i)], operation="WRITE", kind="append")
     write_checkpoint(load_snapshot(storage, 1), leaf_files=8)  # the root of 1: leaf [f001]
 
     gate_w = tmp_path / "writer"
-    writer = _start(_CHECKPOINT_LATEST, uri, "checkpoint:before-root", gate_w)
+    writer = _start(_CHECKPOINT_LATEST, place, "checkpoint:before-root", gate_w)
     _wait_paused(gate_w, writer)  # version 8 planned on the root of 1: [f001] reused
 
     for v in (2, 4, 5):  # the root of 5 merges four small leaves, [f001] among them
@@ -123,14 +131,14 @@ def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
 
     gate_e = tmp_path / "expiry"
     if writer_publishes == "between-listing-and-delete":
-        expiry = _start(_EXPIRE, uri, "expire:before-leaves", gate_e)
+        expiry = _start(_EXPIRE, place, "expire:before-leaves", gate_e)
         _wait_paused(gate_e, expiry)  # the leaves to delete are chosen, none deleted yet
         gate_w.touch()
         _finish(writer)  # the root of 8 is published (and checked) before the delete
         gate_e.touch()
         assert _finish(expiry).split() == ["6"]
     else:
-        expiry = _start(_EXPIRE, uri, "never", gate_e)
+        expiry = _start(_EXPIRE, place, "never", gate_e)
         assert _finish(expiry).split() == ["6"]
         gate_w.touch()
         _finish(writer)  # publishes the root of 8 after the leaf is gone
@@ -143,9 +151,11 @@ def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
         assert set(load_snapshot(storage, v).paths()) == want, v
     expected = {f"f{i:03d}.parquet" for i in range(1, 9)}
     # the next expiry builds its root on the newest one, then deletes the older log
-    t = lakelog.open_table(uri)
+    t = lakelog.open_table(place.uri, storage_options=opts)
     t.commit([_add(9)], operation="WRITE", kind="append")
     report = t.expire_snapshots(older_than=ZERO, retain_last=1)
     _whole(storage, report.oldest_version)
     CACHE.clear()
-    assert set(lakelog.open_table(uri).snapshot().paths()) == expected | {"f009.parquet"}
+    assert set(
+        lakelog.open_table(place.uri, storage_options=opts).snapshot().paths()
+    ) == expected | {"f009.parquet"}
