@@ -10,10 +10,12 @@ virtual files in 10,000 partitions, 1,000 commits; only the log exists):
   (``open_table(uri).snapshot().num_files``), median of ``--runs`` processes;
 * **cold append**: a fresh process opens the table and commits an empty append;
 
-each on three copies: the table as built (no plan), the table after a claim of every
-file in one plan (one group per partition) with a manifest written since (its header
-holds the plan), and delta-rs opening its own log of the same files (the peer: Delta
-has no claims). It also reports the size of the claim commit and of the manifest.
+each on four copies: the table as built (no plan), the table after a claim of every
+file in one plan (one group per partition) with an interval's manifest written since
+(its header holds the plan), the table right after the claim commit (with the manifest
+a large commit gets at its own version, if this lakelog writes one), and delta-rs
+opening its own log of the same files (the peer: Delta has no claims). It also reports
+the size of the claim commit and of the newest manifest.
 
 Usage: ``python benchmarks/bench_pending_plan.py [--files 1000000] [--runs 5]``
 """
@@ -62,14 +64,15 @@ def delta_open(path: str) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "files": n}
 
 
-def _claim_everything(uri: str) -> tuple[int, int, int]:
-    """Commit one plan claiming every live file (a group per partition), then empty
-    appends up to the next manifest. Returns the sizes of the claim commit, of the
-    manifest and of its plans file (0: none, format version 3 and before)."""
+def _claim_everything(uri: str, *, then_append: bool = True) -> tuple[int, int, int]:
+    """Commit one plan claiming every live file (a group per partition), then (unless
+    ``then_append`` is false) empty appends up to the next interval's manifest. Returns
+    the sizes of the claim commit, of the newest manifest and of its plans file (0: none,
+    format version 3 and before)."""
     import lakelog
     from lakelog.leases import Lease
     from lakelog.log.actions import ClaimGroup, PlanClaim
-    from lakelog.log.commits import commit_path
+    from lakelog.log.commits import commit_path, list_log
     from lakelog.log.manifests import manifest_path, read_manifest_header
 
     table = lakelog.open_table(uri)
@@ -90,10 +93,11 @@ def _claim_everything(uri: str) -> tuple[int, int, int]:
     v = table.commit([claim], operation="CLAIM", kind="append", read_snapshot=snap).version
     claim_bytes = os.path.getsize(os.path.join(uri, commit_path(v)))
     interval = int(snap.properties.get("lakelog.manifest_interval", "10"))
-    while True:
+    while then_append:
         v = table.commit_files([], mode="append", operation="WRITE").version
         if v % interval == 0:
             break
+    v = list_log(table.storage).manifests[-1]
     header = read_manifest_header(table.storage, v)
     plans_file = getattr(header, "plans_file", None)
     plans_bytes = os.path.getsize(os.path.join(uri, plans_file)) if plans_file else 0
@@ -119,14 +123,17 @@ def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     copies = {}
-    for name in ("no plan", "plan pending"):
+    for name in ("no plan", "plan pending", "claim just landed"):
         copies[name] = WORK / name.replace(" ", "-")
         _link_copy(logs["lakelog"], copies[name])
-    claim_bytes, manifest_bytes, plans_bytes = _claim_everything(str(copies["plan pending"]))
-    print(
-        f"claim commit {fmt_bytes(claim_bytes)}, manifest {fmt_bytes(manifest_bytes)}, "
-        f"its plans file {fmt_bytes(plans_bytes)}"
-    )
+    for name in ("plan pending", "claim just landed"):
+        claim_bytes, manifest_bytes, plans_bytes = _claim_everything(
+            str(copies[name]), then_append=name == "plan pending"
+        )
+        print(
+            f"{name}: claim commit {fmt_bytes(claim_bytes)}, newest manifest "
+            f"{fmt_bytes(manifest_bytes)}, its plans file {fmt_bytes(plans_bytes)}"
+        )
     rows = []
     base_open = _cold("lakelog_open", str(copies["no plan"]), args.runs)
     delta = _cold("delta_open", str(logs["delta"]), args.runs)

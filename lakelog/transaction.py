@@ -88,6 +88,7 @@ from .properties import get_bool, get_float, get_int
 from .storage import Storage
 
 __all__ = [
+    "LARGE_COMMIT_BYTES",
     "CommitResult",
     "Kind",
     "Transaction",
@@ -126,6 +127,12 @@ class CommitResult:
 
 def _partition_key(partition: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
     return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
+
+
+LARGE_COMMIT_BYTES = 1 << 20
+"""A commit file this large gets a manifest at its version whatever the interval
+(``docs/format.md``, "Manifests (version 1)"): until the next manifest every cold open
+replays it (a claim of a million files is about 38 MiB of JSON, a second to decode)."""
 
 
 # -- app transactions (exactly-once ingest; docs/format.md, "App transactions") --------
@@ -347,6 +354,8 @@ class Transaction:
         self.engine = engine or f"lakelog/{__about__.__version__}"
         self.txn_id = txn_id or uuid.uuid4().hex
         self.before_put = before_put
+        self._encoded_bytes = 0
+        """Size of the commit file last encoded (the one that landed, once it did)."""
         """Called right before every put attempt (a writer's lease check); may raise."""
         self.landed_snapshot: Snapshot | None = None
 
@@ -410,6 +419,7 @@ class Transaction:
                 self.before_put()
             header = self._header(version, parent_ts)
             data = encode_commit(header, self.actions)
+            self._encoded_bytes = len(data)
             try:
                 if stale:
                     raise FileExistsError(commit_path(version))
@@ -639,7 +649,9 @@ class Transaction:
     def _write_manifest_if_due(
         self, commit: Commit, base: Snapshot | None, winners: list[Commit]
     ) -> Snapshot | None:
-        """After landing: the new snapshot, and a manifest if this version is due one."""
+        """After landing: the new snapshot, and a manifest if this version is due one: every
+        ``lakelog.manifest_interval`` versions, and after a commit of
+        :data:`LARGE_COMMIT_BYTES` or more (every cold open would replay it until then)."""
         try:
             if base is None:
                 st = replay(None, FILES_SCHEMA.empty_table(), -1, 0, [commit])
@@ -663,7 +675,8 @@ class Transaction:
                 e,
             )
             return None
-        if snap.version % get_int(snap.properties, "lakelog.manifest_interval") == 0:
+        due = snap.version % get_int(snap.properties, "lakelog.manifest_interval") == 0
+        if due or self._encoded_bytes >= LARGE_COMMIT_BYTES:
             try:  # incremental: only what changed since the last manifest is written
                 leaf_files = get_int(snap.properties, "lakelog.manifest.leaf_files")
                 snap = write_checkpoint(snap, leaf_files=leaf_files)

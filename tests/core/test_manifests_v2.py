@@ -705,3 +705,21 @@ def test_a_long_lived_reader_decodes_deferred_plans_after_a_bounded_number_of_co
         assert len(reader.snapshot()._state.plans_todo) < 8
     assert reader.snapshot().plans == _replayed_plans(t, t.version)
     assert len(reader.snapshot().plans["q" * 32].groups) == 80 - 13
+
+
+def test_a_large_commit_gets_a_manifest_at_its_version(tmp_path: Path) -> None:
+    """A commit file of LARGE_COMMIT_BYTES or more is followed by a manifest at its own
+    version (cold opens would replay it until the next one); a small one is not."""
+    from lakelog.log.commits import commit_path
+    from lakelog.log.manifests import read_hint
+    from lakelog.transaction import LARGE_COMMIT_BYTES
+
+    t = _table(str(tmp_path / "t"), interval=100)
+    t.commit([_add(DAYS[0], 0)], operation="A", kind="append")  # version 1: small
+    assert list_log(t.storage).manifests == (0,)  # the creation's
+    adds = [_add(DAYS[i % 10], i) for i in range(1, 9000)]
+    v = t.commit(adds, operation="A", kind="append").version  # version 2: large
+    assert len(t.storage.read_bytes(commit_path(v))) >= LARGE_COMMIT_BYTES
+    assert list_log(t.storage).manifests == (0, v) and read_hint(t.storage) == v
+    CACHE.clear()
+    assert load_snapshot(Storage(t.uri)).num_files == 9000
