@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from _processes import spawn, wait_paused
 
 import lakelog
 from lakelog.log.actions import AddFile
@@ -36,7 +34,6 @@ from lakelog.log.manifests import root_leaves
 from lakelog.log.snapshot import load_snapshot, write_checkpoint
 from lakelog.storage import Storage
 
-REPO = str(Path(__file__).resolve().parents[2])
 SCHEMA = pa.schema([("cid", pa.int64())])
 ZERO = dt.timedelta(0)
 
@@ -57,33 +54,9 @@ print(r.oldest_version, flush=True)
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": REPO}
-    env.pop("LAKELOG_CRASH_AT", None)
-    env.pop("LAKELOG_PAUSE_AT", None)
-    env.update(extra)
-    return env
-
-
 def _start(script: str, place: Any, pause: str, gate: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", script, place.uri, json.dumps(place.storage_options)],
-        env=_env(LAKELOG_PAUSE_AT=f"{pause}:{gate}"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_paused(gate: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while not Path(f"{gate}.paused").exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"process exited before its pause point: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("process never reached its pause point")
-        time.sleep(0.01)
+    opts = json.dumps(place.storage_options)
+    return spawn(script, place.uri, opts, LAKELOG_PAUSE_AT=f"{pause}:{gate}")
 
 
 def _finish(proc: subprocess.Popen[str]) -> str:
@@ -122,7 +95,7 @@ def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
 
     gate_w = tmp_path / "writer"
     writer = _start(_CHECKPOINT_LATEST, place, "checkpoint:before-root", gate_w)
-    _wait_paused(gate_w, writer)  # version 8 planned on the root of 1: [f001] reused
+    wait_paused(gate_w, writer)  # version 8 planned on the root of 1: [f001] reused
 
     for v in (2, 4, 5):  # the root of 5 merges four small leaves, [f001] among them
         write_checkpoint(load_snapshot(storage, v), leaf_files=8)
@@ -132,7 +105,7 @@ def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
     gate_e = tmp_path / "expiry"
     if writer_publishes == "between-listing-and-delete":
         expiry = _start(_EXPIRE, place, "expire:before-leaves", gate_e)
-        _wait_paused(gate_e, expiry)  # the leaves to delete are chosen, none deleted yet
+        wait_paused(gate_e, expiry)  # the leaves to delete are chosen, none deleted yet
         gate_w.touch()
         _finish(writer)  # the root of 8 is published (and checked) before the delete
         gate_e.touch()

@@ -10,7 +10,6 @@ Every case runs real processes, paused at named points.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,7 +18,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from _cleanup_helpers import REPO, ZERO, ids, make_table, rows
+from _cleanup_helpers import ZERO, ids, make_table, rows
+from _processes import child_env, spawn, wait_paused
 
 import lakelog
 from lakelog.leases import LEASE_DIR, LeaseRecord, lease_path, read_leases
@@ -48,32 +48,6 @@ else:
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": REPO}
-    env.pop("LAKELOG_CRASH_AT", None)
-    env.pop("LAKELOG_PAUSE_AT", None)
-    env.update(extra)
-    return env
-
-
-def _spawn(script: str, uri: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", script, uri],
-        env=_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _paused(gate: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while not Path(f"{gate}.paused").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the process never reached its pause point"
-        time.sleep(0.01)
-
-
 def _result(proc: subprocess.Popen[str]) -> dict[str, object]:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -94,8 +68,8 @@ def test_a_cleanup_refuses_while_an_expiry_deletes(tmp_path: Path) -> None:
     and delete nothing; dry runs still work. Once the expiry is done both run."""
     t = _history(tmp_path)
     gate = tmp_path / "gate"
-    first = _spawn(_EXPIRE, t.uri, LAKELOG_PAUSE_AT=f"expire:before-leaves:{gate}")
-    _paused(gate, first)
+    first = spawn(_EXPIRE, t.uri, LAKELOG_PAUSE_AT=f"expire:before-leaves:{gate}")
+    wait_paused(gate, first)
     log_before = list_log(t.storage)
     with pytest.raises(lakelog.CleanupRunningError, match="an expiry by process") as e:
         t.vacuum(older_than=ZERO, dry_run=False, force=True)
@@ -108,7 +82,7 @@ def test_a_cleanup_refuses_while_an_expiry_deletes(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(),
+        env=child_env(),
     )
     assert cli.returncode != 0 and "Traceback" not in cli.stderr
     assert cli.stderr.startswith("lakelog: error: expected no other expiry or vacuum running")
@@ -129,9 +103,9 @@ def test_of_two_cleanups_starting_together_one_sees_the_other(tmp_path: Path) ->
     refused expiry's lease is gone by then)."""
     t = _history(tmp_path)
     gate = tmp_path / "gate"
-    vac = _spawn(_VACUUM, t.uri, LAKELOG_PAUSE_AT=f"cleanup:before-read:{gate}")
-    _paused(gate, vac)
-    expiry = _spawn(_EXPIRE, t.uri)
+    vac = spawn(_VACUUM, t.uri, LAKELOG_PAUSE_AT=f"cleanup:before-read:{gate}")
+    wait_paused(gate, vac)
+    expiry = spawn(_EXPIRE, t.uri)
     assert "a vacuum by process" in str(_result(expiry)["refused"])
     gate.touch()
     assert "files" in _result(vac)
@@ -141,7 +115,7 @@ def test_a_killed_cleanup_on_this_host_does_not_block_the_next(tmp_path: Path) -
     """SIGKILL right after the expiry committed: the lease file stays, but its process is
     gone, so a rerun on the same host goes on at once and finishes the job."""
     t = _history(tmp_path)
-    killed = _spawn(_EXPIRE, t.uri, LAKELOG_CRASH_AT="expire:after-commit")
+    killed = spawn(_EXPIRE, t.uri, LAKELOG_CRASH_AT="expire:after-commit")
     killed.communicate(timeout=120)
     assert killed.returncode == -9
     assert [r.operation for r in read_leases(t.storage)] == ["EXPIRE SNAPSHOTS"]
@@ -176,13 +150,13 @@ def test_a_cleanup_whose_lease_lapsed_stops_deleting(tmp_path: Path) -> None:
     lease lapsed and stops with nothing more deleted; a rerun finishes the job."""
     t = _history(tmp_path, **{"lakelog.lease.ttl_seconds": 1})
     gate = tmp_path / "gate"
-    proc = _spawn(
+    proc = spawn(
         _EXPIRE,
         t.uri,
         LAKELOG_PAUSE_AT=f"expire:before-leaves:{gate}",
         LAKELOG_TEST_NO_LEASE_HEARTBEAT="1",
     )
-    _paused(gate, proc)
+    wait_paused(gate, proc)
     before = list_log(t.storage)
     time.sleep(2)
     gate.touch()

@@ -1,0 +1,47 @@
+"""Helpers for tests that race real OS processes on one table: the environment of a
+child (this checkout on its path, no failpoints inherited), starting one, and waiting
+until it reached a pause point (``lakelog._failpoints``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = str(Path(__file__).resolve().parents[1])
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the checkout importable, without any
+    ``LAKELOG_CRASH_AT``/``LAKELOG_PAUSE_AT`` of the parent, plus ``extra``."""
+    env = {**os.environ, "PYTHONPATH": REPO}
+    env.pop("LAKELOG_CRASH_AT", None)
+    env.pop("LAKELOG_PAUSE_AT", None)
+    env.update(extra)
+    return env
+
+
+def spawn(script: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    """``python -c script args...`` with :func:`child_env` and captured text output."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_paused(gate: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Until ``proc`` paused at the point armed with ``gate`` (it created
+    ``<gate>.paused``); fails if it exits first or never gets there."""
+    deadline = time.monotonic() + timeout
+    while not Path(f"{gate}.paused").exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited before its pause point: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("process never reached its pause point")
+        time.sleep(0.01)
