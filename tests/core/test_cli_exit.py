@@ -42,11 +42,11 @@ def table(tmp_path: Path) -> lakelog.Table:
 
 @pytest.mark.slow
 def test_cli_never_aborts_at_exit(table: lakelog.Table) -> None:
-    """48 real runs of ``info --json`` and ``history --json``, four at a time. Before
+    """32 real runs of ``info --json`` and ``history --json``, four at a time. Before
     the fix about 1 run in 30-100 aborted (a pool thread late behind the exiting main
     thread), so this catches a regression often, not always; the thread count below
     is the deterministic check of the cause."""
-    runs = [["info", table.uri, "--json"], ["history", table.uri, "--json"]] * 24
+    runs = [["info", table.uri, "--json"], ["history", table.uri, "--json"]] * 16
     results = []
     for start in range(0, len(runs), 4):
         procs = [
