@@ -156,7 +156,7 @@ with open(out, "a") as log:
         log.write(f"{seq} {r.version}\n")
         log.flush()
         seq += 1
-        time.sleep(0.02)
+        time.sleep(0.2)  # live, yet slow enough for a delete on a loaded machine to land
 """
 
 
