@@ -354,9 +354,9 @@ class Transaction:
         self.engine = engine or f"lakelog/{__about__.__version__}"
         self.txn_id = txn_id or uuid.uuid4().hex
         self.before_put = before_put
+        """Called right before every put attempt (a writer's lease check); may raise."""
         self._encoded_bytes = 0
         """Size of the commit file last encoded (the one that landed, once it did)."""
-        """Called right before every put attempt (a writer's lease check); may raise."""
         self.landed_snapshot: Snapshot | None = None
 
     def _header(self, version: int, parent_ts: int) -> CommitHeader:

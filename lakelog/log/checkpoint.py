@@ -10,7 +10,6 @@ change, not the table; only the root, one row per leaf, is rewritten whole.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,8 +63,6 @@ __all__ = [
     "root_files",
     "snapshot_state",
 ]
-
-log = logging.getLogger("lakelog")
 
 WRITE_FORMAT = 2
 """Layout of the manifests this process writes. Tests set 1 to write version-1

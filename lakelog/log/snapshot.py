@@ -86,6 +86,7 @@ from .plans import PendingPlan
 __all__ = [
     "Snapshot",
     "advance",
+    "keep_whole",
     "load_snapshot",
     "oldest_readable_version",
     "rebuild_root",
@@ -718,17 +719,24 @@ def write_checkpoint(
     )
     if root is None:
         return snapshot
-    gone = missing_leaves(storage, root)
-    if gone:
-        log.warning(
-            "the manifest of version %d of %s lists leaves deleted meanwhile (%s); "
-            "writing it again on a whole manifest",
-            root.version,
-            storage.uri,
-            ", ".join(gone),
-        )
-        root = rebuild_root(storage, root.version, leaf_files=leaf_files)
+    root = keep_whole(storage, root, leaf_files=leaf_files)
     return _finish(storage, snapshot_state(snapshot._state, root))
+
+
+def keep_whole(storage: Storage, root: Root, *, leaf_files: int) -> Root:
+    """``root`` if every leaf and plans file it names is in storage now (one listing),
+    else the root of its version written again on a whole base (:func:`rebuild_root`)."""
+    gone = missing_leaves(storage, root)
+    if not gone:
+        return root
+    log.warning(
+        "the manifest of version %d of %s lists leaves deleted meanwhile (%s); "
+        "writing it again on a whole manifest",
+        root.version,
+        storage.uri,
+        ", ".join(gone),
+    )
+    return rebuild_root(storage, root.version, leaf_files=leaf_files)
 
 
 def rebuild_root(storage: Storage, version: int, *, leaf_files: int) -> Root:

@@ -30,14 +30,13 @@ from ..._failpoints import failpoint, pausepoint
 from ...errors import InvalidArgumentError, VersionExpiredError
 from ...leases import Lease
 from ...log.actions import ExpireVersions
-from ...log.checkpoint import missing_leaves
 from ...log.commits import LogListing, commit_path, list_log, read_header
 from ...log.expiry_marks import prune_marks, write_mark
 from ...log.manifests import manifest_path, read_root, root_leaves
 from ...log.snapshot import (
     Snapshot,
+    keep_whole,
     load_snapshot,
-    rebuild_root,
     repair_roots,
     write_checkpoint,
 )
@@ -158,14 +157,6 @@ def expired_leaves(storage: Storage, below: list[int], oldest: int) -> list[str]
     for paths in root_leaves(storage, retained).values():
         old.difference_update(paths)
     return sorted(old)
-
-
-def _whole_oldest(storage: Storage, oldest: int, leaf_files: int) -> None:
-    """Check the root at the oldest version against a listing of the leaves, and write it
-    again while the commits below it are still there if a leaf is gone."""
-    root = read_root(storage, oldest)
-    if root is not None and missing_leaves(storage, root):
-        rebuild_root(storage, oldest, leaf_files=leaf_files)
 
 
 def _txn_ids(storage: Storage, versions: list[int]) -> dict[int, str]:
@@ -309,7 +300,9 @@ def _expire(
         # the commits it stands for go (format.md, "Leaves in expiry and vacuum")
         leaf_files = get_int(at_oldest.properties, "lakelog.manifest.leaf_files")
         repair_roots(storage, leaves, oldest=oldest, leaf_files=leaf_files)
-        _whole_oldest(storage, oldest, leaf_files)
+        root = read_root(storage, oldest)  # whole before the commits it stands for go
+        if root is not None:
+            keep_whole(storage, root, leaf_files=leaf_files)
         _delete(storage, log_files, "expire:mid-log", lease)
         prune_marks(storage)
     log_files = leaves + log_files
