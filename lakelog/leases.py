@@ -51,8 +51,9 @@ __all__ = [
     "Lease",
     "LeaseRecord",
     "lease_ids_in",
+    "holder_gone",
     "lease_path",
-    "process_gone",
+    "process_identity",
     "read_leases",
 ]
 
@@ -90,6 +91,8 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     paths: tuple[str, ...] = ()
     """Root-relative paths of existing files the writer adopts (``add_files``): covered
     by the lease although their names carry no lease id."""
+    process: str | None = None
+    """The holder's :func:`process_identity` (None: written by a lakelog before it)."""
 
     def live(self, now_ms: float) -> bool:
         """Whether vacuum must keep this lease's files: until ``expires_ms`` plus one
@@ -100,19 +103,72 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
 _DECODER = msgspec.json.Decoder(LeaseRecord)
 
 
-def process_gone(host: str, pid: int) -> bool:
-    """Whether ``host``/``pid`` names a process of this host that no longer runs (its
-    lease is over although it has not expired: a crashed run re-run from the same cron
-    host need not wait out the TTL). False for other hosts: they are judged by expiry."""
-    if host != socket.gethostname() or pid <= 0:
+def _proc_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+        # fields after the command name, which may hold spaces and parentheses; the
+        # first of them is field 3, the start time field 22
+        return int(text[text.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _namespace() -> str | None:
+    """``<boot id>/<pid namespace inode>`` of this process (Linux), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}/{ns}" if boot and "/" not in boot else None
+
+
+_IDENTITY: dict[int, str] = {}
+
+
+def process_identity() -> str:
+    """What tells this process apart from every other one (lease field ``process``):
+    ``<boot id>/<pid namespace>/<start time>`` on Linux, else ``""``."""
+    pid = os.getpid()
+    got = _IDENTITY.get(pid)  # by pid: a forked child is another process
+    if got is None:
+        ns, start = _namespace(), _proc_start(pid)
+        got = "" if ns is None or start is None else f"{ns}/{start}"
+        _IDENTITY[pid] = got
+    return got
+
+
+def holder_gone(record: LeaseRecord) -> bool:
+    """Whether the process holding ``record`` is known to no longer run, so its lease is
+    over before it expires (a crashed run re-run on the same machine need not wait out
+    the TTL). Known only on the same host name, boot and pid namespace, from a lease
+    that names its process (docs/format.md, "Dead holders"); anything else is judged by
+    expiry: taking a live holder for dead would let two cleanups run at once."""
+    if record.process is None or record.pid <= 0 or record.host != socket.gethostname():
         return False
+    mine = process_identity()
+    if not record.process or not mine:  # no /proc: the host name is all there is
+        return record.process == mine and not _pid_exists(record.pid)
+    boot_ns, _, start = record.process.rpartition("/")
+    if boot_ns != mine.rpartition("/")[0]:
+        return False  # another container with this host name, or before a reboot
+    if not _pid_exists(record.pid):
+        return True
+    now = _proc_start(record.pid)
+    return now is not None and str(now) != start  # the pid was reused since
+
+
+def _pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except OSError:  # exists, owned by someone else
         return False
-    return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def lease_path(lease_id: str) -> str:
@@ -247,6 +303,7 @@ class Lease:
                 expires_ms=now + self.ttl_ms,
                 ttl_ms=self.ttl_ms,
                 paths=self.paths,
+                process=process_identity(),
             )
             self.storage.write_bytes(lease_path(self.lease_id), msgspec.json.encode(record))
             done = _now_ms()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import CommitConflictError, InvalidArgumentError, LakelogError
-from ..leases import Lease, LeaseRecord, process_gone, read_leases
+from ..leases import Lease, LeaseRecord, holder_gone, read_leases
 from ..log.actions import Action, ClaimGroup, Commit, PlanClaim, PlanRelease, RemoveFile
 from ..log.commits import LOG_DIR, read_commit
 from ..log.plans import PLANS_FORMAT, PendingPlan, claimed_paths
@@ -76,21 +76,18 @@ def _live_leases(storage: Storage, now_ms: float | None = None) -> dict[str, Lea
     return {r.lease_id: r for r in read_leases(storage) if now < r.expires_ms}
 
 
-def _dead_here(owner: str) -> bool:
-    """Whether ``owner`` (``host:pid``) is a process of this host that no longer runs:
-    its claim is over even though its lease has not expired yet."""
-    host, _, pid = owner.rpartition(":")
-    return pid.isdigit() and process_gone(host, int(pid))
-
-
 def live_plan_ids(storage: Storage, plans: Mapping[str, PendingPlan]) -> set[str]:
     """Ids of the pending plans whose claim is live: their lease file exists and has not
-    expired, and their owner is not a dead process of this host. Reads the lease files
-    only when there are pending plans."""
+    expired, and its holder is not known dead (:func:`~lakelog.leases.holder_gone`).
+    Reads the lease files only when there are pending plans."""
     if not plans:
         return set()
     leases = _live_leases(storage)
-    return {pid for pid, p in plans.items() if p.lease_id in leases and not _dead_here(p.owner)}
+    return {
+        pid
+        for pid, p in plans.items()
+        if p.lease_id in leases and not holder_gone(leases[p.lease_id])
+    }
 
 
 def claimed_files(storage: Storage, snapshot: Snapshot) -> frozenset[str]:
@@ -269,7 +266,7 @@ class PlanStatus:
     operation: str
     owner: str
     running: bool
-    """Its claim is live (lease live, owner not a dead process of this host): the run is
+    """Its claim is live (lease live, its holder not known dead): the run is
     (or may be) still going."""
     claim_version: int
     claimed_ms: int
@@ -298,7 +295,7 @@ def plan_statuses(storage: Storage, snapshot: Snapshot) -> list[PlanStatus]:
     out = []
     for p in sorted(plans.values(), key=lambda p: (p.claim_version, p.plan_id)):
         lease = leases.get(p.lease_id)
-        if lease is not None and _dead_here(p.owner):
+        if lease is not None and holder_gone(lease):
             lease = None
         out.append(
             PlanStatus(

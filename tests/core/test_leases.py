@@ -406,3 +406,76 @@ def test_spark_maintenance_holds_a_lease_over_its_outputs(
         assert report.extra["large_groups"] > 0
     assert {f.path for f in t.refresh().snapshot().files()} >= set(pending)
     assert _ids(t) == before
+
+
+# -- dead holders (docs/format.md, "Dead holders") ------------------------------------------
+
+
+def _record(**over: Any) -> LeaseRecord:
+    now = int(time.time() * 1000)
+    base: dict[str, Any] = {
+        "lease_id": "b" * 32,
+        "operation": "VACUUM",
+        "host": leases.socket.gethostname(),
+        "pid": os.getpid(),
+        "created_ms": now,
+        "expires_ms": now + 60_000,
+        "ttl_ms": 60_000,
+        "process": leases.process_identity(),
+    }
+    return LeaseRecord(**{**base, **over})
+
+
+def _dead_pid() -> int:
+    p = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    return int(p.stdout)
+
+
+def test_a_lease_names_its_process_and_a_live_holder_is_not_gone(tmp_path: Path) -> None:
+    t = lakelog.create_table(str(tmp_path / "t"), schema=SCHEMA)
+    with Lease.acquire(t.storage, operation="VACUUM", properties={}) as lease:
+        (record,) = read_leases(t.storage)
+        assert record.lease_id == lease.lease_id
+        assert record.process == leases.process_identity()
+        assert not leases.holder_gone(record)
+    if Path("/proc/self/ns/pid").exists():
+        boot, ns, start = leases.process_identity().split("/")
+        assert len(boot) == 36 and ns.isdigit() and start.isdigit()
+
+
+def test_a_dead_holder_on_this_machine_is_gone() -> None:
+    assert leases.holder_gone(_record(pid=_dead_pid()))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_reused_pid_is_told_apart_by_its_start_time() -> None:
+    """The pid runs, but not the process that took the lease: it started at another time."""
+    boot_ns, _, start = leases.process_identity().rpartition("/")
+    assert leases.holder_gone(_record(process=f"{boot_ns}/{int(start) - 1}"))
+    assert not leases.holder_gone(_record(process=f"{boot_ns}/{start}"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_holders_that_cannot_be_judged_count_until_their_lease_expires() -> None:
+    """Another pid namespace or boot with this host name, another host, or a lease from
+    a lakelog that did not name its process: never taken for dead, though no process
+    with that pid runs here."""
+    dead = _dead_pid()
+    boot, ns, start = leases.process_identity().split("/")
+    assert not leases.holder_gone(_record(pid=dead, process=f"{boot}/{int(ns) + 1}/{start}"))
+    other_boot = "00000000-0000-0000-0000-000000000000"
+    assert not leases.holder_gone(_record(pid=dead, process=f"{other_boot}/{ns}/{start}"))
+    assert not leases.holder_gone(_record(pid=dead, host="elsewhere"))
+    assert not leases.holder_gone(_record(pid=dead, process=None))
+    assert not leases.holder_gone(_record(pid=dead, process=""))  # a system without /proc
+    assert not leases.holder_gone(_record(pid=dead, process="garbage"))
+
+
+def test_a_lease_file_without_process_still_decodes() -> None:
+    old = {k: v for k, v in msgspec.structs.asdict(_record()).items() if k != "process"}
+    assert msgspec.json.decode(msgspec.json.encode(old), type=LeaseRecord).process is None

@@ -10,6 +10,7 @@ Every case runs real processes, paused at named points.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -122,6 +123,47 @@ def test_a_killed_cleanup_on_this_host_does_not_block_the_next(tmp_path: Path) -
     report = t.expire_snapshots(older_than=ZERO, retain_last=1)
     assert report.oldest_version == 7 and report.log_files  # 7: the killed run's commit
     assert all(v >= 7 for v in list_log(t.storage).commits)
+    assert ids(t.refresh().snapshot()) == list(range(18))
+
+
+def _namespaces_available() -> bool:
+    try:
+        return (
+            subprocess.run(["unshare", "-Urpf", "--mount-proc", "true"], timeout=30).returncode == 0
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(
+    not _namespaces_available(), reason="needs unprivileged user and pid namespaces (unshare)"
+)
+def test_a_cleanup_in_another_container_with_this_host_name_blocks(tmp_path: Path) -> None:
+    """An expiry in its own pid namespace (as in a container sharing this host name) with
+    a pid no process has here: it is running, not dead, so a vacuum here refuses, and
+    both finish the job afterwards. Judged by host name and pid alone, the vacuum would
+    have taken it for dead and run beside it."""
+    t = _history(tmp_path)
+    gate = tmp_path / "gate"
+    # the expiry gets pid 399991 in its namespace, above any pid of this one (pid_max)
+    script = 'echo 399990 > /proc/sys/kernel/ns_last_pid && "$0" -c "$1" "$2"'
+    holder = subprocess.Popen(
+        ["unshare", "-Urpf", "--mount-proc", "sh", "-c", script, sys.executable, _EXPIRE, t.uri],
+        env=child_env(LAKELOG_PAUSE_AT=f"expire:before-leaves:{gate}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_paused(gate, holder)
+    (record,) = read_leases(t.storage)
+    assert record.host == socket.gethostname() and record.pid == 399991
+    with pytest.raises(ProcessLookupError):
+        os.kill(record.pid, 0)  # no such process here
+    with pytest.raises(lakelog.CleanupRunningError, match="an expiry by process 399991"):
+        t.vacuum(older_than=ZERO, dry_run=False, force=True)
+    gate.touch()
+    assert _result(holder)["oldest"] == 6
+    t.vacuum(older_than=ZERO, dry_run=False, force=True)
     assert ids(t.refresh().snapshot()) == list(range(18))
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 
 from ..._failpoints import pausepoint
 from ...errors import CleanupRunningError
-from ...leases import Lease, LeaseRecord, process_gone, read_leases
+from ...leases import Lease, LeaseRecord, holder_gone, read_leases
 from ...storage import Storage
 
 __all__ = ["CLEANUP_OPERATIONS", "ensure_held", "exclusive_cleanup"]
@@ -47,7 +47,7 @@ def _other(storage: Storage, mine: str) -> LeaseRecord | None:
             r.lease_id != mine
             and r.operation in CLEANUP_OPERATIONS
             and r.live(now)
-            and not process_gone(r.host, r.pid)
+            and not holder_gone(r)
         ):
             return r
     return None
@@ -70,7 +70,7 @@ def exclusive_cleanup(
                 f"{other.host} (started {_when(other.created_ms)}); one cleanup runs at a "
                 f"time. Run this one again once it finished. If that process died, its lease "
                 f"lapses at {_when(other.expires_ms + other.ttl_ms)} (at once when it ran on "
-                f"this host).",
+                f"this machine).",
                 operation=other.operation,
                 owner=f"{other.host}:{other.pid}",
             )
