@@ -3,10 +3,15 @@
 Each candidate file is first *probed* (only the columns the change's condition
 reads), unless that would read every column anyway; a file with no row to
 change is left alone, and a file all of whose rows go is removed without being
-read further. A file with rows to change is read again a batch at a time, each
-batch goes through :meth:`RowChange.apply` and straight into the table's writer
-(same partition folder, file names carrying the writer's lease id), so unchanged
-rows keep their order and memory holds one batch and one output row group per
+read further. A probe only pays when some candidates need no rewrite: once most
+files done so far did (:class:`ProbeGuide`, as when a change's rows are spread
+over every file), the rest are rewritten straight away, and a rewrite that
+changed nothing is dropped, so the outcome is the same.
+
+A file with rows to change is read again a batch at a time, each batch goes
+through :meth:`RowChange.apply` and straight into the table's writer (same
+partition folder, file names carrying the writer's lease id), so unchanged rows
+keep their order and memory holds one batch and one output row group per
 worker. Rewritten files dictionary-encode only the columns whose values repeat
 (decided once per change from a sample), which halves the encoding time and
 shrinks the files. Files are processed by a few threads (:data:`MAX_WORKERS`);
@@ -18,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -31,12 +37,42 @@ from ..storage import Storage
 from .base import Counts, RowChange
 from .read import read_rows
 
-__all__ = ["MAX_WORKERS", "FileOutcome", "run_files"]
+__all__ = ["MAX_WORKERS", "FileOutcome", "ProbeGuide", "run_files"]
 
 MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
 """Candidate files processed at once (each holds one batch and one output row group)."""
 SAMPLE_ROWS = 4096
 """Rows of a change's first rewritten batch that decide its dictionary columns."""
+PROBE_SAMPLE = 8
+"""Files a change probes before it may stop probing (:class:`ProbeGuide`)."""
+PROBE_WORTH = 0.1
+"""Probing stops while fewer than this fraction of the files done needed no rewrite."""
+
+
+class ProbeGuide:
+    """Whether probing a change's next file is likely to pay, from the files done.
+
+    A probe reads the condition's columns of a file to spare the rewrite of a file
+    with nothing to change (or nothing to keep). When nearly every file so far needed
+    its rewrite anyway, the probe is pure cost and is skipped; skipped files still
+    count (a rewrite that changed nothing, or kept nothing, is one a probe would have
+    spared), so probing resumes when they stop needing it. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = 0
+        self._spared = 0
+
+    def worth_probing(self) -> bool:
+        with self._lock:
+            return self._done < PROBE_SAMPLE or self._spared >= PROBE_WORTH * self._done
+
+    def record(self, counts: Counts) -> None:
+        """One more file done: ``counts`` says whether it needed a rewrite."""
+        with self._lock:
+            self._done += 1
+            self._spared += not (counts.changed and (counts.kept or counts.updated))
 
 
 @dataclass
@@ -64,6 +100,7 @@ class Context:
     lease_id: str | None
     encoding: dict[str, bool | tuple[str, ...]] = field(default_factory=dict)
     """The dictionary columns, decided once from the first file rewritten."""
+    probing: ProbeGuide = field(default_factory=ProbeGuide)
 
     def write_options(self, sample: pa.RecordBatch) -> WriteOptions:
         chosen = self.encoding.get("dictionary")
@@ -174,7 +211,12 @@ def _process(ctx: Context, change: RowChange, f: DataFile, *, write: bool) -> Fi
         if not write:
             return FileOutcome(f, _probe(ctx, change, f))
         return _rewrite(ctx, change, f)
+    if not ctx.probing.worth_probing():
+        outcome = _rewrite(ctx, change, f)
+        ctx.probing.record(outcome.counts)
+        return outcome
     counts = _probe(ctx, change, f)
+    ctx.probing.record(counts)
     if not counts.changed or not (counts.kept or counts.updated):
         # nothing to change, or every row goes: the file is kept or removed as it is
         return FileOutcome(f, counts)

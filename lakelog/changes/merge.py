@@ -144,13 +144,27 @@ class SourceKeys:
     def __init__(self, source: pa.Table, keys: tuple[str, ...], duplicates: Duplicates) -> None:
         self.keys = keys
         self.given = source.num_rows
-        self.table, self.dropped = _dedupe(source, keys, duplicates)
+        table, self.dropped = _dedupe(source, keys, duplicates)
+        # one chunk: each batch takes its matched rows from it (a take from a table of
+        # many small chunks, as sources built batch by batch are, costs per chunk)
+        self.table = table.combine_chunks()
+        del table
         valid = np.ones(self.table.num_rows, dtype=bool)
         for k in keys:
             valid &= np.asarray(self.table.column(k).is_valid().to_numpy(zero_copy_only=False))
-        self._rows = np.flatnonzero(valid)
+        rows = np.flatnonzero(valid)
+        keyed = self.table.select(list(keys)).take(pa.array(rows))
+        self._lead: np.ndarray | list[Any] | None = None
+        """The first key column's values in ascending order, when it is not floating
+        point: the key rows are sorted by it, so a file's bounds select a slice."""
+        if len(rows) and not pa.types.is_floating(keyed.schema.field(keys[0]).type):
+            order = pc.sort_indices(keyed, [(keys[0], "ascending")]).to_numpy()
+            keyed, rows = keyed.take(pa.array(order)), rows[order]
+            lead = _sortable(keyed.column(keys[0]).combine_chunks())
+            self._lead = lead.tolist() if lead.dtype == object else lead
+        self._rows = rows
         """Source rows with every key set (only they can match)."""
-        self._keys_table = self.table.select(list(keys)).take(pa.array(self._rows))
+        self._keys_table = keyed
         self._sorted: dict[str, np.ndarray] = {}
         self._values: dict[str, pa.Array] = {}
         for k in keys if len(self._rows) else ():
@@ -171,30 +185,50 @@ class SourceKeys:
     def index_for(self, file: DataFile, schema: pa.Schema) -> KeyIndex:
         """An index of only the source rows ``file``'s partition values and min/max
         statistics allow: every target row of the file has its key within them, so
-        no other source row can match it, and the lookups stay small."""
-        if not len(self._rows):
+        no other source row can match it, and the lookups stay small. The first key's
+        bounds select a slice of the sorted key rows; the others filter that slice."""
+        n = len(self._rows)
+        if not n:
             return self.index
-        keep = np.ones(len(self._rows), dtype=bool)
-        stats = file.stats
-        for k in self.keys:
-            t = schema.field(k).type
-            column = self._keys_table.column(k)
-            if k in file.partition:
-                hit = pc.equal(column, partition_scalar(file.partition[k], t))
-            elif stats is not None and k in stats.min and k in stats.max:
-                if pa.types.is_floating(t):  # bounds never hold NaN: no narrowing
-                    continue
-                try:
-                    lo, hi = stats_scalar(stats.min[k], t), stats_scalar(stats.max[k], t)
-                except (pa.ArrowException, ValueError, TypeError, ArithmeticError):
-                    continue
-                hit = pc.and_(pc.greater_equal(column, lo), pc.less_equal(column, hi))
-            else:
+        start, stop = 0, n
+        lead = self._bounds(file, schema, self.keys[0])
+        if self._lead is not None and lead is not None:
+            start, stop = _slice_within(self._lead, *lead)
+        sub = self._keys_table.slice(start, stop - start)
+        keep = np.ones(stop - start, dtype=bool)
+        for k in self.keys if self._lead is None else self.keys[1:]:
+            bounds = self._bounds(file, schema, k)
+            if bounds is None:
                 continue
+            lo, hi = bounds
+            column = sub.column(k)
+            hit = pc.and_(pc.greater_equal(column, lo), pc.less_equal(column, hi))
             keep &= np.asarray(hit.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-        if keep.all():
+        if stop - start == n and keep.all():
             return self.index
-        return KeyIndex(self._keys_table.filter(pa.array(keep)), self.keys, self._rows[keep])
+        rows = self._rows[start:stop]
+        if keep.all():
+            return KeyIndex(sub, self.keys, rows)
+        return KeyIndex(sub.filter(pa.array(keep)), self.keys, rows[keep])
+
+    @staticmethod
+    def _bounds(file: DataFile, schema: pa.Schema, key: str) -> tuple[pa.Scalar, pa.Scalar] | None:
+        """The values of ``key`` the rows of ``file`` lie within (its partition value, or
+        its min/max statistics), or None when unknown or floating point (bounds never
+        hold NaN)."""
+        t = schema.field(key).type
+        if key in file.partition:
+            value = partition_scalar(file.partition[key], t)
+            return value, value
+        stats = file.stats
+        if stats is None or key not in stats.min or key not in stats.max:
+            return None
+        if pa.types.is_floating(t):
+            return None
+        try:
+            return stats_scalar(stats.min[key], t), stats_scalar(stats.max[key], t)
+        except (pa.ArrowException, ValueError, TypeError, ArithmeticError):
+            return None
 
     def prune(self, files: FileStatsColumns) -> np.ndarray:
         """Per file: whether some source key may be in it (every key column agrees)."""
@@ -255,6 +289,27 @@ def _sortable(values: pa.Array) -> np.ndarray:
         width = pa.int32() if t.bit_width == 32 else pa.int64()
         return np.asarray(values.cast(width).to_numpy(zero_copy_only=False))
     return np.asarray(values.to_pylist(), dtype=object)
+
+
+def _slice_within(keys: np.ndarray | list[Any], lo: pa.Scalar, hi: pa.Scalar) -> tuple[int, int]:
+    """The positions ``[start, stop)`` of the sorted ``keys`` (from :func:`_sortable`; a
+    list where that gives objects) within ``[lo, hi]``; everything when a bound is null."""
+    if not lo.is_valid or not hi.is_valid:
+        return 0, len(keys)
+    low, high = _sortable_scalar(lo), _sortable_scalar(hi)
+    if isinstance(keys, list):
+        return bisect.bisect_left(keys, low), bisect.bisect_right(keys, high)
+    return int(np.searchsorted(keys, low, side="left")), int(
+        np.searchsorted(keys, high, side="right")
+    )
+
+
+def _sortable_scalar(value: pa.Scalar) -> Any:
+    """One value as :func:`_sortable` gives it, so that the two compare."""
+    t = value.type
+    if pa.types.is_temporal(t):
+        return value.cast(pa.int32() if t.bit_width == 32 else pa.int64()).as_py()
+    return value.as_py()
 
 
 def _any_within(keys: np.ndarray, lo: pa.Array, hi: pa.Array) -> np.ndarray:

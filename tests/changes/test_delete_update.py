@@ -13,7 +13,8 @@ from _changes_helpers import file_rows, files_on_disk, make_table, table_rows
 
 import lakelog
 from lakelog import InvalidArgumentError, SchemaMismatchError
-from lakelog.changes import ChangeResult
+from lakelog.changes import ChangeResult, execute
+from lakelog.changes.base import Counts
 from lakelog.log.actions import AddFile
 from lakelog.log.commits import read_commit
 
@@ -48,6 +49,42 @@ def test_candidates_without_matches_are_read_not_rewritten(tmp_path: Path) -> No
     # two candidates are read, only the one holding the row is rewritten
     r = t.delete("note = 'n25'")
     assert (r.files_scanned, r.files_removed, r.deleted_rows) == (2, 1, 1)
+
+
+def test_once_probes_stop_paying_files_without_matches_are_still_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files 0-9 each hold matches: probing stops after the first few (every one needed
+    its rewrite); files 10 and 11, candidates by their bounds, hold none. They are read
+    in full and left as they were: same paths, and their rewrites deleted."""
+    monkeypatch.setattr(execute, "MAX_WORKERS", 1)  # in order: 10 and 11 come unprobed
+    t = make_table(tmp_path / "t", files=12, per=10)
+    files = t.snapshot().files()
+    spared = {f.path for f in files[10:]}
+    # ids 3, 13, ..., 93 in files 0-9; 'n100a' and 'n110a' lie within the note bounds
+    # of files 10 and 11 (['n100', 'n109'], ['n110', 'n119']), but no row holds them
+    hits = ", ".join(str(i) for i in range(3, 100, 10))
+    r = t.delete(f"id in ({hits}) or note = 'n100a' or note = 'n110a'")
+    assert (r.deleted_rows, r.files_scanned, r.files_removed) == (10, 12, 10)
+    after = {f.path for f in t.snapshot().files()}
+    assert spared <= after and len(after) == 12
+    # the replaced files stay until vacuum; the discarded rewrites of 10 and 11 are gone
+    assert files_on_disk(tmp_path / "t") == {f.path for f in files} | after
+    assert [x["id"] for x in table_rows(t)] == [
+        i for i in range(120) if not (i % 10 == 3 and i < 100)
+    ]
+
+
+def test_probe_guide_stops_when_probes_spare_nothing_and_resumes() -> None:
+    guide = execute.ProbeGuide()
+    rewrite, untouched = Counts(deleted=1, kept=1), Counts(kept=2)
+    for _ in range(execute.PROBE_SAMPLE - 1):
+        guide.record(rewrite)
+        assert guide.worth_probing()
+    guide.record(rewrite)
+    assert not guide.worth_probing()  # 8 of 8 needed their rewrite
+    guide.record(untouched)  # a rewrite that changed nothing: a probe would have spared it
+    assert guide.worth_probing()
 
 
 def test_delete_matching_nothing_commits_nothing(tmp_path: Path) -> None:

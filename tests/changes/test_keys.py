@@ -13,8 +13,16 @@ import lakelog.changes.merge as merge
 from lakelog.changes.merge import SourceKeys
 from lakelog.log.actions import DataFile, FileStats
 
-SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.int64()), ("v", pa.int64())])
-KEYS = [("a",), ("b",), ("a", "b"), ("a", "b", "c")]
+SCHEMA = pa.schema(
+    [
+        ("a", pa.int64()),
+        ("b", pa.string()),
+        ("c", pa.int64()),
+        ("d", pa.timestamp("ns")),
+        ("v", pa.int64()),
+    ]
+)
+KEYS = [("a",), ("b",), ("a", "b"), ("a", "b", "c"), ("d",), ("d", "a")]
 
 # small domains, so that keys repeat and codes of different keys could collide
 key_row = st.fixed_dictionaries(
@@ -22,6 +30,8 @@ key_row = st.fixed_dictionaries(
         "a": st.sampled_from([None, 0, 1, 1, 2, 2]),
         "b": st.sampled_from([None, "x", "x", "y", "y", "z"]),
         "c": st.integers(-1, 1),
+        # nanoseconds apart: narrowing by the first key must not round them
+        "d": st.sampled_from([None, 1, 2, 1_000_000_001, 1_000_000_002]),
     }
 )
 
@@ -31,11 +41,15 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def _file_of(target: pa.Table) -> DataFile:
-    """A data file whose statistics are the target rows' true bounds."""
+    """A data file whose statistics are the target rows' true bounds (in the log's
+    JSON form)."""
     lo: dict[str, Any] = {}
     hi: dict[str, Any] = {}
-    for name in ("a", "b", "c"):
-        values = [v for v in target.column(name).to_pylist() if v is not None]
+    for name in ("a", "b", "c", "d"):
+        column = target.column(name)
+        if pa.types.is_timestamp(column.type):  # as the log holds them: integers
+            column = column.cast(pa.int64())
+        values = [v for v in column.to_pylist() if v is not None]
         if values:
             lo[name], hi[name] = min(values), max(values)
     return DataFile(
