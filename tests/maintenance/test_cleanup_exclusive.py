@@ -126,11 +126,14 @@ def test_a_killed_cleanup_on_this_host_does_not_block_the_next(tmp_path: Path) -
     assert ids(t.refresh().snapshot()) == list(range(18))
 
 
+_IN_NAMESPACE = "echo 399990 > /proc/sys/kernel/ns_last_pid"
+"""Run first in the new pid namespace: its next process gets pid 399991."""
+
+
 def _namespaces_available() -> bool:
     try:
-        return (
-            subprocess.run(["unshare", "-Urpf", "--mount-proc", "true"], timeout=30).returncode == 0
-        )
+        probe = ["unshare", "-Urpf", "--mount-proc", "sh", "-c", _IN_NAMESPACE]
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -146,7 +149,7 @@ def test_a_cleanup_in_another_container_with_this_host_name_blocks(tmp_path: Pat
     t = _history(tmp_path)
     gate = tmp_path / "gate"
     # the expiry gets pid 399991 in its namespace, above any pid of this one (pid_max)
-    script = 'echo 399990 > /proc/sys/kernel/ns_last_pid && "$0" -c "$1" "$2"'
+    script = f'{_IN_NAMESPACE} && "$0" -c "$1" "$2"'
     holder = subprocess.Popen(
         ["unshare", "-Urpf", "--mount-proc", "sh", "-c", script, sys.executable, _EXPIRE, t.uri],
         env=child_env(LAKELOG_PAUSE_AT=f"expire:before-leaves:{gate}"),
