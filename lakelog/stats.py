@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
@@ -121,19 +122,79 @@ def _json_converter(t: pa.DataType) -> Callable[[Any], Any]:
     return _plain_value
 
 
+_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+
+
+def _raw_decoder(column: pq.ColumnSchema, t: pa.DataType) -> Callable[[Any], Any] | None:
+    """How to turn a statistic of ``column`` as its physical type (``min_raw`` and
+    ``max_raw``: an int, a float or bytes) into what ``Statistics.min`` would give after
+    :func:`_json_converter`; None where that is not certain (then the decoded statistic
+    is used). Only for a Parquet column whose physical and logical types say exactly
+    the Arrow type ``t`` the bounds are for: a timestamp stored in milliseconds but
+    bounded as microseconds, for one, goes the decoded way."""
+    physical = column.physical_type
+    try:
+        logical = json.loads(column.logical_type.to_json())
+    except (ValueError, AttributeError):
+        return None
+    kind = logical.get("Type")
+    if pa.types.is_integer(t):
+        if physical not in ("INT32", "INT64") or (physical == "INT64") != (t.bit_width == 64):
+            return None
+        plain = kind == "None" and t in (pa.int32(), pa.int64())
+        same = (
+            kind == "Int"
+            and logical.get("bitWidth") == t.bit_width
+            and logical.get("isSigned") == pa.types.is_signed_integer(t)
+        )
+        if not (plain or same):
+            return None
+        if pa.types.is_signed_integer(t):
+            return _same
+        mask = (1 << (64 if physical == "INT64" else 32)) - 1  # stored as signed
+        return lambda value: value & mask
+    if t == pa.float64() and physical == "DOUBLE" and kind == "None":
+        return _same
+    if t == pa.float32() and physical == "FLOAT" and kind == "None":
+        return _same
+    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and (
+        physical == "BYTE_ARRAY" and kind == "String"
+    ):
+        return _string_value
+    if pa.types.is_timestamp(t) and physical == "INT64" and kind == "Timestamp":
+        unit = _UNITS.get(logical.get("timeUnit", ""))
+        utc = bool(logical.get("isAdjustedToUTC"))
+        return _same if unit == t.unit and utc == (t.tz is not None) else None
+    if t == pa.date32() and physical == "INT32" and kind == "Date":
+        return _same
+    return None
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
 class StatsPlan:
     """What :func:`stats_from_metadata` works out once per schema: for each column of
-    the schema the footer has, its index, whether it gets bounds and the converter of
-    its statistics. Files written alike share one (``lakelog.interop.footers``)."""
+    the schema the footer has, its index, whether it gets bounds, the converter of its
+    statistics and, where certain, how to take them as their physical type (several
+    times cheaper than pyarrow's decoded ``min``/``max``). Files written alike share
+    one (``lakelog.interop.footers``). ``raw=False``: always the decoded statistics."""
 
     __slots__ = ("columns", "num_columns")
 
-    def __init__(self, metadata: pq.FileMetaData, schema: pa.Schema) -> None:
+    def __init__(self, metadata: pq.FileMetaData, schema: pa.Schema, *, raw: bool = True) -> None:
         pq_schema = metadata.schema
         self.num_columns = metadata.num_columns
         index = {pq_schema.column(i).path: i for i in range(self.num_columns)}
         self.columns = tuple(
-            (f.name, index[f.name], _stat_type_ok(f.type), _json_converter(f.type))
+            (
+                f.name,
+                index[f.name],
+                _stat_type_ok(f.type),
+                _json_converter(f.type),
+                _raw_decoder(pq_schema.column(index[f.name]), f.type) if raw else None,
+            )
             for f in schema
             if f.name in index
         )
@@ -157,7 +218,7 @@ def stats_from_metadata(
     no_nulls: set[str] = set()
     for rg in range(metadata.num_row_groups):
         group = metadata.row_group(rg)
-        for name, i, bounded, convert in plan.columns:
+        for name, i, bounded, convert, raw in plan.columns:
             st = group.column(i).statistics
             if st is None:
                 no_bounds.add(name)
@@ -177,7 +238,10 @@ def stats_from_metadata(
                 no_bounds.add(name)
                 continue
             try:
-                lo, hi = convert(st.min), convert(st.max)
+                if raw is None:
+                    lo, hi = convert(st.min), convert(st.max)
+                else:
+                    lo, hi = convert(raw(st.min_raw)), convert(raw(st.max_raw))
             except (ValueError, TypeError, UnicodeDecodeError, pa.ArrowException):
                 no_bounds.add(name)
                 continue
