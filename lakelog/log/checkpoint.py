@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._failpoints import failpoint, pausepoint
+from ..errors import ManifestLeafError
 from ..storage import Storage
 from .files import ReplayState, no_plans
 from .fileset import FileSet
@@ -423,8 +424,15 @@ def checkpoint(
     existing = _usable_root(storage, version)
     if existing is not None:
         return existing
-    fs = _newest_base(storage, fs, version)
-    root, new = plan_root(fs, state, leaf_files=leaf_files)
+    newer = _newest_base(storage, fs, version)
+    try:
+        root, new = plan_root(newer, state, leaf_files=leaf_files)
+    except ManifestLeafError:
+        if newer is fs:
+            raise  # the snapshot's own base: the caller resolves it again without it
+        # the hint's root lists a leaf deleted meanwhile, not rebuilt yet (format.md,
+        # "Writing a checkpoint", step 1): build on the snapshot's own base instead
+        root, new = plan_root(fs, state, leaf_files=leaf_files)
     if not _publish(storage, root, new, _plans_blob(root, state)):
         return read_root(storage, version)  # another writer's root was there first
     failpoint("checkpoint:after-root")

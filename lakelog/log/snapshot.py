@@ -710,17 +710,39 @@ def write_checkpoint(
     meanwhile (``docs/format.md``, "Leaves in expiry and vacuum"). Then the root is
     written again on a whole base (:func:`rebuild_root`)."""
     storage = snapshot.storage
-    root = checkpoint(
-        storage,
-        snapshot._files(),
-        snapshot._state,
-        leaf_files=leaf_files,
-        format_version=format_version,
-    )
+    snap = snapshot
+    avoid: set[int] = set()
+    for attempt in range(8):
+        try:
+            root = checkpoint(
+                storage,
+                snap._files(),
+                snap._state,
+                leaf_files=leaf_files,
+                format_version=format_version,
+            )
+            break
+        except ManifestLeafError as e:
+            # the root this snapshot was resolved from lists a leaf deleted meanwhile (its
+            # writer has not rebuilt it yet, or was killed first): resolve the version
+            # again without it (format.md, "Writing a checkpoint", step 1)
+            base = snap._state.base
+            if not isinstance(base, Root) or attempt == 7:
+                raise
+            log.warning(
+                "manifest of version %d of %s is unusable (%s); writing the manifest of "
+                "version %d on an older one",
+                base.version,
+                storage.uri,
+                e,
+                snapshot.version,
+            )
+            avoid.add(base.version)
+            snap = load_snapshot(storage, snapshot.version, avoid=frozenset(avoid))
     if root is None:
-        return snapshot
+        return snap
     root = keep_whole(storage, root, leaf_files=leaf_files)
-    return _finish(storage, snapshot_state(snapshot._state, root))
+    return _finish(storage, snapshot_state(snap._state, root))
 
 
 def keep_whole(storage: Storage, root: Root, *, leaf_files: int) -> Root:
@@ -751,7 +773,13 @@ def rebuild_root(storage: Storage, version: int, *, leaf_files: int) -> Root:
         if isinstance(base, Root) and missing_leaves(storage, base):
             avoid.add(base.version)
             continue
-        root = rewrite_root(storage, snap._files(), snap._state, leaf_files=leaf_files)
+        try:
+            root = rewrite_root(storage, snap._files(), snap._state, leaf_files=leaf_files)
+        except ManifestLeafError:  # a leaf of the base went between the listing and now
+            if not isinstance(base, Root):
+                raise
+            avoid.add(base.version)
+            continue
         if not missing_leaves(storage, root):
             return root
         if isinstance(base, Root):  # its leaves went while we built on them: go older

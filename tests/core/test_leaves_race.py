@@ -27,7 +27,7 @@ import pytest
 from _processes import spawn, wait_paused
 
 import lakelog
-from lakelog.log.actions import AddFile
+from lakelog.log.actions import AddFile, RemoveFile
 from lakelog.log.commits import list_log
 from lakelog.log.leaves import CACHE, LEAF_DIR
 from lakelog.log.manifests import root_leaves
@@ -132,3 +132,54 @@ def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
     assert set(
         lakelog.open_table(place.uri, storage_options=opts).snapshot().paths()
     ) == expected | {"f009.parquet"}
+
+
+def test_a_root_left_listing_a_deleted_leaf_is_not_built_on(place: Any, tmp_path: Path) -> None:
+    """The writer publishes the root of 8 after the expiry deleted its reused leaf and is
+    killed before its check (``checkpoint:after-root``): the root stays damaged. Readers
+    resolve around it; the next expiry's root at its oldest version, which would build
+    on it, builds on an older root instead (it used to fail with ManifestLeafError:
+    CI saw the unrepaired window of a live writer do the same), and the latest version
+    stays whole once the older log is gone."""
+    opts = place.storage_options or None
+    props = {"lakelog.manifest.leaf_files": 8, "lakelog.manifest_interval": 1000}
+    t = lakelog.create_table(place.uri, SCHEMA, properties=props, storage_options=opts)
+    storage = Storage(place.uri, opts)
+    for i in range(1, 9):
+        t.commit([_add(i)], operation="WRITE", kind="append")
+    write_checkpoint(load_snapshot(storage, 1), leaf_files=8)
+
+    gate_w = tmp_path / "writer"
+    writer = spawn(
+        _CHECKPOINT_LATEST,
+        place.uri,
+        json.dumps(place.storage_options),
+        LAKELOG_PAUSE_AT=f"checkpoint:before-root:{gate_w}",
+        LAKELOG_CRASH_AT="checkpoint:after-root",
+    )
+    wait_paused(gate_w, writer)
+    for v in (2, 4, 5):
+        write_checkpoint(load_snapshot(storage, v), leaf_files=8)
+    (leaf_1,) = root_leaves(storage, [1])[1]
+    expiry = _start(_EXPIRE, place, "never", tmp_path / "expiry")
+    assert _finish(expiry).split() == ["6"]
+    gate_w.touch()
+    writer.communicate(timeout=120)
+    assert writer.returncode == -9  # killed right after publishing, before its check
+    assert leaf_1 in root_leaves(storage, [8])[8] and not storage.exists(leaf_1)
+
+    for v in range(6, 10):  # readers skip the damaged root
+        CACHE.clear()
+        want = {f"f{i:03d}.parquet" for i in range(1, min(v, 8) + 1)}
+        assert set(load_snapshot(storage, v).paths()) == want, v
+    t = lakelog.open_table(place.uri, storage_options=opts)
+    # a rewrite of f001, whose entry is in the deleted leaf: the next root must find it
+    gone = RemoveFile(path="f001.parquet", deletion_ms=0, size_bytes=100)
+    t.commit([gone, _add(9)], operation="WRITE", kind="rewrite")
+    CACHE.clear()
+    report = t.expire_snapshots(older_than=ZERO, retain_last=1)
+    assert report.oldest_version == 10
+    _whole(storage, report.oldest_version)
+    CACHE.clear()
+    expected = {f"f{i:03d}.parquet" for i in range(2, 10)}
+    assert set(lakelog.open_table(place.uri, storage_options=opts).snapshot().paths()) == expected
