@@ -705,10 +705,13 @@ def write_checkpoint(
     needs, built incrementally: ``lakelog.log.checkpoint``) and return the same snapshot
     resolved from it, so that later commits advance from the new root.
 
-    Once the root is there (written here or found), its leaves are checked against a
-    listing: an expiry or vacuum may have deleted a leaf it reused from an older root
-    meanwhile (``docs/format.md``, "Leaves in expiry and vacuum"). Then the root is
-    written again on a whole base (:func:`rebuild_root`)."""
+    A base root found listing a missing leaf while the new root is planned (published
+    by a writer that has not rebuilt it yet, or was killed first) is not built on: the
+    version is resolved again without it. Once the root is there (written here or
+    found), its leaves are checked against a listing: an expiry or vacuum may have
+    deleted a leaf it reused from an older root meanwhile (``docs/format.md``, "Leaves
+    in expiry and vacuum"). Then the root is written again on a whole base
+    (:func:`rebuild_root`)."""
     storage = snapshot.storage
     snap = snapshot
     avoid: set[int] = set()
