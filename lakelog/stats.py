@@ -127,11 +127,12 @@ _UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
 
 def _raw_decoder(column: pq.ColumnSchema, t: pa.DataType) -> Callable[[Any], Any] | None:
     """How to turn a statistic of ``column`` as its physical type (``min_raw`` and
-    ``max_raw``: an int, a float or bytes) into what ``Statistics.min`` would give after
-    :func:`_json_converter`; None where that is not certain (then the decoded statistic
-    is used). Only for a Parquet column whose physical and logical types say exactly
-    the Arrow type ``t`` the bounds are for: a timestamp stored in milliseconds but
-    bounded as microseconds, for one, goes the decoded way."""
+    ``max_raw``: an int, a float or bytes) into its JSON form, the same that
+    :func:`_json_converter` gives from ``Statistics.min``; None where that is not
+    certain (then the decoded statistic is used). Only for a Parquet column whose
+    physical and logical types say exactly the Arrow type ``t`` the bounds are for: a
+    timestamp stored in milliseconds but bounded as microseconds, for one, goes the
+    decoded way."""
     physical = column.physical_type
     try:
         logical = json.loads(column.logical_type.to_json())
@@ -154,9 +155,9 @@ def _raw_decoder(column: pq.ColumnSchema, t: pa.DataType) -> Callable[[Any], Any
         mask = (1 << (64 if physical == "INT64" else 32)) - 1  # stored as signed
         return lambda value: value & mask
     if t == pa.float64() and physical == "DOUBLE" and kind == "None":
-        return _same
+        return _float_value
     if t == pa.float32() and physical == "FLOAT" and kind == "None":
-        return _same
+        return _float_value
     if (pa.types.is_string(t) or pa.types.is_large_string(t)) and (
         physical == "BYTE_ARRAY" and kind == "String"
     ):
@@ -241,7 +242,7 @@ def stats_from_metadata(
                 if raw is None:
                     lo, hi = convert(st.min), convert(st.max)
                 else:
-                    lo, hi = convert(raw(st.min_raw)), convert(raw(st.max_raw))
+                    lo, hi = raw(st.min_raw), raw(st.max_raw)
             except (ValueError, TypeError, UnicodeDecodeError, pa.ArrowException):
                 no_bounds.add(name)
                 continue

@@ -76,6 +76,36 @@ def _whole(storage: Storage, oldest: int) -> None:
         assert set(leaves) <= on_disk, f"the root of version {m} lists a deleted leaf"
 
 
+def _writer_reusing_a_merged_leaf(
+    place: Any, tmp_path: Path, **env: str
+) -> tuple[Storage, subprocess.Popen[str], Path, str]:
+    """Versions 1..8 (one file each) and the root of 1 (leaf [f001]); a writer paused at
+    ``checkpoint:before-root`` with version 8's root planned on the root of 1 ([f001]
+    reused; ``env``: more of its environment); then the roots of 2, 4 and 5, the last
+    merging four small leaves, [f001] among them. Returns the storage, the writer, its
+    gate and the path of that leaf."""
+    opts = place.storage_options or None
+    props = {"lakelog.manifest.leaf_files": 8, "lakelog.manifest_interval": 1000}
+    t = lakelog.create_table(place.uri, SCHEMA, properties=props, storage_options=opts)
+    storage = Storage(place.uri, opts)
+    for i in range(1, 9):
+        t.commit([_add(i)], operation="WRITE", kind="append")
+    write_checkpoint(load_snapshot(storage, 1), leaf_files=8)
+    gate_w = tmp_path / "writer"
+    writer = spawn(
+        _CHECKPOINT_LATEST,
+        place.uri,
+        json.dumps(place.storage_options),
+        LAKELOG_PAUSE_AT=f"checkpoint:before-root:{gate_w}",
+        **env,
+    )
+    wait_paused(gate_w, writer)
+    for v in (2, 4, 5):
+        write_checkpoint(load_snapshot(storage, v), leaf_files=8)
+    (leaf_1,) = root_leaves(storage, [1])[1]
+    return storage, writer, gate_w, leaf_1
+
+
 @pytest.fixture(params=["local", "s3"])
 def place(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(f"{request.param}_backend")
@@ -86,20 +116,7 @@ def test_a_root_reusing_a_leaf_an_expiry_deletes_is_repaired(
     place: Any, tmp_path: Path, writer_publishes: str
 ) -> None:
     opts = place.storage_options or None
-    props = {"lakelog.manifest.leaf_files": 8, "lakelog.manifest_interval": 1000}
-    t = lakelog.create_table(place.uri, SCHEMA, properties=props, storage_options=opts)
-    storage = Storage(place.uri, opts)
-    for i in range(1, 9):  # versions 1..8, one file each
-        t.commit([_add(i)], operation="WRITE", kind="append")
-    write_checkpoint(load_snapshot(storage, 1), leaf_files=8)  # the root of 1: leaf [f001]
-
-    gate_w = tmp_path / "writer"
-    writer = _start(_CHECKPOINT_LATEST, place, "checkpoint:before-root", gate_w)
-    wait_paused(gate_w, writer)  # version 8 planned on the root of 1: [f001] reused
-
-    for v in (2, 4, 5):  # the root of 5 merges four small leaves, [f001] among them
-        write_checkpoint(load_snapshot(storage, v), leaf_files=8)
-    (leaf_1,) = root_leaves(storage, [1])[1]
+    storage, writer, gate_w, leaf_1 = _writer_reusing_a_merged_leaf(place, tmp_path)
     assert leaf_1 not in root_leaves(storage, [5])[5]
 
     gate_e = tmp_path / "expiry"
@@ -142,25 +159,9 @@ def test_a_root_left_listing_a_deleted_leaf_is_not_built_on(place: Any, tmp_path
     CI saw the unrepaired window of a live writer do the same), and the latest version
     stays whole once the older log is gone."""
     opts = place.storage_options or None
-    props = {"lakelog.manifest.leaf_files": 8, "lakelog.manifest_interval": 1000}
-    t = lakelog.create_table(place.uri, SCHEMA, properties=props, storage_options=opts)
-    storage = Storage(place.uri, opts)
-    for i in range(1, 9):
-        t.commit([_add(i)], operation="WRITE", kind="append")
-    write_checkpoint(load_snapshot(storage, 1), leaf_files=8)
-
-    gate_w = tmp_path / "writer"
-    writer = spawn(
-        _CHECKPOINT_LATEST,
-        place.uri,
-        json.dumps(place.storage_options),
-        LAKELOG_PAUSE_AT=f"checkpoint:before-root:{gate_w}",
-        LAKELOG_CRASH_AT="checkpoint:after-root",
+    storage, writer, gate_w, leaf_1 = _writer_reusing_a_merged_leaf(
+        place, tmp_path, LAKELOG_CRASH_AT="checkpoint:after-root"
     )
-    wait_paused(gate_w, writer)
-    for v in (2, 4, 5):
-        write_checkpoint(load_snapshot(storage, v), leaf_files=8)
-    (leaf_1,) = root_leaves(storage, [1])[1]
     expiry = _start(_EXPIRE, place, "never", tmp_path / "expiry")
     assert _finish(expiry).split() == ["6"]
     gate_w.touch()
