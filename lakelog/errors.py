@@ -9,6 +9,7 @@ __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
     "CleanupRunningError",
+    "DeletedRowsError",
     "CommitConflictError",
     "CorruptLogError",
     "DataFileMissingError",
@@ -219,6 +220,12 @@ class DeltaViewError(LakelogError):
     """The Delta-compatible view (``lakelog.delta_view``) cannot be written: the table
     has a type Delta cannot express, or ``_delta_log/`` holds commits lakelog did not
     write (see ``docs/delta-view.md``). The lakelog table itself is unaffected."""
+
+
+class DeletedRowsError(LakelogError):
+    """A plain pyarrow Dataset was asked for files whose deletion vectors mark rows as
+    deleted (``docs/format.md``, "Deletion vectors"): it would return those rows. Read
+    through ``Snapshot.to_arrow``/``to_batches``/``scanner`` or the engine readers."""
 
 
 class MissingDependencyError(LakelogError, ImportError):

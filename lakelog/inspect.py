@@ -53,15 +53,17 @@ class TableInspect:
     def files(self, *, version: int | None = None, filter: Any = None) -> pa.Table:
         """One row per live data file of ``version`` (default: the latest), pruned by
         ``filter`` as :meth:`Snapshot.files` prunes: ``path``, ``partition`` (a struct
-        of typed values; partitioned tables only), ``num_rows``, ``size_bytes``,
-        ``modification_time``, ``stats`` (per column a struct of ``min``, ``max``,
-        ``null_count``) and ``tags``."""
+        of typed values; partitioned tables only), ``num_rows`` (physical rows),
+        ``deleted_rows`` (those its deletion vector marks; 0 without one),
+        ``size_bytes``, ``modification_time``, ``stats`` (per column a struct of ``min``,
+        ``max``, ``null_count``: of the physical rows) and ``tags``."""
         snap = self._table.snapshot(version)
         table, cols = _files_and_stats(snap, filter)
         out: dict[str, pa.Array] = {"path": table.column("path").combine_chunks()}
         if snap.partition_by:
             out["partition"] = _struct({c: cols.partition[c] for c in snap.partition_by})
         out["num_rows"] = table.column("num_rows").combine_chunks()
+        out["deleted_rows"] = pc.fill_null(table.column("deleted_rows"), 0).combine_chunks()
         out["size_bytes"] = table.column("size_bytes").combine_chunks()
         out["modification_time"] = _times(table.column("modification_ms"))
         stats = _column_stats(snap, cols)
@@ -79,7 +81,9 @@ class TableInspect:
         table, cols = _files_and_stats(snap, filter)
         keys = [f"p{i}" for i in range(len(snap.partition_by))]
         work = {k: cols.partition[c] for k, c in zip(keys, snap.partition_by, strict=True)}
-        work["rows"] = table.column("num_rows").combine_chunks()
+        work["rows"] = pc.subtract(  # live rows: deletion vectors' rows not counted
+            table.column("num_rows"), pc.fill_null(table.column("deleted_rows"), 0)
+        ).combine_chunks()
         work["bytes"] = table.column("size_bytes").combine_chunks()
         work["mtime"] = table.column("modification_ms").combine_chunks()
         aggs: list[tuple[Any, ...]] = [("rows", "count"), ("rows", "sum"), ("bytes", "sum")]
@@ -246,9 +250,9 @@ def _snapshots(table: Table) -> pa.Table:
                     ch.files_removed += 1
                     ch.rows_removed += old[0]
                     ch.bytes_removed += old[1]
-                live[a.path] = (a.num_rows, a.size_bytes)
+                live[a.path] = (a.live_rows, a.size_bytes)
                 ch.files_added += 1
-                ch.rows_added += a.num_rows
+                ch.rows_added += a.live_rows
                 ch.bytes_added += a.size_bytes
             elif isinstance(a, RemoveFile):
                 got = live.pop(a.path, None)
@@ -310,7 +314,9 @@ def _resolve_pending(base: Snapshot, changes: Sequence[_Change]) -> None:
         zip(
             sub.column("path").to_pylist(),
             zip(
-                sub.column("num_rows").to_pylist(),
+                pc.subtract(
+                    sub.column("num_rows"), pc.fill_null(sub.column("deleted_rows"), 0)
+                ).to_pylist(),
                 sub.column("size_bytes").to_pylist(),
                 strict=True,
             ),

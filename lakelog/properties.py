@@ -347,6 +347,22 @@ PROPERTIES: dict[str, Property] = {
             "a writer's lease expires this many seconds after its last heartbeat",
             low=1,
         ),
+        # deletion vectors (docs/format.md, "Deletion vectors"; docs/changes.md)
+        Property(
+            "lakelog.deletion_vectors",
+            "bool",
+            "false",
+            "row-level changes mark deleted rows in a vector instead of rewriting files",
+        ),
+        Property(
+            "lakelog.deletion_vectors.purge_ratio",
+            "float",
+            "0.2",
+            "compaction rewrites a file whose deleted rows are at least this share of its rows",
+            low=0,
+            low_open=True,
+            high=1,
+        ),
         # the Delta-compatible view (lakelog/interop/delta/, docs/delta-view.md)
         Property(
             "lakelog.delta_view",

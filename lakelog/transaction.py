@@ -55,6 +55,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 from . import __about__
 from ._failpoints import failpoint, pausepoint
 from .errors import (
@@ -65,6 +67,7 @@ from .errors import (
     LogGapError,
 )
 from .log.actions import (
+    VECTORS_FORMAT_VERSION,
     Action,
     AddFile,
     AppTransaction,
@@ -346,7 +349,9 @@ class Transaction:
         self.read_snapshot = read_snapshot
         self.operation = operation
         self.kind: Kind = kind
-        self.actions = list(actions)
+        self.actions = _declare_vectors(
+            actions, read_snapshot.metadata.format_version if read_snapshot is not None else 0
+        )
         self.parameters = dict(parameters or {})
         self.metrics = dict(metrics or {})
         self.replaced_partitions = replaced_partitions
@@ -576,6 +581,8 @@ class Transaction:
             lost = sorted(
                 a.path for a in self.actions if isinstance(a, RemoveFile) and a.path not in live
             )
+            if not lost and fresh.metadata.format_version >= VECTORS_FORMAT_VERSION:
+                lost = _vector_changed(self.actions, read, fresh)
             if lost:
                 raise CommitConflictError(
                     f"expected files {lost[:5]}{' ...' if len(lost) > 5 else ''} to still be "
@@ -687,6 +694,48 @@ class Transaction:
                     e,
                 )
         return snap
+
+
+def _vector_changed(actions: Sequence[Action], read: Snapshot, fresh: Snapshot) -> list[str]:
+    """Files a rewrite removes whose deletion vector changed between ``read`` and
+    ``fresh``: its outputs hold rows deleted since (format.md, "Deletion vectors")."""
+    removed = {a.path for a in actions if isinstance(a, RemoveFile)}
+    before = {f.path: f.deleted for f in read.files() if f.path in removed}
+    return sorted(
+        f.path for f in fresh.files() if f.path in removed and f.deleted != before.get(f.path)
+    )
+
+
+def _declare_vectors(actions: Sequence[Action], read_format: int) -> list[Action]:
+    """``actions``, with a ``metadata`` action that turns deletion vectors on declaring
+    format version 5 (so older readers refuse the table; format.md, "Deletion
+    vectors"). Refuses one that would also keep the Delta view on."""
+    out: list[Action] = []
+    for a in actions:
+        if (
+            isinstance(a, Metadata)
+            and get_bool(a.properties, "lakelog.delta_view")
+            and max(a.format_version, read_format) >= VECTORS_FORMAT_VERSION
+        ):
+            raise InvalidArgumentError(
+                "expected a table without deletion vectors for lakelog.delta_view, found "
+                "one that declares format version 5 (lakelog.deletion_vectors was turned "
+                "on): the Delta view cannot express deletion vectors yet, so its readers "
+                "would see deleted rows. Read the table through lakelog's readers "
+                "(docs/reading.md) instead."
+            )
+        if isinstance(a, Metadata) and get_bool(a.properties, "lakelog.deletion_vectors"):
+            if get_bool(a.properties, "lakelog.delta_view"):
+                raise InvalidArgumentError(
+                    "expected lakelog.deletion_vectors and lakelog.delta_view not both true, "
+                    "found both set: the Delta view cannot express deletion vectors yet. "
+                    "Turn one off (lakelog.delta_view=false, or "
+                    "lakelog.deletion_vectors=false) and try again."
+                )
+            if a.format_version < VECTORS_FORMAT_VERSION:
+                a = msgspec.structs.replace(a, format_version=VECTORS_FORMAT_VERSION)
+        out.append(a)
+    return out
 
 
 def _check_views(actions: Sequence[Action], read: Snapshot | None) -> None:

@@ -96,6 +96,16 @@ class RowChange(ABC):
         """Whether rows like these, added by a concurrent commit, would have been
         touched had this change run after it (see ``docs/format.md``)."""
 
+    split_columns: tuple[str, ...] | None = None
+    """Columns :meth:`split` reads (None: every column)."""
+
+    @abstractmethod
+    def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
+        """The change as deletion vectors see it (format.md, "Deletion vectors"): per row
+        of ``batch`` (at least :attr:`split_columns`), whether it leaves its place
+        (deleted or updated), the updated rows with their new values (every column, or
+        None when there are none), and what happened to the rows."""
+
     def before(self, storage: Storage, lease_id: str) -> Written:
         """New rows written before the rewrites (``overwrite``: the new data)."""
         return Written()

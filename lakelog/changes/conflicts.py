@@ -74,45 +74,53 @@ class RowLevelRebase:
         return self._metrics_of(self.extra)
 
     def written(self) -> list[str]:
-        return [a.path for o in self.extra for a in o.adds]
+        return [p for o in self.extra for p in o.written]
 
     def __call__(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
         check_conflicts(kind="rowlevel", actions=actions, winners=winners)
         # files a later winner removed again: by a rewrite (compaction, clustering), whose
-        # outputs are not read here, or by a change, whose outputs are (they are adds)
-        removes = [a for w in winners for a in w.actions if isinstance(a, RemoveFile)]
-        moved = {a.path for a in removes if not a.data_change}
-        changed = {a.path for a in removes if a.data_change}
-        found: list[tuple[Commit, AddFile]] = []
-        for w in winners:
+        # outputs are not read here, or by a change, whose outputs are (they are adds; a
+        # new deletion vector re-adds the same path in the winner that removes it)
+        removed_by: dict[str, list[tuple[int, bool]]] = {}
+        for i, w in enumerate(winners):
+            for a in w.actions:
+                if isinstance(a, RemoveFile):
+                    removed_by.setdefault(a.path, []).append((i, a.data_change))
+        found: list[tuple[int, AddFile]] = []
+        for i, w in enumerate(winners):
             added = [a for a in w.actions if isinstance(a, AddFile)]
             if self.change.rebase_rewrites:
-                found += [(w, a) for a in _may_match(self.ctx, self.change, added)]
+                found += [(i, a) for a in _may_match(self.ctx, self.change, added)]
             else:
-                found += [(w, a) for a in added_conflicts(self.ctx, self.change, added)]
+                found += [(i, a) for a in added_conflicts(self.ctx, self.change, added)]
         if not found:
             return actions
         if not self.change.rebase_rewrites:
-            raise self._conflict(found[0][0], [a.path for w, a in found if w is found[0][0]])
+            first = found[0][0]
+            raise self._conflict(winners[first], [a.path for i, a in found if i == first])
         try:
             outcomes = run_files(
                 self.ctx, self.change, [DataFile.from_add(a) for _, a in found], write=True
             )
         except (DataFileMissingError, SchemaMismatchError) as e:
-            raise self._conflict(found[0][0], [a.path for _, a in found]) from e
-        hits = [o for o in outcomes if o.rewritten]
-        gone = [o.file.path for o in hits if o.file.path in moved]
+            raise self._conflict(winners[found[0][0]], [a.path for _, a in found]) from e
+
+        def later(i: int, path: str, data_change: bool) -> bool:
+            return any(j > i and dc == data_change for j, dc in removed_by.get(path, ()))
+
+        hits = [(i, o) for (i, _), o in zip(found, outcomes, strict=True) if o.rewritten]
+        gone = [(i, o) for i, o in hits if later(i, o.file.path, False)]
         if gone:
-            self.ctx.storage.delete([a.path for o in outcomes for a in o.adds])
-            winner = next(w for w, a in found if a.path == gone[0])
-            raise self._conflict(winner, gone, again=True)
-        dropped = [o for o in hits if o.file.path in changed]  # their rows live on in adds
-        self.ctx.storage.delete([a.path for o in dropped for a in o.adds])
-        hits = [o for o in hits if o.file.path not in changed]
-        self.extra.extend(hits)
+            self.ctx.storage.delete([p for o in outcomes for p in o.written])
+            raise self._conflict(winners[gone[0][0]], [o.file.path for _, o in gone], again=True)
+        # their rows live on in a later winner's adds, checked there
+        dropped = [o for i, o in hits if later(i, o.file.path, True)]
+        self.ctx.storage.delete([p for o in dropped for p in o.written])
+        kept = [o for i, o in hits if not later(i, o.file.path, True)]
+        self.extra.extend(kept)
         now = int(time.time() * 1000)
         out = list(actions)
-        for o in hits:
+        for o in kept:
             out.append(o.file.to_remove(deletion_ms=now))
             out.extend(o.adds)
         return out

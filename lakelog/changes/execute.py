@@ -28,14 +28,17 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import AddFile, DataFile
+from ..log.deletion_vectors import MAX_BITMAP_BYTES, union_vector
 from ..storage import Storage
 from .base import Counts, RowChange
-from .read import read_rows
+from .read import read_positions, read_rows
 
 __all__ = ["MAX_WORKERS", "FileOutcome", "ProbeGuide", "run_files"]
 
@@ -77,7 +80,11 @@ class ProbeGuide:
 
 @dataclass
 class FileOutcome:
-    """What a change did (or, probing only, would do) to one file."""
+    """What a change did (or, probing only, would do) to one file.
+
+    ``adds`` replace the file in the commit, after its ``remove``: its rewrite, or,
+    with a deletion vector, the file itself again (same path, the new vector) and the
+    updated rows' new file."""
 
     file: DataFile
     counts: Counts
@@ -86,6 +93,16 @@ class FileOutcome:
     @property
     def rewritten(self) -> bool:
         return self.counts.changed > 0
+
+    @property
+    def marked(self) -> bool:
+        """Whether the file stays, with a deletion vector (nothing copied)."""
+        return any(a.path == self.file.path for a in self.adds)
+
+    @property
+    def written(self) -> list[str]:
+        """Paths of the files this outcome wrote (never the file itself)."""
+        return [a.path for a in self.adds if a.path != self.file.path]
 
 
 @dataclass(frozen=True)
@@ -101,6 +118,9 @@ class Context:
     encoding: dict[str, bool | tuple[str, ...]] = field(default_factory=dict)
     """The dictionary columns, decided once from the first file rewritten."""
     probing: ProbeGuide = field(default_factory=ProbeGuide)
+    vectors: bool = False
+    """Mark changed rows in deletion vectors instead of rewriting files
+    (``lakelog.deletion_vectors``)."""
 
     def write_options(self, sample: pa.RecordBatch) -> WriteOptions:
         chosen = self.encoding.get("dictionary")
@@ -151,6 +171,54 @@ def _rewrite(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
     if not counts.changed:  # nothing to change after all (no probe ran): undo
         ctx.storage.delete([a.path for a in adds])
         adds = []
+    return FileOutcome(f, counts, adds)
+
+
+def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
+    """The change as a deletion vector on ``f`` (format.md, "Deletion vectors"): the
+    positions of its deleted and updated rows join the file's vector, and updated rows
+    go, with their new values, to a new file. A file left with no row is removed; one
+    whose vector would encode past :data:`MAX_BITMAP_BYTES` is rewritten instead."""
+    counts = Counts()
+    gone: list[np.ndarray] = []
+
+    def replaced() -> Iterator[pa.RecordBatch]:
+        for batch, positions in read_positions(
+            ctx.storage,
+            f,
+            ctx.schema,
+            ctx.partition_by,
+            columns=change.split_columns,
+            version=ctx.version,
+        ):
+            leaving, new, c = change.split(batch)
+            counts.add(c)
+            if leaving.any():
+                gone.append(positions[leaving])
+            if new is not None and new.num_rows:
+                yield new
+
+    rows = replaced()
+    first = next(rows, None)
+    adds: list[AddFile] = []
+    if first is not None:
+        adds = write_files(
+            ctx.storage,
+            itertools.chain([first], rows),
+            schema=ctx.schema,
+            partition_by=ctx.partition_by,
+            options=ctx.write_options(first),
+            lease_id=ctx.lease_id,
+        )
+    if not counts.changed:
+        ctx.storage.delete([a.path for a in adds])
+        return FileOutcome(f, counts)
+    vector = union_vector(f.deleted, np.concatenate(gone), f.num_rows, path=f.path)
+    if vector is not None and len(vector.bitmap) > MAX_BITMAP_BYTES:
+        ctx.storage.delete([a.path for a in adds])
+        return _rewrite(ctx, change, f)
+    if vector is not None:
+        adds.insert(0, msgspec.structs.replace(f.to_add(), deleted=vector))
     return FileOutcome(f, counts, adds)
 
 
@@ -206,6 +274,14 @@ def _released(nbytes: int) -> None:
 
 def _process(ctx: Context, change: RowChange, f: DataFile, *, write: bool) -> FileOutcome:
     change = change.for_file(f)
+    if write and ctx.vectors:
+        split = change.split_columns
+        if split is None and change.probe_columns is not None:
+            # every column is read only for the files with a row to change
+            counts = _probe(ctx, change, f)
+            if not counts.changed:
+                return FileOutcome(f, counts)
+        return _mark(ctx, change, f)
     cols = change.probe_columns
     if cols is None or len(cols) >= len(ctx.schema) or not write:
         if not write:
@@ -261,7 +337,7 @@ def run_files(
 
 
 def _discard(storage: Storage, outcomes: Sequence[FileOutcome]) -> None:
-    paths = [a.path for o in outcomes for a in o.adds]
+    paths = [p for o in outcomes for p in o.written]
     if paths:
         try:
             storage.delete(paths)

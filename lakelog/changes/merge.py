@@ -454,21 +454,43 @@ class MergeChange(RowChange):
         counts = _counts(updated, deleted)
         if not counts.changed:
             return batch, counts
-        out = batch
-        if updated.any():
-            # only the matched source rows, placed by mask: memory is the batch plus them
-            mask = pa.array(updated)
-            rows = self.source.table.take(pa.array(idx[updated]))
-            arrays = [
-                batch.column(f.name)
-                if f.name in self.keys
-                else _put(batch.column(f.name), mask, rows.column(f.name).combine_chunks())
-                for f in self.schema
-            ]
-            out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        out = self._updated(batch, idx, updated)
         if deleted.any():
             out = out.filter(pa.array(~deleted))
         return out, counts
+
+    def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
+        idx, updated, deleted = self._classify(batch)
+        counts = _counts(updated, deleted)
+        updated = updated & ~deleted
+        if not updated.any():
+            return deleted, None, counts
+        mask = pa.array(updated)
+        rows = self.source.table.take(pa.array(idx[updated]))
+        arrays = [
+            batch.column(f.name).filter(mask) if f.name in self.keys else rows.column(f.name)
+            for f in self.schema
+        ]
+        new = pa.Table.from_arrays(arrays, schema=self.schema).combine_chunks().to_batches()
+        out = new[0] if len(new) == 1 else pa.concat_batches(new)
+        return updated | deleted, out, counts
+
+    def _updated(
+        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
+    ) -> pa.RecordBatch:
+        """``batch`` with the matched source rows' values in place of the updated rows:
+        memory is the batch plus those source rows."""
+        if not updated.any():
+            return batch
+        mask = pa.array(updated)
+        rows = self.source.table.take(pa.array(idx[updated]))
+        arrays = [
+            batch.column(f.name)
+            if f.name in self.keys
+            else _put(batch.column(f.name), mask, rows.column(f.name).combine_chunks())
+            for f in self.schema
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def conflicts(self, batch: pa.RecordBatch) -> bool:
         if self.by_source == "delete":

@@ -93,6 +93,10 @@ class _PredicateChange(RowChange):
     def _counts(self, hits: int, rows: int) -> Counts:
         return Counts(deleted=hits, kept=rows - hits)
 
+    def _hits(self, batch: pa.RecordBatch) -> tuple[pa.BooleanArray, np.ndarray]:
+        mask = self.where.mask(batch)
+        return mask, np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
 
 def _count(mask: pa.BooleanArray) -> int:
     return int(pc.sum(mask).as_py() or 0)
@@ -102,6 +106,14 @@ class DeleteChange(_PredicateChange):
     """``delete(where)``: drop the matching rows."""
 
     operation = "DELETE"
+
+    @property
+    def split_columns(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.where.columns
+
+    def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
+        _, hits = self._hits(batch)
+        return hits, None, self._counts(int(hits.sum()), batch.num_rows)
 
     def apply(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Counts]:
         mask = self.where.mask(batch)
@@ -142,6 +154,13 @@ class UpdateChange(_PredicateChange):
             arrays.append(col)
         out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         return conform(out, self.schema), self._counts(hits, batch.num_rows)
+
+    def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
+        mask, hits = self._hits(batch)
+        if not hits.any():
+            return hits, None, self._counts(0, batch.num_rows)
+        out = self.apply(batch.filter(mask))[0]
+        return hits, out, self._counts(int(hits.sum()), batch.num_rows)
 
 
 def _set_where(mask: pa.BooleanArray, new: Any, old: pa.Array, field: pa.Field) -> pa.Array:

@@ -54,14 +54,19 @@ def restore_table(
         actions.append(md)
     now_files = {f.path: f for f in latest.files()}
     then_files = {f.path: f for f in target.files()}
+    # a file in both with another deletion vector is removed and added back with N's
+    revectored = [
+        f for p, f in then_files.items() if p in now_files and now_files[p].deleted != f.deleted
+    ]
     removed = [f for p, f in now_files.items() if p not in then_files]
+    removed += [now_files[f.path] for f in revectored]
     restored = [f for p, f in then_files.items() if p not in now_files]
     if not actions and not removed and not restored:
         return CommitResult(version=latest.version, attempts=0, operation="RESTORE", skipped=True)
     _check_exist(table.storage, restored, target.version)
     now = int(time.time() * 1000)
     actions += [f.to_remove(deletion_ms=now) for f in removed]
-    actions += [f.to_add() for f in restored]
+    actions += [f.to_add() for f in [*restored, *revectored]]
     parameters: dict[str, Any] = {"version": target.version}
     if as_of is not None:
         parameters["as_of"] = as_of.isoformat()

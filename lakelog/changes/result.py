@@ -34,7 +34,8 @@ class ChangeResult(CommitResult):
     Row counts: ``deleted_rows`` left the table, ``updated_rows`` got new values,
     ``inserted_rows`` are new (``overwrite``), ``copied_rows`` were written again
     unchanged beside them. File counts: ``files_scanned`` were read (pruning kept
-    them), ``files_removed`` rewritten or dropped, ``files_added`` written.
+    them), ``files_removed`` rewritten or dropped, ``files_marked`` kept with a
+    deletion vector (``lakelog.deletion_vectors``), ``files_added`` written.
     """
 
     committed: bool = False
@@ -46,6 +47,7 @@ class ChangeResult(CommitResult):
     copied_rows: int = 0
     files_scanned: int = 0
     files_removed: int = 0
+    files_marked: int = 0
     files_added: int = 0
     bytes_removed: int = 0
     bytes_added: int = 0
@@ -71,7 +73,8 @@ class ChangeResult(CommitResult):
         rows = ", ".join(f"{n} {what}" for n, what in counts if n) or "no rows"
         files = (
             f"{self.files_removed} of {self.files_scanned} scanned files rewritten, "
-            f"{self.files_added} written"
+            + (f"{self.files_marked} marked with deleted rows, " if self.files_marked else "")
+            + f"{self.files_added} written"
         )
         if self.dry_run:
             return (

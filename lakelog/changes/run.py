@@ -25,6 +25,7 @@ from .._failpoints import failpoint
 from ..errors import LakelogError
 from ..leases import Lease
 from ..log.actions import Action, AddFile
+from ..properties import get_bool
 from .base import RowChange, Written
 from .conflicts import RowLevelRebase
 from .execute import Context, FileOutcome, run_files
@@ -52,6 +53,7 @@ def run_change(
         version=snapshot.version,
         options=table.write_options(),
         lease_id=None,
+        vectors=get_bool(snapshot.properties, "lakelog.deletion_vectors"),
     )
     if dry_run:
         outcomes = run_files(ctx, change, candidates, write=False)
@@ -69,7 +71,7 @@ def run_change(
             before = change.before(storage, lease.lease_id)
             written += [a.path for a in before.adds]
             outcomes = run_files(ctx, change, candidates, write=True)
-            written += [a.path for o in outcomes for a in o.adds]
+            written += [p for o in outcomes for p in o.written]
             after = change.after(storage, lease.lease_id)
             written += [a.path for a in after.adds]
             new = Written(before.adds + after.adds, before.rows + after.rows)
@@ -124,6 +126,8 @@ def _metrics(change: RowChange, r: ChangeResult) -> dict[str, Any]:
         "num_added_bytes": r.bytes_added,
         "num_copied_rows": r.copied_rows,
     }
+    if r.files_marked:
+        out["num_deletion_vectors"] = r.files_marked
     if change.operation in ("DELETE", "OVERWRITE", "MERGE"):
         out["num_deleted_rows"] = r.deleted_rows
     if change.operation in ("UPDATE", "MERGE"):
@@ -146,7 +150,10 @@ def _result(
     dry: bool,
 ) -> ChangeResult:
     rewritten = [o for o in outcomes if o.rewritten]
-    adds: list[AddFile] = [a for o in rewritten for a in o.adds] + list(new.adds)
+    copies = [o for o in rewritten if not o.marked]  # the rest got a deletion vector
+    adds: list[AddFile] = [a for o in rewritten for a in o.adds if a.path != o.file.path] + list(
+        new.adds
+    )
     fields: dict[str, Any] = {
         "version": snapshot.version if committed is None else committed.version,
         "attempts": 0 if committed is None else committed.attempts,
@@ -159,11 +166,12 @@ def _result(
         "deleted_rows": sum(o.counts.deleted for o in rewritten),
         "updated_rows": sum(o.counts.updated for o in rewritten),
         "inserted_rows": new.rows,
-        "copied_rows": sum(o.counts.kept for o in rewritten),
+        "copied_rows": sum(o.counts.kept for o in copies),
         "files_scanned": len(outcomes),
-        "files_removed": len(rewritten),
+        "files_removed": len(copies),
+        "files_marked": len(rewritten) - len(copies),
         "files_added": len(adds),
-        "bytes_removed": sum(o.file.size_bytes for o in rewritten),
+        "bytes_removed": sum(o.file.size_bytes for o in copies),
         "bytes_added": sum(a.size_bytes for a in adds),
         "duration_s": time.monotonic() - start,
         "files": tuple(

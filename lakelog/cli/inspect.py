@@ -58,7 +58,7 @@ def cmd_inspect_files(args: argparse.Namespace) -> int:
     skipped: dict[str, Any] | None = None
     if args.filter is not None:
         with collect_skip_stats() as stats:
-            fragments = list(snap.dataset(args.filter).get_fragments())
+            fragments = list(snap.dataset(args.filter, deleted="include").get_fragments())
         groups = {table.storage.full(f.path): f.row_groups for f in layouts}
         read = sum(
             groups.get(fr.path, 0) if fr.row_groups is None else len(fr.row_groups)

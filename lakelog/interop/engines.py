@@ -67,16 +67,18 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
 
     _snapshot: Snapshot
     _base: pc.Expression | None
+    _marked: bool
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, filter: Any = None) -> LakelogDataset:
         """The dataset of ``snapshot``, limited to rows matching ``filter`` (any form
         :meth:`Snapshot.files` takes)."""
         base = row_filter(snapshot, filter)
-        full = snapshot.dataset(base)
+        full = snapshot.dataset(base, deleted="include")  # scans drop deleted rows
         dataset = cls(list(full.get_fragments()), full.schema, full.format, full.filesystem)
         dataset._snapshot = snapshot
         dataset._base = base
+        dataset._marked = any(f.deleted is not None for f in snapshot.files(base))
         return dataset
 
     @property
@@ -87,6 +89,8 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
         self, columns: Any = None, filter: pc.Expression | None = None, **options: Any
     ) -> ds.Scanner:
         expr = _and(self._base, filter)
+        if self._marked:  # deletion vectors: only the snapshot's scanner drops their rows
+            return self._live_scanner(columns, filter, expr, options)
         if filter is None:  # nothing new to prune by: the files resolved at creation
             return super().scanner(columns=columns, filter=expr, **options)
         try:
@@ -96,6 +100,26 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
             # the fragments' guarantees and filters the rows, as for any dataset
             return super().scanner(columns=columns, filter=expr, **options)
         return pruned.scanner(columns=columns, filter=expr, **options)
+
+    def _live_scanner(
+        self,
+        columns: Any,
+        filter: pc.Expression | None,
+        expr: pc.Expression | None,
+        options: dict[str, Any],
+    ) -> ds.Scanner:
+        batch_size = options.get("batch_size", 65536)
+        try:
+            return self._snapshot.scanner(columns, expr, batch_size=batch_size)
+        except InvalidArgumentError:
+            if filter is None:
+                raise
+            # a filter lakelog does not model: it prunes by the base filter, pyarrow
+            # filters the rows
+            rows = self._snapshot.scanner(None, self._base, batch_size=batch_size)
+            return ds.Scanner.from_batches(
+                rows.to_batches(), schema=self.schema, columns=columns, filter=filter
+            )
 
 
 def row_filter(snapshot: Snapshot, filter: Any) -> pc.Expression | None:

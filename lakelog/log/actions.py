@@ -18,6 +18,7 @@ __all__ = [
     "BASE_FORMAT_VERSION",
     "FORMAT_VERSION",
     "TABLE_FORMAT_VERSION",
+    "VECTORS_FORMAT_VERSION",
     "Action",
     "AddFile",
     "AppTransaction",
@@ -25,6 +26,7 @@ __all__ = [
     "Commit",
     "CommitHeader",
     "DataFile",
+    "DeletionVector",
     "ExpireVersions",
     "FileStats",
     "Metadata",
@@ -36,13 +38,17 @@ __all__ = [
     "required_format_version",
 ]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The newest format version this library reads and writes (see ``docs/format.md``)."""
 
 TABLE_FORMAT_VERSION = 3
-"""The newest version a table declares (its ``metadata`` action; what ``lakelog upgrade``
+"""The version new tables declare (their ``metadata`` action; what ``lakelog upgrade``
 moves a table to): version 4 changes only manifests (plans files), which a writer uses
-on any table of version 3."""
+on any table of version 3; a table declares :data:`VECTORS_FORMAT_VERSION` from the
+``metadata`` action that turns deletion vectors on."""
+
+VECTORS_FORMAT_VERSION = 5
+"""The format version of deletion vectors (``docs/format.md``, "Deletion vectors")."""
 
 BASE_FORMAT_VERSION = 1
 """What an absent ``format_version`` means: the first version of the format. A header
@@ -84,8 +90,16 @@ class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
         return decode_schema(self.schema)
 
 
+class DeletionVector(msgspec.Struct, frozen=True, gc=False):
+    """The rows of a data file that are deleted (format version 5): ``rows`` of them, at
+    the positions ``bitmap`` encodes (:mod:`lakelog.log.deletion_vectors`)."""
+
+    rows: int
+    bitmap: str
+
+
 class AddFile(msgspec.Struct, tag="add", frozen=True, kw_only=True, omit_defaults=True):
-    """A data file becomes part of the table."""
+    """A data file becomes part of the table (``deleted``: its deletion vector)."""
 
     path: str
     size_bytes: int
@@ -95,6 +109,12 @@ class AddFile(msgspec.Struct, tag="add", frozen=True, kw_only=True, omit_default
     data_change: bool = True
     modification_ms: int = 0
     tags: dict[str, str] = {}
+    deleted: DeletionVector | None = None
+
+    @property
+    def live_rows(self) -> int:
+        """Rows not deleted by the file's vector."""
+        return self.num_rows - (self.deleted.rows if self.deleted is not None else 0)
 
 
 class RemoveFile(msgspec.Struct, tag="remove", frozen=True, kw_only=True, omit_defaults=True):
@@ -210,6 +230,13 @@ class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     stats: FileStats | None = None
     modification_ms: int = 0
     tags: dict[str, str] = {}
+    deleted: DeletionVector | None = None
+    """Its deletion vector (format version 5): rows of the file that are gone."""
+
+    @property
+    def live_rows(self) -> int:
+        """Rows not deleted by the file's vector."""
+        return self.num_rows - (self.deleted.rows if self.deleted is not None else 0)
 
     @classmethod
     def from_add(cls, add: AddFile) -> DataFile:
@@ -221,6 +248,7 @@ class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
             stats=add.stats,
             modification_ms=add.modification_ms,
             tags=add.tags,
+            deleted=add.deleted,
         )
 
     def to_add(self, *, data_change: bool = True) -> AddFile:
@@ -233,6 +261,7 @@ class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
             data_change=data_change,
             modification_ms=self.modification_ms,
             tags=self.tags,
+            deleted=self.deleted,
         )
 
     def to_remove(self, *, deletion_ms: int, data_change: bool = True) -> RemoveFile:
@@ -250,8 +279,9 @@ def required_format_version(actions: Iterable[Action]) -> int:
 
     An action type added in version 2 or later says so with a class-level ``FORMAT``;
     a ``metadata`` action needs the table format version it declares. Plain adds,
-    removes and expiries need version 1, so a version-1 table stays readable by
-    version-1 readers until it is upgraded (``docs/format.md``, "Versioning")."""
+    removes and expiries need version 1 (an add with a deletion vector needs 5), so a
+    version-1 table stays readable by version-1 readers until it is upgraded
+    (``docs/format.md``, "Versioning")."""
     need = BASE_FORMAT_VERSION
     for a in actions:
         need = max(need, a.format_version if isinstance(a, Metadata) else _format_of(a))
@@ -259,6 +289,8 @@ def required_format_version(actions: Iterable[Action]) -> int:
 
 
 def _format_of(action: Action) -> int:
+    if isinstance(action, AddFile) and action.deleted is not None:
+        return VECTORS_FORMAT_VERSION
     value = getattr(type(action), "FORMAT", BASE_FORMAT_VERSION)
     return value if isinstance(value, int) else BASE_FORMAT_VERSION
 

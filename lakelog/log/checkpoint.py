@@ -23,7 +23,8 @@ import pyarrow.compute as pc
 from .._failpoints import failpoint, pausepoint
 from ..errors import ManifestLeafError
 from ..storage import Storage
-from .files import ReplayState, no_plans
+from .actions import VECTORS_FORMAT_VERSION
+from .files import ReplayState, live_row_count, no_plans
 from .fileset import FileSet
 from .leaves import (
     CACHE,
@@ -124,6 +125,8 @@ def header_for(
             if no_plans(extra["plans"])
             else PLANS_FORMAT
         )
+        if state.metadata.format_version >= VECTORS_FORMAT_VERSION:  # older readers refuse it
+            counts["format_version"] = max(counts["format_version"], VECTORS_FORMAT_VERSION)
     return ManifestHeader(
         version=state.version,
         timestamp_ms=state.timestamp_ms,
@@ -196,7 +199,7 @@ def plan_root(fs: FileSet, state: ReplayState, *, leaf_files: int) -> tuple[Root
                 pos, leaf = located[i], loaded[i]
                 taken = pa.array(pos)
                 files -= len(pos)
-                rows -= int(pc.sum(leaf.column("num_rows").take(taken)).as_py() or 0)
+                rows -= leaf.live_rows(taken)
                 size -= int(pc.sum(leaf.column("size_bytes").take(taken)).as_py() or 0)
                 removed = np.union1d(removed, pos)
             if files > 0:
@@ -323,7 +326,7 @@ def _summary(entries: pa.Table) -> dict[str, Any]:
     out: dict[str, Any] = {
         "leaf_files": entries.num_rows,
         "live_files": entries.num_rows,
-        "live_rows": int(pc.sum(num_rows).as_py() or 0),
+        "live_rows": live_row_count(entries),
         "live_bytes": int(pc.sum(entries.column("size_bytes")).as_py() or 0),
         "path_min": paths["min"].as_py(),
         "path_max": paths["max"].as_py(),

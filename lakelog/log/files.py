@@ -20,6 +20,7 @@ from .actions import (
     AppTransaction,
     Commit,
     DataFile,
+    DeletionVector,
     ExpireVersions,
     FileStats,
     Metadata,
@@ -29,7 +30,15 @@ from .actions import (
 )
 from .plans import PendingPlan, apply_plan_actions
 
-__all__ = ["FILES_SCHEMA", "ReplayState", "data_files", "files_from_adds", "replay"]
+__all__ = [
+    "FILES_SCHEMA",
+    "ReplayState",
+    "data_files",
+    "files_from_adds",
+    "live_row_count",
+    "replay",
+    "vectors_of",
+]
 
 FILES_SCHEMA = pa.schema(
     [
@@ -40,6 +49,8 @@ FILES_SCHEMA = pa.schema(
         pa.field("stats", pa.string()),
         pa.field("modification_ms", pa.int64()),
         pa.field("tags", pa.string()),
+        pa.field("deleted_rows", pa.int64()),
+        pa.field("deleted_bitmap", pa.string()),
     ]
 )
 
@@ -63,6 +74,8 @@ def files_from_adds(adds: Sequence[AddFile | DataFile]) -> pa.Table:
             "stats": [_ENC.encode(a.stats).decode() if a.stats else None for a in adds],
             "modification_ms": [a.modification_ms for a in adds],
             "tags": [_ENC.encode(a.tags).decode() if a.tags else _EMPTY_JSON for a in adds],
+            "deleted_rows": [a.deleted.rows if a.deleted else None for a in adds],
+            "deleted_bitmap": [a.deleted.bitmap if a.deleted else None for a in adds],
         },
         schema=FILES_SCHEMA,
     )
@@ -78,6 +91,7 @@ def data_files(table: pa.Table) -> list[DataFile]:
     stats = table.column("stats").cast(pa.binary()).to_pylist()
     parts = _json_objects(table.column("partition"), _PART_DEC)
     tags = _json_objects(table.column("tags"), _TAGS_DEC)
+    vectors = vectors_of(table)
     return [
         DataFile(
             path=path,
@@ -87,8 +101,9 @@ def data_files(table: pa.Table) -> list[DataFile]:
             stats=_STATS_DEC.decode(st) if st else None,
             modification_ms=mtime,
             tags=tag or {},
+            deleted=dv,
         )
-        for path, size, rows, part, st, mtime, tag in zip(
+        for path, size, rows, part, st, mtime, tag, dv in zip(
             table.column("path").to_pylist(),
             table.column("size_bytes").to_pylist(),
             table.column("num_rows").to_pylist(),
@@ -96,9 +111,36 @@ def data_files(table: pa.Table) -> list[DataFile]:
             stats,
             table.column("modification_ms").fill_null(0).to_pylist(),
             tags,
+            vectors,
             strict=True,
         )
     ]
+
+
+def vectors_of(table: pa.Table) -> list[DeletionVector | None]:
+    """The deletion vector of each row of a file table or leaf (``deleted_rows`` and
+    ``deleted_bitmap``; None where absent)."""
+    n = table.num_rows
+    if "deleted_rows" not in table.column_names or table.column("deleted_rows").null_count == n:
+        return [None] * n
+    bitmaps = (
+        table.column("deleted_bitmap").to_pylist()
+        if "deleted_bitmap" in table.column_names
+        else [None] * n
+    )
+    return [
+        None if r is None or b is None else DeletionVector(rows=r, bitmap=b)
+        for r, b in zip(table.column("deleted_rows").to_pylist(), bitmaps, strict=True)
+    ]
+
+
+def live_row_count(table: pa.Table) -> int:
+    """Rows of a file table or leaf that are not deleted (``num_rows`` less
+    ``deleted_rows``)."""
+    total = int(pc.sum(table.column("num_rows")).as_py() or 0)
+    if "deleted_rows" in table.column_names:
+        total -= int(pc.sum(table.column("deleted_rows")).as_py() or 0)
+    return total
 
 
 def _json_objects(column: pa.ChunkedArray, decoder: msgspec.json.Decoder[Any]) -> list[Any]:

@@ -30,7 +30,7 @@ from .file_index import (
     filter_stats_columns,
     stats_columns,
 )
-from .files import FILES_SCHEMA, data_files, files_from_adds
+from .files import FILES_SCHEMA, data_files, files_from_adds, live_row_count
 from .leaves import Leaf, RowBlock, load_leaves
 from .manifests import Root
 
@@ -354,22 +354,19 @@ class FileSet:
                 ):
                     pos = pa.array(located[i])
                     files -= len(located[i])
-                    rows -= int(pc.sum(leaf.column("num_rows").take(pos)).as_py() or 0)
+                    rows -= leaf.live_rows(pos)
                     size -= int(pc.sum(leaf.column("size_bytes").take(pos)).as_py() or 0)
-        extra: list[tuple[Block, np.ndarray | None]] = []
+        extra: list[tuple[FlatBlock, np.ndarray | None]] = []
         if self.flat is not None:
             extra.append((self.flat, self.flat_live()))
         tail = self.tail()
         if tail is not None:
             extra.append((tail, None))
         for block, live in extra:
-            m = None if live is None else pa.array(live)
-            r, s = block.column("num_rows"), block.column("size_bytes")
-            if m is not None:
-                r, s = r.filter(m), s.filter(m)
-            files += len(r)
-            rows += int(pc.sum(r).as_py() or 0)
-            size += int(pc.sum(s).as_py() or 0)
+            t = block.table if live is None else block.table.filter(pa.array(live))
+            files += t.num_rows
+            rows += live_row_count(t)
+            size += int(pc.sum(t.column("size_bytes")).as_py() or 0)
         return files, rows, size
 
     def file_table(self) -> pa.Table:

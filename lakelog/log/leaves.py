@@ -37,6 +37,7 @@ from ..storage import Storage
 from .actions import FORMAT_VERSION, DataFile, FileStats
 from .commits import LOG_DIR
 from .file_index import bounded_columns, typed_partitions, typed_stats
+from .files import live_row_count, vectors_of
 
 __all__ = [
     "CACHE",
@@ -94,6 +95,12 @@ class RowBlock:
     def column(self, name: str) -> pa.Array:
         return self.table.column(name).combine_chunks()
 
+    def live_rows(self, positions: pa.Array | None = None) -> int:
+        """Rows not deleted (``num_rows`` less ``deleted_rows``) of the entries at
+        ``positions`` (None: of every entry)."""
+        t = self.table if positions is None else self.table.take(positions)
+        return live_row_count(t)
+
 
 _TAGS_DEC = msgspec.json.Decoder(dict[str, str])
 _PART_DEC = msgspec.json.Decoder(dict[str, str | None])
@@ -149,6 +156,7 @@ def leaf_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
     counted = [f.name for f in schema if f.name not in partition_by]
     if counted:
         fields.append(pa.field("null_count", pa.struct([pa.field(c, pa.int64()) for c in counted])))
+    fields += [pa.field("deleted_rows", pa.int64()), pa.field("deleted_bitmap", pa.string())]
     return pa.schema(fields)
 
 
@@ -201,6 +209,12 @@ def entries_from_files(files: pa.Table, schema: pa.Schema, partition_by: Sequenc
         cols["null_count"] = pa.StructArray.from_arrays(
             [nulls.get(f.name, pa.nulls(n, pa.int64())) for f in struct_type],
             fields=list(struct_type),
+        )
+    for name in ("deleted_rows", "deleted_bitmap"):
+        cols[name] = (
+            files.column(name).combine_chunks()
+            if name in files.column_names
+            else pa.nulls(n, target.field(name).type)
         )
     return pa.table([cols[f.name] for f in target], schema=target)
 
@@ -372,6 +386,7 @@ class Leaf(RowBlock):
         )
         parts = self._partitions(t, n)
         stats = self._stats(t, n)
+        vectors = vectors_of(t)
         return [
             DataFile(
                 path=p,
@@ -381,9 +396,10 @@ class Leaf(RowBlock):
                 stats=st,
                 modification_ms=m,
                 tags=tg or {},
+                deleted=dv,
             )
-            for p, s, r, part, st, m, tg in zip(
-                paths, sizes, rows, parts, stats, mtimes, tags, strict=True
+            for p, s, r, part, st, m, tg, dv in zip(
+                paths, sizes, rows, parts, stats, mtimes, tags, vectors, strict=True
             )
         ]
 

@@ -177,6 +177,11 @@ def read_manifest(storage: Storage, version: int) -> Manifest | Root:
             f"expected manifest {manifest_path(version)} to hold version {version} with "
             f"{header.num_files} files, found {table.num_rows} rows"
         )
+    for name in ("deleted_rows", "deleted_bitmap"):  # written before format version 5
+        if name not in table.column_names:
+            table = table.append_column(
+                name, pa.nulls(table.num_rows, FILES_SCHEMA.field(name).type)
+            )
     try:
         files = table.select(FILES_SCHEMA.names).cast(FILES_SCHEMA)
     except (pa.ArrowException, KeyError) as e:

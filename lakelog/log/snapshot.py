@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 from ..errors import (
     CorruptLogError,
     DataFileMissingError,
+    DeletedRowsError,
     InvalidArgumentError,
     LakelogError,
     LogGapError,
@@ -44,6 +45,7 @@ from ..filters import (
     predicate_columns,
     to_expression,
 )
+from ..io.rows import read_rows
 from ..io.skipping import prune_fragments, wants_footers
 from ..stats import (
     file_guarantee,
@@ -327,7 +329,7 @@ class Snapshot:
         return [self.storage.url(f.path) for f in self.files(filter)]
 
     # -- reading ---------------------------------------------------------------
-    def dataset(self, filter: Any = None) -> ds.FileSystemDataset:
+    def dataset(self, filter: Any = None, *, deleted: str = "refuse") -> ds.FileSystemDataset:
         """A pyarrow Dataset over exactly this snapshot's files.
 
         Each fragment carries its partition values and (null-safe) min/max
@@ -337,8 +339,34 @@ class Snapshot:
         missing is then a :class:`DataFileMissingError`). Reading it directly gives
         pyarrow's own errors (a missing file is a bare ``FileNotFoundError``);
         :meth:`to_arrow` and :meth:`to_batches` type them.
+
+        A plain Dataset cannot drop the rows a deletion vector marks (format.md,
+        "Deletion vectors"): when a selected file has one, this refuses with
+        :class:`DeletedRowsError` (``deleted="refuse"``, the default) or, with
+        ``deleted="include"``, returns every physical row, deleted ones too. Read such
+        a table with :meth:`to_arrow`, :meth:`to_batches`, :meth:`scanner` or the
+        engine readers, which drop them.
         """
+        if deleted not in ("refuse", "include"):
+            raise InvalidArgumentError(
+                f"expected deleted to be 'refuse' or 'include', found {deleted!r}"
+            )
         files = self.files(filter)
+        if deleted == "refuse":
+            marked = [f.path for f in files if f.deleted is not None]
+            if marked:
+                raise DeletedRowsError(
+                    f"expected files without deleted rows for a plain pyarrow Dataset of "
+                    f"version {self.version} of {self.storage.uri}, found {len(marked)} with "
+                    f"a deletion vector (e.g. {marked[0]!r}), whose deleted rows a Dataset "
+                    f"would return. Read with snapshot.to_arrow(), to_batches() or "
+                    f"scanner() (or to_duckdb/to_polars/to_pandas), which drop them; or "
+                    f"compact the table to rewrite those files; or pass deleted='include' "
+                    f"to see every physical row."
+                )
+        return self._dataset_of(files, filter)
+
+    def _dataset_of(self, files: Sequence[DataFile], filter: Any) -> ds.FileSystemDataset:
         schema = self.schema
         fmt = ds.ParquetFileFormat()
         fs = self.storage.arrow_filesystem()
@@ -369,7 +397,11 @@ class Snapshot:
         """
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
-        dataset = self.dataset(expr)
+        files = self.files(expr)
+        if any(f.deleted is not None for f in files):
+            with self._reading():
+                return self._live_scanner(files, cols, expr, 65536).to_table()
+        dataset = self._dataset_of(files, expr)
         with self._reading():
             if expr is not None and filter_may_select_nan(expr, self.schema):
                 wide = _with_filter_columns(cols, expr, self.schema)
@@ -382,14 +414,74 @@ class Snapshot:
     ) -> Iterator[pa.RecordBatch]:
         """Stream the snapshot as record batches of up to ``batch_size`` rows (bounded
         memory). Arguments are checked on the call, errors are typed as in :meth:`to_arrow`."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise InvalidArgumentError(
-                f"expected batch_size to be an integer > 0 (rows), found {batch_size!r}; "
-                f"pass a whole number of rows such as batch_size=65536."
-            )
+        _check_batch_size(batch_size)
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
-        return self._stream(self.dataset(expr), cols, expr, batch_size)
+        files = self.files(expr)
+        if any(f.deleted is not None for f in files):
+            return self._typed(self._live_scanner(files, cols, expr, batch_size).to_batches())
+        return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
+
+    def scanner(
+        self, columns: Sequence[str] | None = None, filter: Any = None, *, batch_size: int = 65536
+    ) -> ds.Scanner:
+        """A pyarrow Scanner over the live rows of the snapshot that match ``filter``
+        (files and row groups pruned as in :meth:`dataset`; rows deletion vectors mark
+        dropped): what DuckDB and polars read through :meth:`to_duckdb` and
+        :meth:`to_polars`. Errors while scanning are pyarrow's, as for :meth:`dataset`."""
+        _check_batch_size(batch_size)
+        _, expr = self._filter(filter)
+        cols = self._check_columns(columns)
+        files = self.files(expr)
+        if any(f.deleted is not None for f in files):
+            return self._live_scanner(files, cols, expr, batch_size)
+        return self._dataset_of(files, expr).scanner(
+            columns=cols, filter=expr, batch_size=batch_size
+        )
+
+    def _live_scanner(
+        self,
+        files: Sequence[DataFile],
+        columns: list[str] | None,
+        expr: pc.Expression | None,
+        batch_size: int,
+    ) -> ds.Scanner:
+        """A Scanner over ``files`` of which some have deletion vectors: those are read
+        through :func:`lakelog.io.rows.read_rows` (positions dropped), the rest through
+        a Dataset as usual; the filter and projection apply to both."""
+        plain = [f for f in files if f.deleted is None]
+        marked = [f for f in files if f.deleted is not None]
+        wide = (
+            list(self.schema.names)
+            if columns is None
+            else (columns if expr is None else _with_filter_columns(columns, expr, self.schema))
+        )
+        assert wide is not None
+        wide_schema = pa.schema([self.schema.field(n) for n in wide])
+        pre = None if expr is None or filter_may_select_nan(expr, self.schema) else expr
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            if plain:
+                dataset = self._dataset_of(plain, expr)
+                yield from dataset.to_batches(columns=wide, filter=pre, batch_size=batch_size)
+            for f in marked:
+                yield from read_rows(
+                    self.storage,
+                    f,
+                    self.schema,
+                    self.partition_by,
+                    columns=wide,
+                    version=self.version,
+                    batch_size=batch_size,
+                )
+
+        return ds.Scanner.from_batches(
+            batches(), schema=wide_schema, columns=columns, filter=expr, batch_size=batch_size
+        )
+
+    def _typed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with self._reading():
+            yield from batches
 
     def _stream(
         self,
@@ -480,6 +572,14 @@ class Snapshot:
         from ..interop.engines import to_pandas
 
         return to_pandas(self, columns=columns, filter=filter, **options)
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise InvalidArgumentError(
+            f"expected batch_size to be an integer > 0 (rows), found {batch_size!r}; "
+            f"pass a whole number of rows such as batch_size=65536."
+        )
 
 
 def _with_filter_columns(

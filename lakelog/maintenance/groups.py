@@ -36,7 +36,8 @@ class FileGroup(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def num_rows(self) -> int:
-        return sum(f.num_rows for f in self.files)
+        """Live rows (deletion vectors' rows not counted): what a rewrite writes."""
+        return sum(f.live_rows for f in self.files)
 
     @property
     def paths(self) -> list[str]:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from ..io.schema import conform, file_columns
 from ..log.actions import DataFile
+from ..log.deletion_vectors import keep_mask
 from ..storage import Storage
 from .pacing import Pacer
 
@@ -40,7 +41,8 @@ def read_group(
     batch_bytes: int = 2 * 1024 * 1024,
     pacer: Pacer | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the rows of ``files`` one row group at a time, as ``file_schema`` batches.
+    """Stream the live rows of ``files`` one row group at a time, as ``file_schema``
+    batches (rows a file's deletion vector marks are dropped).
 
     Batches hold at most ``batch_size`` rows and about ``batch_bytes`` (sized
     from each row group's footer), so wide rows do not make huge batches.
@@ -60,6 +62,8 @@ def read_group(
             chunks = [_compressed_size(md.row_group(rg)) for rg in range(md.num_row_groups)]
             if pacer is not None:  # the footer and headers, read on opening
                 pacer.acquire(max(0, f.size_bytes - sum(chunks)))
+            keep = keep_mask(f.deleted, f.num_rows, path=f.path)  # rows that are gone
+            start = 0
             for rg in range(md.num_row_groups):
                 meta = md.row_group(rg)
                 if pacer is not None:
@@ -69,6 +73,12 @@ def read_group(
                 for batch in pf.iter_batches(
                     batch_size=rows, row_groups=[rg], columns=names, use_threads=False
                 ):
+                    n = batch.num_rows
+                    if keep is not None and n:
+                        live = keep[start : start + n]
+                        start += n
+                        if not live.all():
+                            batch = batch.filter(pa.array(live))
                     if batch.num_rows:
                         yield conform(batch, file_schema)
                 since_release += meta.total_byte_size
@@ -165,7 +175,8 @@ def _check_source(found: pa.Schema, expected: pa.Schema, path: str) -> None:
 
 def dataset_of(storage: Storage, files: Sequence[DataFile], schema: pa.Schema) -> ds.Dataset:
     """An Arrow dataset of exactly ``files`` (no listing; sizes from the log), for threaded
-    scans of a group or a sample."""
+    scans of a group or a sample. It returns every physical row: rows deletion vectors
+    mark included, so only samples read it when a file has one."""
     fs = storage.arrow_filesystem()
     fmt = ds.ParquetFileFormat()
     frags = [

@@ -82,7 +82,8 @@ def cluster_group(
 
     row = max(1, 3 * group.total_bytes // max(1, group.num_rows))  # in memory, roughly
     scan: Iterable[pa.RecordBatch]
-    if row * group.num_rows <= options.max_group_bytes:
+    marked = any(f.deleted is not None for f in group.files)  # read_group drops their rows
+    if row * group.num_rows <= options.max_group_bytes and not marked:
         # fits: a multi-threaded scan of exactly these files (the row count is checked below)
         scan = dataset_of(storage, group.files, file_schema).to_batches(
             batch_size=65_536, use_threads=True, fragment_readahead=4

@@ -5,7 +5,9 @@ by default 75% of the target, or below 75% of ``target_rows``), groups them by
 partition and bin-packs each partition first-fit-decreasing into groups of at
 most the target size (bytes, rows, or both: a group closes when either would
 be exceeded). Groups of one file are dropped, since rewriting a file alone
-changes nothing.
+changes nothing, unless its deletion vector marks at least
+``lakelog.deletion_vectors.purge_ratio`` of its rows: such a file is a candidate
+whatever its size, and its rewrite drops those rows for good.
 
 A :class:`CompactionPlan` carries its read version, the table schema and
 every source :class:`DataFile` whole, so it can be printed, saved as JSON and
@@ -64,6 +66,9 @@ class CompactionOptions(msgspec.Struct, frozen=True, kw_only=True):
     compression: str
     parquet: ParquetOptions = ParquetOptions()
     """Page index, bloom filters and page size of the output (lakelog.parquet.*)."""
+    purge_ratio: float = 1.0
+    """A file whose deletion vector marks at least this share of its rows is rewritten
+    whatever its size (``lakelog.deletion_vectors.purge_ratio``)."""
 
 
 class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -244,6 +249,7 @@ def resolve_options(
         row_group_size=row_group_size,
         compression=codec,
         parquet=parquet_options(props),
+        purge_ratio=get_float(props, "lakelog.deletion_vectors.purge_ratio"),
     )
 
 
@@ -322,10 +328,21 @@ def _candidates(
     if options.min_rows is not None:
         rows = pc.field("num_rows") < options.min_rows
         mask = rows if mask is None else mask & rows
+    if pc.max(ft.column("deleted_rows")).as_py():  # deletion vectors: purge the heavy ones
+        heavy = pc.field("deleted_rows") >= pc.field("num_rows") * options.purge_ratio
+        mask = None if mask is None else mask | pc.fill_null(heavy, False)
     if exclude:
         free = ~pc.field("path").isin(pa.array(list(exclude), pa.string()))
         mask = free if mask is None else mask & free
     return data_files(ft if mask is None else ft.filter(mask))
+
+
+def _purges(files: Sequence[DataFile], options: CompactionOptions) -> bool:
+    """Whether a group holds a file compaction rewrites for its deleted rows, so it is
+    rewritten even alone."""
+    return any(
+        f.deleted is not None and f.deleted.rows >= f.num_rows * options.purge_ratio for f in files
+    )
 
 
 def plan_compaction(
@@ -384,7 +401,7 @@ def plan_compaction(
         for packed in bin_pack(
             files, max_bytes=options.target_file_size, max_rows=options.target_rows
         ):
-            if len(packed) < need:
+            if len(packed) < need and not _purges(packed, options):
                 continue
             groups.append(
                 FileGroup(
