@@ -13,10 +13,17 @@ rows, one file each), built once as a lakelog table and once as a Delta table by
                         inserting the rest (delta-rs:
                         ``.merge(...).when_matched_update_all().when_not_matched_insert_all()``)
 
+Two lakelog runs per case: ``lakelog`` copy-on-write (the default) and ``lakelog-dv``
+with ``lakelog.deletion_vectors=true`` (set on the copy before the timer starts):
+changed rows are marked in deletion vectors, updated and inserted rows written to new
+files (docs/format.md, "Deletion vectors"). delta-rs rewrites files in both (it does not
+write deletion vectors).
+
 Each timed run copies the pristine table and runs one operation in a fresh
 interpreter (its own peak RSS, ``VmHWM``); the time is the operation alone. Bytes
 rewritten are the bytes of the data files the operation removed from the table and
-of those it added, from each table's own file list before and after. Runs alternate
+of those it added, from each table's own file list before and after, plus, for
+lakelog, the commit files it wrote (where deletion vectors live). Runs alternate
 between the two engines; medians and ratios are printed and saved to
 ``benchmarks/results/rowlevel.json``.
 
@@ -46,6 +53,7 @@ from _common import BENCH_DIR, fmt_bytes, print_table, run_in_subprocess_peak_rs
 from _data import DEFAULT_ROWS, SCHEMA, TS_SPAN, batch, n_batches
 
 CASES = ("delete-range", "delete-scattered", "update", "upsert")
+ENGINES = ("lakelog", "lakelog-dv", "delta")
 SOURCE_FRACTION = 0.01
 """Upsert source rows as a fraction of the table's (100,000 of 10M)."""
 
@@ -90,12 +98,15 @@ def _lakelog_files(table: Any) -> dict[str, int]:
     return {f.path: f.size_bytes for f in table.refresh().snapshot().files()}
 
 
-def child_lakelog(path: str, case: str, n: int) -> dict[str, Any]:
+def child_lakelog(path: str, case: str, n: int, vectors: str = "false") -> dict[str, Any]:
     import lakelog
 
     table = lakelog.open_table(path)
+    if vectors == "true":
+        table.set_properties({"lakelog.deletion_vectors": "true"})
     source = upsert_source(n) if case == "upsert" else None
     before = _lakelog_files(table)
+    log_before = table.snapshot().version
     t0, c0 = time.perf_counter(), time.process_time()
     if case == "delete-range":
         r = table.delete("customer_id < 1000")
@@ -107,15 +118,24 @@ def child_lakelog(path: str, case: str, n: int) -> dict[str, Any]:
         r = table.merge(source, on=["ts", "customer_id"])
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     after = _lakelog_files(table)
+    log_dir = Path(path) / "_lakelog"
+    commits = sum(
+        (log_dir / f"{v:020d}.json").stat().st_size
+        for v in range(log_before + 1, table.snapshot().version + 1)
+    )
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_changed": r.deleted_rows + r.updated_rows + r.inserted_rows,
         "files_removed": len(before.keys() - after.keys()),
         "bytes_removed": sum(s for p, s in before.items() if p not in after),
-        "bytes_added": sum(s for p, s in after.items() if p not in before),
+        "bytes_added": sum(s for p, s in after.items() if p not in before) + commits,
         "rows": table.snapshot().num_rows,
     }
+
+
+def child_lakelog_dv(path: str, case: str, n: int) -> dict[str, Any]:
+    return child_lakelog(path, case, n, "true")
 
 
 def _delta_files(path: str) -> dict[str, int]:
@@ -183,7 +203,7 @@ def run_once(kind: str, case: str, pristine: Path, work: Path, n: int) -> dict[s
     shutil.copytree(pristine, copy)
     try:
         child = run_in_subprocess_peak_rss(
-            func=f"bench_rowlevel:child_{kind}", args=[str(copy), case, n]
+            func=f"bench_rowlevel:child_{kind.replace('-', '_')}", args=[str(copy), case, n]
         )
     finally:
         shutil.rmtree(copy, ignore_errors=True)
@@ -218,9 +238,9 @@ def main() -> None:
     results: dict[str, Any] = {}
     table_rows = []
     for case in cases:
-        samples: dict[str, list[dict[str, Any]]] = {"lakelog": [], "delta": []}
+        samples: dict[str, list[dict[str, Any]]] = {k: [] for k in ENGINES}
         for i in range(runs):
-            for kind, pristine in (("lakelog", ll), ("delta", dl)):
+            for kind, pristine in (("lakelog", ll), ("lakelog-dv", ll), ("delta", dl)):
                 r = run_once(kind, case, pristine, root, n)
                 samples[kind].append(r)
                 print(
@@ -243,27 +263,28 @@ def main() -> None:
                 "bytes_added": rs[0]["bytes_added"],
                 "rows_after": rs[0]["rows"],
             }
-        pairs = [
-            a["seconds"] / b["seconds"]
-            for a, b in zip(samples["lakelog"], samples["delta"], strict=True)
-        ]
-        summary["ratio"] = statistics.median(pairs)
-        summary["pair_ratios"] = pairs
-        summary["cpu_ratio"] = statistics.median(
-            a["cpu_seconds"] / b["cpu_seconds"]
-            for a, b in zip(samples["lakelog"], samples["delta"], strict=True)
-        )
+        for kind in ("lakelog", "lakelog-dv"):
+            pairs = [
+                a["seconds"] / b["seconds"]
+                for a, b in zip(samples[kind], samples["delta"], strict=True)
+            ]
+            summary[kind]["ratio"] = statistics.median(pairs)
+            summary[kind]["pair_ratios"] = pairs
+            summary[kind]["cpu_ratio"] = statistics.median(
+                a["cpu_seconds"] / b["cpu_seconds"]
+                for a, b in zip(samples[kind], samples["delta"], strict=True)
+            )
         results[case] = summary
-        for kind in ("lakelog", "delta"):
+        for kind in ENGINES:
             s = summary[kind]
             table_rows.append(
                 {
                     "case": case,
                     "engine": kind,
                     "median_s": s["median_seconds"],
-                    "ratio": summary["ratio"] if kind == "lakelog" else None,
+                    "ratio": s.get("ratio"),
                     "median_cpu_s": s["median_cpu_seconds"],
-                    "cpu_ratio": summary["cpu_ratio"] if kind == "lakelog" else None,
+                    "cpu_ratio": s.get("cpu_ratio"),
                     "rows_changed": s["rows_changed"],
                     "files_removed": s["files_removed"],
                     "bytes_removed": fmt_bytes(s["bytes_removed"]),

@@ -380,6 +380,8 @@ class MergeChange(RowChange):
         # with when_not_matched_by_source="delete" nearly every file changes: no probe
         self.probe_columns = None if self.by_source == "delete" else self.keys
         self.conflict_columns = self.keys
+        # updated rows take every value from the source: deletion vectors read only keys
+        self.split_columns = self.keys
 
     def for_file(self, file: DataFile) -> MergeChange:
         """This merge for the rows of one target file: lookups among only the source
@@ -465,14 +467,9 @@ class MergeChange(RowChange):
         updated = updated & ~deleted
         if not updated.any():
             return deleted, None, counts
-        mask = pa.array(updated)
-        rows = self.source.table.take(pa.array(idx[updated]))
-        arrays = [
-            batch.column(f.name).filter(mask) if f.name in self.keys else rows.column(f.name)
-            for f in self.schema
-        ]
-        new = pa.Table.from_arrays(arrays, schema=self.schema).combine_chunks().to_batches()
-        out = new[0] if len(new) == 1 else pa.concat_batches(new)
+        # the matched source rows: keys equal the target's, every other value is new
+        rows = self.source.table.take(pa.array(idx[updated])).combine_chunks().to_batches()
+        out = rows[0] if len(rows) == 1 else pa.concat_batches(rows)
         return updated | deleted, out, counts
 
     def _updated(
