@@ -328,9 +328,12 @@ def _candidates(
     if options.min_rows is not None:
         rows = pc.field("num_rows") < options.min_rows
         mask = rows if mask is None else mask & rows
-    if pc.max(ft.column("deleted_rows")).as_py():  # deletion vectors: purge the heavy ones
-        heavy = pc.field("deleted_rows") >= pc.field("num_rows") * options.purge_ratio
-        mask = None if mask is None else mask | pc.fill_null(heavy, False)
+    if mask is not None and pc.max(ft.column("deleted_rows")).as_py():
+        # deletion vectors: files with many deleted rows are candidates whatever their size
+        deleted = pc.fill_null(ft.column("deleted_rows"), 0)
+        heavy = pc.greater_equal(deleted, pc.multiply(ft.column("num_rows"), options.purge_ratio))
+        ft = ft.append_column("purge", heavy)
+        mask = mask | pc.field("purge")
     if exclude:
         free = ~pc.field("path").isin(pa.array(list(exclude), pa.string()))
         mask = free if mask is None else mask & free
