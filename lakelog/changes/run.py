@@ -58,7 +58,16 @@ def run_change(
     if dry_run:
         outcomes = run_files(ctx, change, candidates, write=False)
         extra = change.planned_inserts() if isinstance(change, MergeChange) else 0
-        return _result(change, snapshot, outcomes, Written(rows=extra), None, start, dry=True)
+        return _result(
+            change,
+            snapshot,
+            outcomes,
+            Written(rows=extra),
+            None,
+            start,
+            dry=True,
+            vectors=ctx.vectors,
+        )
     storage = table.storage
     with Lease.acquire(
         storage, operation=change.operation, properties=snapshot.properties
@@ -148,9 +157,15 @@ def _result(
     start: float,
     *,
     dry: bool,
+    vectors: bool = False,
 ) -> ChangeResult:
     rewritten = [o for o in outcomes if o.rewritten]
-    copies = [o for o in rewritten if not o.marked]  # the rest got a deletion vector
+
+    def marked(o: FileOutcome) -> bool:
+        # with deletion vectors a file keeps its place while any of its rows stays
+        return o.marked or (dry and vectors and o.counts.kept > 0)
+
+    copies = [o for o in rewritten if not marked(o)]  # the rest get a deletion vector
     adds: list[AddFile] = [a for o in rewritten for a in o.adds if a.path != o.file.path] + list(
         new.adds
     )

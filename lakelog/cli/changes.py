@@ -52,6 +52,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
     print(f"{'files scanned':<{label}} {result.files_scanned}")
     rewritten = "files to rewrite" if result.dry_run else "files rewritten"
     print(f"{rewritten:<{label}} {result.files_removed} ({human_bytes(result.bytes_removed)})")
+    if result.files_marked:  # deletion vectors: kept, their deleted rows marked
+        marked = "files to mark" if result.dry_run else "files marked"
+        print(f"{marked:<{label}} {result.files_marked}")
     if not result.dry_run:
         print(
             f"{'files written':<{label}} {result.files_added} ({human_bytes(result.bytes_added)})"

@@ -54,10 +54,16 @@ def deleted_positions(vector: DeletionVector, num_rows: int, *, path: str = "") 
     """The sorted positions ``vector`` deletes (int64); :class:`CorruptLogError` when it
     does not decode or disagrees with its own count or the file's ``num_rows``."""
     where = f" of data file {path!r}" if path else ""
+    if not 0 < vector.rows < num_rows:
+        raise CorruptLogError(
+            f"expected a deletion vector{where} of between 1 and {num_rows - 1} rows (the "
+            f"file has {num_rows}), found {vector.rows}; the log was damaged or written by "
+            f"another tool."
+        )
     try:
         payload = base64.b64decode(vector.bitmap, validate=True)
         form, raw = payload[0], zlib.decompress(payload[1:])
-    except (binascii.Error, IndexError, zlib.error) as e:
+    except (binascii.Error, ValueError, IndexError, zlib.error) as e:
         raise CorruptLogError(
             f"expected a deletion vector{where} as format.md describes, found one that does "
             f"not decode ({e}); the log was damaged or written by another tool."

@@ -1,5 +1,6 @@
 """Property: random sequences of append, delete, update, merge and compaction give the
-rows of a plain in-memory model, at every version (time travel included)."""
+rows of a plain in-memory model, at every version (time travel included, also through a
+table opened again from its manifests), with deletion vectors on and off."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -173,14 +175,20 @@ def _sorted(rows: list[Row]) -> list[tuple[Any, ...]]:
     )
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["copy-on-write", "deletion-vectors"])
 @settings(
     max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(partitioned=st.booleans(), steps=st.lists(ops, min_size=1, max_size=8))
+@given(
+    partitioned=st.booleans(),
+    interval=st.sampled_from([1, 2, 3]),
+    steps=st.lists(ops, min_size=1, max_size=8),
+)
 @example(
     partitioned=True,
+    interval=2,
     steps=[
         ("append", [{"g": "a", "k": 1, "v": None}, {"g": "b", "k": 2, "v": 3}]),
         ("merge", [{"g": "b", "k": 1, "v": 1}, {"g": "a", "k": 1, "v": 2}], *_UPSERT, "last"),
@@ -190,14 +198,31 @@ def _sorted(rows: list[Row]) -> list[tuple[Any, ...]]:
         ("delete", Pred("v >= 5", lambda r: None if r["v"] is None else r["v"] >= 5)),
     ],
 )
-def test_random_changes_match_the_model(partitioned: bool, steps: list[tuple[Any, ...]]) -> None:
+@example(  # one file changed again and again: with vectors, each change extends its vector
+    partitioned=False,
+    interval=1,
+    steps=[
+        ("append", [{"g": "a", "k": i, "v": i} for i in range(6)]),
+        ("delete", _cmp("k", "=", 1)),
+        ("update", _cmp("k", ">=", 4), "plus"),
+        ("merge", [{"g": "b", "k": 2, "v": 9}], "update", "ignore", "ignore", "last"),
+        ("delete", _cmp("v", "<", 1)),
+        ("compact",),
+    ],
+)
+def test_random_changes_match_the_model(
+    vectors: bool, partitioned: bool, interval: int, steps: list[tuple[Any, ...]]
+) -> None:
     model = Model()
+    properties = {"lakelog.manifest_interval": str(interval)}
+    if vectors:
+        properties["lakelog.deletion_vectors"] = "true"
     with tempfile.TemporaryDirectory() as root:
         t = lakelog.create_table(
             f"{root}/t",
             SCHEMA,
             partition_by=("g",) if partitioned else (),
-            properties={"lakelog.manifest_interval": "3"},
+            properties=properties,
         )
         seen = [(t.version, [])]
         for step in steps:
@@ -235,6 +260,11 @@ def test_random_changes_match_the_model(partitioned: bool, steps: list[tuple[Any
             got = t.snapshot().to_arrow().to_pylist()
             assert _sorted(got) == _sorted(model.rows), step
             seen.append((t.version, [dict(r) for r in model.rows]))
-        # time travel: every version reads as the model did then
+        # time travel: every version reads as the model did then, also through a table
+        # opened again (its manifests and leaves carry the vectors), and counts its rows
+        again = lakelog.open_table(t.uri)
         for version, expected in seen:
-            assert _sorted(t.snapshot(version).to_arrow().to_pylist()) == _sorted(expected)
+            for table in (t, again):
+                snap = table.snapshot(version)
+                assert _sorted(snap.to_arrow().to_pylist()) == _sorted(expected), version
+                assert snap.num_rows == len(expected), version
