@@ -4,6 +4,9 @@ A group whose rows would not fit ``max_group_bytes`` in memory (estimated,
 as the embedded executor does, at 3x its Parquet bytes) is not sorted by one
 worker; Spark does it:
 
+0. The group's files are read by Spark's Parquet reader; rows that a file's
+   deletion vector deletes are dropped (:mod:`lakelog.spark.deleted`), so the
+   output holds only live rows, as many as the log counts (checked at the end).
 1. The driver samples the clustering columns of the group's files through
    Spark, computes the sample's curve keys with the run's spec (its quantile
    boundaries are shared by every group of the run) and chooses the first
@@ -45,7 +48,7 @@ import pyarrow as pa
 
 from ..errors import CorruptLogError, LakelogError
 from ..io.writer import WriteOptions
-from ..log.actions import AddFile, encode_schema
+from ..log.actions import AddFile, DataFile, encode_schema
 from ..maintenance.clustering.planner import ClusterOptions
 from ..maintenance.clustering.sort import Segment, file_cuts
 from ..maintenance.clustering.spec import (
@@ -57,6 +60,7 @@ from ..maintenance.clustering.spec import (
 from ..maintenance.groups import FileGroup, GroupResult
 from ..maintenance.sources import dictionary_columns, file_schema_of, read_group
 from ..storage import Storage
+from .deleted import drop_deleted, scan_layers
 from .read import columns_of, session_conf, spark_url
 from .schema import check_dataframe_schema, output_timestamp_type, to_spark_schema
 from .tasks import StagedFile, TaskOutcome, decode_added, finalize_staged_file, key_function
@@ -161,6 +165,31 @@ def _segments_for_size(
     return sized_segments(segments, row_bytes, options.target_file_size, spec)
 
 
+def _group_rows(
+    spark: SparkSession, storage: Storage, file_schema: pa.Schema, files: Sequence[DataFile]
+) -> DataFrame:
+    """The live rows of a group's files as a DataFrame of ``file_schema``: one Spark scan
+    of the files without a deletion vector, and scans whose deleted rows are dropped
+    (:mod:`lakelog.spark.deleted`) for those with one."""
+
+    def scan(chosen: Sequence[DataFile]) -> DataFrame:
+        with session_conf(spark, {_LISTING_THRESHOLD: str(2**31 - 1)}):
+            return (
+                spark.read.schema(to_spark_schema(file_schema))
+                .option("__globPaths__", "false")
+                .parquet(*(spark_url(storage, f.path) for f in chosen))
+            )
+
+    plain = [f for f in files if f.deleted is None]
+    frames = [scan(plain)] if plain else []
+    for layer in scan_layers([f for f in files if f.deleted is not None]):
+        frames.append(drop_deleted(spark, scan(layer), layer))
+    out = frames[0]
+    for other in frames[1:]:
+        out = out.unionByName(other)
+    return out
+
+
 def spark_hash_int(values: npt.NDArray[np.int32], seed: int = 42) -> npt.NDArray[np.int32]:
     """Spark's ``hash()`` of ``int`` values (Murmur3 x86 32-bit, ``hashInt``), vectorized.
 
@@ -231,7 +260,6 @@ def cluster_large_group(
     key_col = _unused_name("lakelog_key", names)
     route_col = _unused_name("lakelog_route", names)
     struct_col = _unused_name("lakelog_fk", names)
-    urls = [spark_url(storage, f.path) for f in group.files]
     staging = f"{STAGING_DIR}/cluster-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-"
     staging += uuid.uuid4().hex if lease_id is None else f"{lease_id}-{uuid.uuid4().hex[:12]}"
     settings = {
@@ -244,12 +272,7 @@ def cluster_large_group(
     setup = None
     added: list[AddFile] = []
     try:
-        with session_conf(spark, {_LISTING_THRESHOLD: str(2**31 - 1)}):
-            df = (
-                spark.read.schema(to_spark_schema(file_schema))
-                .option("__globPaths__", "false")
-                .parquet(*urls)
-            )
+        df = _group_rows(spark, storage, file_schema, group.files)
         keys = _sample_keys(df, spec, schema, group.num_rows)
         sized = _segments_for_size(storage, group, segments, spec, file_schema, options)
         cuts = file_cuts(sized, keys)

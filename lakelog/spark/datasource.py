@@ -11,7 +11,8 @@ through Python workers as Arrow batches, so they are slower than
   files (``maxPartitionBytes``, default 128 MiB, each file counting 4 MiB more for
   opening it, as Spark's own reader does) with pyarrow through fsspec, so it needs
   no Hadoop filesystem: ``s3://`` tables work with ``storageOptions``;
-  ``versionAsOf`` / ``timestampAsOf`` select a version;
+  ``versionAsOf`` / ``timestampAsOf`` select a version; rows that a file's deletion
+  vector deletes (format version 5) are dropped as each file is read;
 * writes: each task writes its rows with lakelog's own Parquet writer; the
   driver commits every task's files in one commit, or deletes them on abort.
 
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -45,10 +45,11 @@ from ..errors import (
     TableExistsError,
     TableNotFoundError,
 )
+from ..io.rows import read_rows
 from ..io.writer import write_files
 from ..log.actions import Action, AddFile, DataFile
 from ..log.snapshot import Snapshot, load_snapshot
-from ..partitioning import check_partition_columns, partition_scalar
+from ..partitioning import check_partition_columns
 from ..storage import Storage
 from ..table import Table, create_with_files, write_options_from
 from .pushdown import translate_pushed
@@ -157,25 +158,19 @@ class _Reader(DataSourceReader):  # type: ignore[misc]
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The live rows of the partition's files: rows their deletion vectors delete are
+        dropped, partition columns filled in from the log, columns added since a file was
+        written read as nulls (:func:`lakelog.io.rows.read_rows`)."""
         storage = Storage(self.uri, self.storage_options)
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
-        file_schema = pa.schema([x for x in schema if x.name not in self.partition_by])
         spark_types = [to_arrow_type(t) for t in (x.dataType for x in to_spark_schema(schema))]
         for f in _FILES_DEC.decode(partition.value):
-            with storage.open_input(f.path) as fh:
-                pf = pq.ParquetFile(fh)
-                for batch in pf.iter_batches(columns=file_schema.names):
-                    arrays = []
-                    for field, t in zip(schema, spark_types, strict=True):
-                        if field.name in self.partition_by:
-                            value = partition_scalar(f.partition.get(field.name), field.type)
-                            col = pa.array([value.as_py()] * batch.num_rows, field.type)
-                        elif field.name in batch.schema.names:
-                            col = batch.column(field.name)
-                        else:  # added after the file was written (format.md, "Schema evolution")
-                            col = pa.nulls(batch.num_rows, field.type)
-                        arrays.append(col.cast(t) if col.type != t else col)
-                    yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
+            for batch in read_rows(storage, f, schema, self.partition_by, version=self.version):
+                arrays = [
+                    col.cast(t) if col.type != t else col
+                    for col, t in zip(batch.columns, spark_types, strict=True)
+                ]
+                yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
 
 
 def _partition_bytes(options: Mapping[str, str]) -> int:

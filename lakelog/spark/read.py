@@ -14,6 +14,10 @@ whose folders do not spell its logged partition values the way Spark parses
 them (for example a non-ASCII string, which lakelog percent-encodes as UTF-8
 bytes and Spark decodes per byte) is read in a separate scan per partition
 with the values added as literals, and unioned.
+
+Files with a deletion vector (format version 5) are read by scans of their own
+whose deleted rows are dropped by their ``_metadata.row_index`` in a broadcast
+join (:mod:`lakelog.spark.deleted`); the other files' scans are unchanged.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..log.actions import DataFile
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
 from ..partitioning import NULL_PARTITION, hidden_name
 from ..storage import Storage
+from .deleted import check_row_index, drop_deleted, scan_layers
 from .filters import check_filter, translate_filter
 from .schema import check_spark_readable, to_spark_schema, to_spark_type
 
@@ -317,6 +322,9 @@ class ReadPlan:
         repr=False
     )
     """(partition values, files) read one scan per partition with literal values."""
+    vectors: Mapping[str, DataFile] = field(default_factory=dict, repr=False)
+    """The files (by URL, as in ``direct`` and ``grouped``) that carry a deletion vector:
+    their deleted rows are dropped (:mod:`lakelog.spark.deleted`)."""
 
     @property
     def urls(self) -> list[str]:
@@ -349,6 +357,23 @@ class ReadPlan:
                 df = reader.parquet(*(f.url for f in files))
         return df
 
+    def _read(
+        self, spark: SparkSession, schema: Any, files: Sequence[SparkFile], *, direct: bool
+    ) -> DataFrame:
+        """The live rows of ``files``: one scan of those without a deletion vector, and
+        for those with one, scans whose deleted rows are dropped (unioned)."""
+        plain = [f for f in files if f.url not in self.vectors]
+        marked = [self.vectors[f.url] for f in files if f.url in self.vectors]
+        by_path = {self.vectors[f.url].path: f for f in files if f.url in self.vectors}
+        frames = [self._scan(spark, schema, plain, direct=direct)] if plain else []
+        for layer in scan_layers(marked):
+            scan = self._scan(spark, schema, [by_path[f.path] for f in layer], direct=direct)
+            frames.append(drop_deleted(spark, scan, layer))
+        out = frames[0]
+        for other in frames[1:]:
+            out = out.unionByName(other)
+        return out
+
     def to_dataframe(self, spark: SparkSession) -> DataFrame:
         """The DataFrame of this plan (lazy: Spark reads when an action runs)."""
         from pyspark.sql import functions as F
@@ -357,11 +382,11 @@ class ReadPlan:
         full = to_spark_schema(schema)
         frames: list[DataFrame] = []
         if self.direct:
-            df = self._scan(spark, full, self.direct, direct=True)
+            df = self._read(spark, full, self.direct, direct=True)
             frames.append(df.select(*columns_of(schema.names)))
         file_schema = to_spark_schema(self.snapshot.file_schema)
         for values, files in self.grouped:
-            df = self._scan(spark, file_schema, files, direct=False)
+            df = self._read(spark, file_schema, files, direct=False)
             for col, text in values:
                 t = to_spark_type(schema.field(col).type)
                 df = df.withColumn(col, F.lit(text).cast(t))
@@ -442,6 +467,7 @@ def plan_read(
         or pa.types.is_large_string(schema.field(c).type)
     }
     direct: list[SparkFile] = []
+    vectors: dict[str, DataFile] = {}
     groups: dict[tuple[tuple[str, str | None], ...], list[SparkFile]] = {}
     for f in files:
         name = f.path.rsplit("/", 1)[-1]
@@ -457,11 +483,14 @@ def plan_read(
             f.modification_ms,
             f.tags.get(SINGLE_PAGE_TAG) == "true",
         )
+        if f.deleted is not None:
+            vectors[one.url] = f
         if not snap.partition_by or _spark_parses(f, snap.partition_by, string_cols):
             direct.append(one)
         else:
             key = tuple((c, f.partition.get(c)) for c in snap.partition_by)
             groups.setdefault(key, []).append(one)
+    check_row_index(spark, list(vectors.values()))
     return ReadPlan(
         snapshot=snap,
         files=tuple(files),
@@ -471,6 +500,7 @@ def plan_read(
         base_url=spark_url(storage),
         direct=tuple(direct),
         grouped=tuple((k, tuple(v)) for k, v in groups.items()),
+        vectors=vectors,
     )
 
 

@@ -1,0 +1,284 @@
+"""Every Spark path drops the rows of deletion vectors (format version 5).
+
+On a partitioned table with ``lakelog.deletion_vectors=true`` whose files carry vectors
+after a delete, an update and a merge: ``lakelog.spark.read`` (Spark's native Parquet
+reader) and ``spark.read.format("lakelog")`` return exactly the snapshot's rows, with and
+without a filter and a projection; time travel to before the delete returns the old
+rows; Spark compaction and the large-group clustering path (Spark's own reader) write
+only live rows. Partition folders need escaping (space, ``%``, ``+``, ``=``, ``#``, a
+non-ASCII value read by its own scan, null), and files have several row groups so row
+positions run across them. Every test also checks that the deleted rows are still in
+the files, so it fails if a vector is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import lakelog
+import lakelog.spark as lspark
+from lakelog.log.actions import DataFile
+from lakelog.spark.deleted import drop_deleted, java_uri_path, scan_layers
+
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("p", pa.string())])
+PARTS = ["a", "b c%=+#?", "é", None]
+"""Folder names with characters Spark quotes in a URL; 'é' is read by a scan of its own
+(lakelog percent-encodes it as UTF-8 bytes, Spark would decode it per byte)."""
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["id"], r.get("v") or "", r.get("p") or "")
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=_key)
+
+
+def _spark_rows(df: Any) -> list[dict[str, Any]]:
+    return _sorted([r.asDict() for r in df.collect()])
+
+
+def _expected(uri: str, version: int | None = None, where: Any = None) -> list[dict[str, Any]]:
+    snap = lakelog.open_table(uri).snapshot(version)
+    rows = snap.to_arrow().to_pylist()
+    return _sorted([r for r in rows if where is None or where(r)])
+
+
+def _physical_rows(uri: str) -> int:
+    """Rows in the live files, deleted ones included."""
+    snap = lakelog.open_table(uri).snapshot()
+    return sum(pq.ParquetFile(Path(uri) / f.path).metadata.num_rows for f in snap.files())
+
+
+def _build(uri: str) -> tuple[lakelog.Table, int]:
+    """The table with vectors, and the version before its first delete."""
+    t = lakelog.create_table(
+        uri,
+        schema=SCHEMA,
+        partition_by=["p"],
+        properties={"lakelog.deletion_vectors": "true", "lakelog.row_group_size": "8"},
+    )
+    for start in (0, 200):
+        ids = list(range(start, start + 200))
+        t.append(
+            pa.table(
+                {"id": ids, "v": [f"v{i}" for i in ids], "p": [PARTS[i % 4] for i in ids]},
+                schema=SCHEMA,
+            )
+        )
+    before = t.snapshot().version
+    t.delete("id < 20 OR id IN (57, 58, 59, 60, 61, 250, 399)")
+    t.update("id = 150 OR id = 301", set={"v": "updated"})
+    source = pa.table(
+        {"id": [33, 34, 1000], "v": ["merged", "merged", "inserted"], "p": ["a", "é", None]},
+        schema=SCHEMA,
+    )
+    t.merge(source, on="id")
+    t.delete("id = 120")  # a second vector over a file that already has one
+    files = t.snapshot().files()
+    assert sum(f.deleted is not None for f in files) >= 4
+    assert all(f.deleted is None or f.live_rows < f.num_rows for f in files)
+    return t, before
+
+
+def test_native_read_drops_deleted_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    _build(uri)
+    want = _expected(uri)
+    assert _physical_rows(uri) > len(want)  # the deleted rows are still in the files
+    plan = lspark.plan_read(spark, uri)
+    assert plan.grouped and plan.direct and plan.vectors
+    assert set(plan.vectors) <= set(plan.urls)
+
+    assert _spark_rows(lspark.read(spark, uri)) == want
+    assert lspark.read(spark, uri).count() == len(want)
+
+    # a filter (pushed into Spark's Parquet reader: row groups skipped) and a projection
+    got = _spark_rows(lspark.read(spark, uri, filter="id < 70 OR id > 390", columns=["id", "p"]))
+    assert got == [
+        {"id": r["id"], "p": r["p"]}
+        for r in _expected(uri, where=lambda r: r["id"] < 70 or r["id"] > 390)
+    ]
+    got = _spark_rows(lspark.read(spark, uri, filter="p = 'é'", columns=["v", "id"]))
+    assert got == [
+        {"v": r["v"], "id": r["id"]} for r in _expected(uri, where=lambda r: r["p"] == "é")
+    ]
+
+
+def test_format_read_drops_deleted_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    _build(uri)
+    lspark.register(spark)
+    want = _expected(uri)
+    assert _physical_rows(uri) > len(want)
+
+    df = spark.read.format("lakelog").load(uri)
+    assert _spark_rows(df) == want
+    assert df.count() == len(want)
+    got = _spark_rows(
+        spark.read.format("lakelog")
+        .option("maxPartitionBytes", "1")  # one file per task
+        .load(uri)
+        .where("id < 70 OR id > 390")
+        .select("id", "p")
+    )
+    assert got == [
+        {"id": r["id"], "p": r["p"]}
+        for r in _expected(uri, where=lambda r: r["id"] < 70 or r["id"] > 390)
+    ]
+
+
+def test_time_travel_before_the_delete_returns_the_old_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    _, before = _build(uri)
+    lspark.register(spark)
+    old = _expected(uri, before)
+    assert len(old) == 400 and {r["id"] for r in old} == set(range(400))
+
+    assert _spark_rows(lspark.read(spark, uri, version=before)) == old
+    assert _spark_rows(spark.read.format("lakelog").option("versionAsOf", before).load(uri)) == old
+    # and the versions in between drop exactly their own deletions
+    for version in range(before + 1, lakelog.open_table(uri).snapshot().version + 1):
+        want = _expected(uri, version)
+        assert _spark_rows(lspark.read(spark, uri, version=version)) == want, version
+        fmt = spark.read.format("lakelog").option("versionAsOf", version).load(uri)
+        assert _spark_rows(fmt) == want, version
+
+
+def test_spark_compaction_writes_only_live_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    _build(uri)
+    want = _expected(uri)
+    assert _physical_rows(uri) > len(want)
+
+    report = lspark.compact(spark, uri, min_input_files=2)
+
+    assert report.version is not None and report.extra["failed_groups"] == {}
+    files = lakelog.open_table(uri).snapshot().files()
+    assert not any(f.deleted is not None for f in files)
+    assert _physical_rows(uri) == len(want)  # the new files hold only live rows
+    assert _expected(uri) == want
+    assert _spark_rows(lspark.read(spark, uri)) == want
+
+
+def test_large_clustering_group_drops_deleted_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    _build(uri)
+    want = _expected(uri)
+    assert _physical_rows(uri) > len(want)
+
+    # every partition's group is "too large for one task": Spark reads, sorts and writes it
+    report = lspark.optimize(spark, uri, sort_by=["id"], max_group_bytes=1_000)
+
+    assert report.extra["failed_groups"] == {}
+    assert report.extra["large_groups"] >= 1
+    assert "spark-job" in {r["mode"] for r in report.extra["task_runs"]}
+    files = lakelog.open_table(uri).snapshot().files()
+    assert not any(f.deleted is not None for f in files)
+    assert _physical_rows(uri) == len(want)
+    assert _expected(uri) == want
+
+
+def test_url_quoting_matches_java(spark: Any) -> None:
+    """lakelog spells a path as java.net.URI does, which is how Spark's
+    ``_metadata.file_path`` spells it."""
+    uri_class = spark._jvm.java.net.URI
+    for text in [
+        "p=a b/part-0.parquet",
+        "p=b c%25%3D%2B%23%3F/x.parquet",
+        "k=%C3%A9/é ü/€😀.parquet",
+        "a+b=c&d$e,f;g:h@i/!~*'()-_.parquet",
+        'q"<>[]{}|\\^`/x\u00a0y\u2028z\u0085\u0007.parquet',
+    ]:
+        assert (
+            java_uri_path("/" + text)
+            == uri_class("file", None, "/" + text, None, None).getRawPath()
+        )
+
+
+def test_rows_of_an_unmatched_file_fail_the_read(spark: Any, tmp_path: Path) -> None:
+    """A row whose URL matches no file with a vector stops the query: it is never
+    returned unfiltered."""
+    uri = str(tmp_path / "t")
+    _build(uri)
+    plan = lspark.plan_read(spark, uri)
+    url, f = next(iter(plan.vectors.items()))
+    scan = spark.read.schema("id bigint, v string").parquet(url)
+    assert drop_deleted(spark, scan, [f]).count() == f.live_rows
+    elsewhere = DataFile(
+        path="other/" + f.path.rsplit("/", 1)[-1],
+        size_bytes=f.size_bytes,
+        num_rows=f.num_rows,
+        deleted=f.deleted,
+    )
+    with pytest.raises(Exception, match="matches no file of the table"):
+        drop_deleted(spark, scan, [elsewhere]).collect()
+
+
+def test_scan_layers_keep_suffix_paths_apart() -> None:
+    files = [
+        DataFile(path=p, size_bytes=1, num_rows=1)
+        for p in ["x.parquet", "sub/x.parquet", "a/sub/x.parquet", "y.parquet", "b/y2.parquet"]
+    ]
+    layers = scan_layers(files)
+    assert sorted(len(layer) for layer in layers) == [1, 1, 3]
+    for layer in layers:
+        paths = [f.path for f in layer]
+        assert not any(a != b and a.endswith("/" + b) for a in paths for b in paths)
+
+
+CLIENT = textwrap.dedent(
+    """
+    import json, sys
+    from pyspark.sql import SparkSession
+    import lakelog.spark as lspark
+
+    uri = sys.argv[1]
+    spark = (SparkSession.builder.remote("local[2]")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    out = {"connect": type(spark).__module__}
+    out["read"] = sorted(r.id for r in lspark.read(spark, uri).collect())
+    out["filtered"] = sorted(r.id for r in lspark.read(spark, uri, filter="id < 70").collect())
+    lspark.register(spark)
+    out["format"] = sorted(r.id for r in spark.read.format("lakelog").load(uri).collect())
+    print("RESULT " + json.dumps(out), flush=True)
+    spark.stop()
+    """
+)
+
+
+def test_spark_connect_drops_deleted_rows(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="pyspark[connect] is in the dev extra")
+    uri = str(tmp_path / "t")
+    _build(uri)
+    want = [r["id"] for r in _expected(uri)]
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    done = subprocess.run(
+        [sys.executable, str(script), uri],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        cwd=Path(__file__).parents[2],
+    )
+    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, done.stdout[-2000:] + done.stderr[-4000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out["connect"].startswith("pyspark.sql.connect")
+    assert out["read"] == sorted(want)
+    assert out["filtered"] == sorted(i for i in want if i < 70)
+    assert out["format"] == sorted(want)
