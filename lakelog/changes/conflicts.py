@@ -16,6 +16,7 @@ A merge fails instead (its inserts were decided without those rows).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -64,7 +65,8 @@ class RowLevelRebase:
         change: RowChange,
         metrics_of: Callable[[Sequence[FileOutcome]], Mapping[str, Any]],
     ) -> None:
-        self.ctx = ctx
+        # each rewritten file's outcome holds its own new files: one may be dropped below
+        self.ctx = dataclasses.replace(ctx, sink=None)
         self.change = change
         self.extra: list[FileOutcome] = []
         self._metrics_of = metrics_of

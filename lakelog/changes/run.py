@@ -28,7 +28,7 @@ from ..log.actions import Action, AddFile
 from ..properties import get_bool
 from .base import RowChange, Written
 from .conflicts import RowLevelRebase
-from .execute import Context, FileOutcome, run_files
+from .execute import Context, FileOutcome, RowSink, run_files
 from .merge import MergeChange
 from .result import ChangeResult, FileChange, MergeReport
 
@@ -73,6 +73,8 @@ def run_change(
         storage, operation=change.operation, properties=snapshot.properties
     ) as lease:
         ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
+        if ctx.vectors:  # updated rows of marked files, written together
+            ctx = dataclasses.replace(ctx, sink=RowSink(ctx))
         written: list[str] = []
         rebase: RowLevelRebase | None = None
         committing = False
@@ -81,9 +83,10 @@ def run_change(
             written += [a.path for a in before.adds]
             outcomes = run_files(ctx, change, candidates, write=True)
             written += [p for o in outcomes for p in o.written]
+            updated = ctx.sink.flush() if ctx.sink is not None else []
             after = change.after(storage, lease.lease_id)
             written += [a.path for a in after.adds]
-            new = Written(before.adds + after.adds, before.rows + after.rows)
+            new = Written((*before.adds, *updated, *after.adds), before.rows + after.rows)
             rewritten = [o for o in outcomes if o.rewritten]
             if not rewritten and not new.adds:
                 return _result(change, snapshot, outcomes, new, None, start, dry=False)
@@ -115,6 +118,8 @@ def run_change(
         except BaseException as e:
             if rebase is not None:
                 written += rebase.written()
+            if ctx.sink is not None:
+                written = list(dict.fromkeys([*written, *ctx.sink.written()]))
             # before the commit, or refused by it (lakelog's own errors are raised before
             # or instead of a put): certainly not committed. Other errors during the commit
             # (a timeout) may follow a landed put: the files are then left to vacuum.

@@ -837,3 +837,21 @@ def test_cli_delete_and_history_on_a_vector_table(tmp_path: Path) -> None:
     assert first["metrics"]["num_removed_files"] == 0
     p = run("history", t.uri, "--limit", "1")
     assert "DELETE" in p.stdout and '"num_deletion_vectors":1' in p.stdout
+
+
+def test_updated_rows_of_many_marked_files_are_written_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one new file per partition for the whole change, not one per marked file (breaks if
+    # _mark writes each file's updated rows itself); a small sink buffer writes as it goes
+    t = create(tmp_path / "t", partition_by=())
+    for start in range(0, 50, 10):
+        t.append(data(range(start, start + 10)))
+    r = t.update("id = 3 or id = 13 or id = 23 or id = 33", set={"s": "u"})
+    assert (r.files_marked, r.files_added, r.updated_rows) == (4, 1, 4)
+    monkeypatch.setattr(execute, "SINK_BYTES", 1)
+    r = t.update("id = 4 or id = 14 or id = 24", set={"s": "v"})
+    assert (r.files_marked, r.files_added, r.updated_rows) == (3, 3, 3)
+    got = {row["id"]: row["s"] for row in t.snapshot().to_arrow().to_pylist()}
+    assert len(got) == 50
+    assert [got[i] for i in (3, 13, 23, 33, 4, 14, 24)] == ["u"] * 4 + ["v"] * 3
