@@ -143,8 +143,14 @@ class UpdateChange(_PredicateChange):
         hits = _count(mask)
         if not hits:
             return batch, self._counts(0, batch.num_rows)
+        return self._assign(batch, mask), self._counts(hits, batch.num_rows)
+
+    def _assign(self, batch: pa.RecordBatch, mask: pa.BooleanArray | None) -> pa.RecordBatch:
+        """``batch`` with the new values where ``mask`` is true (None: in every row)."""
         exprs = {c: v for c, v in self.values.items() if isinstance(v, pc.Expression)}
         computed = evaluate(batch, exprs) if exprs else {}
+        if mask is None:
+            mask = pa.array(np.ones(batch.num_rows, dtype=bool))
         arrays = []
         for field in self.schema:
             col = batch.column(field.name)
@@ -153,13 +159,13 @@ class UpdateChange(_PredicateChange):
                 col = _set_where(mask, new, col, field)
             arrays.append(col)
         out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        return conform(out, self.schema), self._counts(hits, batch.num_rows)
+        return conform(out, self.schema)
 
     def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
         mask, hits = self._hits(batch)
         if not hits.any():
             return hits, None, self._counts(0, batch.num_rows)
-        out = self.apply(batch.filter(mask))[0]
+        out = self._assign(batch.filter(mask), None)  # the matching rows, new values
         return hits, out, self._counts(int(hits.sum()), batch.num_rows)
 
 
