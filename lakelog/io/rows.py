@@ -12,22 +12,30 @@ never a whole file.
 
 from __future__ import annotations
 
+import itertools
+import os
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import DataFileMissingError
 from ..log.actions import AddFile, DataFile
 from ..log.deletion_vectors import keep_mask
 from ..partitioning import partition_scalar
+from ..stats import referenced_columns
 from ..storage import Storage
 from .schema import conform, file_columns
 
-__all__ = ["BATCH_ROWS", "missing_file", "read_positions", "read_rows"]
+__all__ = ["BATCH_ROWS", "live_batches", "missing_file", "read_positions", "read_rows"]
 
 BATCH_ROWS = 65536
+READ_WORKERS = max(1, min(4, os.cpu_count() or 1))
+"""Files :func:`live_batches` reads at once."""
 
 
 def read_rows(
@@ -103,6 +111,58 @@ def read_positions(
                     positions = positions[live]
             rows = conform(batch, stored_schema) if stored else batch
             yield _with_constants(rows, out, constants), positions
+
+
+def live_batches(
+    storage: Storage,
+    files: Sequence[DataFile],
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    *,
+    columns: Sequence[str] | None,
+    filter: pc.Expression | None,
+    version: int | None = None,
+    batch_size: int = BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """The live rows of ``files`` that match ``filter``, as batches of ``columns``, in
+    the order of ``files``. Files are read by up to :data:`READ_WORKERS` threads, at most
+    twice that many ahead of the consumer (memory: that many files' matching rows)."""
+    names = list(schema.names if columns is None else columns)
+    wide = names
+    if filter is not None:
+        wanted = referenced_columns(filter, schema.names)
+        wide = [*names, *(c for c in wanted if c not in names)]
+
+    def one(f: DataFile) -> list[pa.RecordBatch]:
+        out: list[pa.RecordBatch] = []
+        for batch in read_rows(
+            storage, f, schema, partition_by, columns=wide, version=version, batch_size=batch_size
+        ):
+            if filter is not None:
+                got = pa.Table.from_batches([batch]).filter(filter).select(names)
+                out.extend(b for b in got.to_batches() if b.num_rows)
+            elif batch.num_rows:
+                out.append(batch)
+        return out
+
+    if not files:
+        return
+    workers = min(READ_WORKERS, len(files))
+    with ThreadPoolExecutor(workers, thread_name_prefix="lakelog-read") as pool:
+        pending: deque[Future[list[pa.RecordBatch]]] = deque()
+        todo = iter(files)
+        try:
+            for f in itertools.islice(todo, 2 * workers):
+                pending.append(pool.submit(one, f))
+            while pending:
+                got = pending.popleft().result()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending.append(pool.submit(one, nxt))
+                yield from got
+        finally:
+            for fu in pending:
+                fu.cancel()
 
 
 def _with_constants(

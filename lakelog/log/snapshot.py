@@ -45,7 +45,7 @@ from ..filters import (
     predicate_columns,
     to_expression,
 )
-from ..io.rows import read_rows
+from ..io.rows import live_batches
 from ..io.skipping import prune_fragments, wants_footers
 from ..stats import (
     file_guarantee,
@@ -447,37 +447,28 @@ class Snapshot:
         batch_size: int,
     ) -> ds.Scanner:
         """A Scanner over ``files`` of which some have deletion vectors: those are read
-        through :func:`lakelog.io.rows.read_rows` (positions dropped), the rest through
-        a Dataset as usual; the filter and projection apply to both."""
+        through :func:`lakelog.io.rows.live_batches` (positions dropped, several files at
+        once), the rest through a Dataset as usual; both filtered and projected."""
         plain = [f for f in files if f.deleted is None]
         marked = [f for f in files if f.deleted is not None]
-        wide = (
-            list(self.schema.names)
-            if columns is None
-            else (columns if expr is None else _with_filter_columns(columns, expr, self.schema))
-        )
-        assert wide is not None
-        wide_schema = pa.schema([self.schema.field(n) for n in wide])
-        pre = None if expr is None or filter_may_select_nan(expr, self.schema) else expr
+        names = list(self.schema.names) if columns is None else columns
+        out = pa.schema([self.schema.field(n) for n in names])
 
         def batches() -> Iterator[pa.RecordBatch]:
             if plain:
-                dataset = self._dataset_of(plain, expr)
-                yield from dataset.to_batches(columns=wide, filter=pre, batch_size=batch_size)
-            for f in marked:
-                yield from read_rows(
-                    self.storage,
-                    f,
-                    self.schema,
-                    self.partition_by,
-                    columns=wide,
-                    version=self.version,
-                    batch_size=batch_size,
-                )
+                yield from self._stream(self._dataset_of(plain, expr), columns, expr, batch_size)
+            yield from live_batches(
+                self.storage,
+                marked,
+                self.schema,
+                self.partition_by,
+                columns=names,
+                filter=expr,
+                version=self.version,
+                batch_size=batch_size,
+            )
 
-        return ds.Scanner.from_batches(
-            batches(), schema=wide_schema, columns=columns, filter=expr, batch_size=batch_size
-        )
+        return ds.Scanner.from_batches(batches(), schema=out, batch_size=batch_size)
 
     def _typed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with self._reading():
