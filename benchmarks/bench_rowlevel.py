@@ -23,7 +23,9 @@ Each timed run copies the pristine table and runs one operation in a fresh
 interpreter (its own peak RSS, ``VmHWM``); the time is the operation alone. Bytes
 rewritten are the bytes of the data files the operation removed from the table and
 of those it added, from each table's own file list before and after, plus, for
-lakelog, the commit files it wrote (where deletion vectors live). Runs alternate
+lakelog, the commit files it wrote (where deletion vectors live). After each change the
+child also times a full read of the table (``read_after_s``): deletion vectors move cost
+from the change to readers. Runs alternate
 between the two engines; medians and ratios are printed and saved to
 ``benchmarks/results/rowlevel.json``.
 
@@ -123,7 +125,11 @@ def child_lakelog(path: str, case: str, n: int, vectors: str = "false") -> dict[
         (log_dir / f"{v:020d}.json").stat().st_size
         for v in range(log_before + 1, table.snapshot().version + 1)
     )
+    t0 = time.perf_counter()
+    table.snapshot().to_arrow()
+    read_s = time.perf_counter() - t0
     return {
+        "read_seconds": read_s,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_changed": r.deleted_rows + r.updated_rows + r.inserted_rows,
@@ -183,7 +189,11 @@ def child_delta(path: str, case: str, n: int) -> dict[str, Any]:
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     after = _delta_files(path)
     rows = DeltaTable(path).to_pyarrow_dataset().count_rows()
+    t0 = time.perf_counter()
+    DeltaTable(path).to_pyarrow_dataset().to_table()
+    read_s = time.perf_counter() - t0
     return {
+        "read_seconds": read_s,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_changed": changed,
@@ -256,6 +266,7 @@ def main() -> None:
                 "median_seconds": statistics.median(r["seconds"] for r in rs),
                 "samples_seconds": [r["seconds"] for r in rs],
                 "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in rs),
+                "median_read_seconds": statistics.median(r["read_seconds"] for r in rs),
                 "max_peak_rss_bytes": max(r["peak_rss_bytes"] for r in rs),
                 "rows_changed": rs[0]["rows_changed"],
                 "files_removed": rs[0]["files_removed"],
@@ -285,6 +296,7 @@ def main() -> None:
                     "ratio": s.get("ratio"),
                     "median_cpu_s": s["median_cpu_seconds"],
                     "cpu_ratio": s.get("cpu_ratio"),
+                    "read_after_s": s["median_read_seconds"],
                     "rows_changed": s["rows_changed"],
                     "files_removed": s["files_removed"],
                     "bytes_removed": fmt_bytes(s["bytes_removed"]),
@@ -296,7 +308,8 @@ def main() -> None:
     print_table(table_rows)
     print(
         "\nratio: median of per-run lakelog / delta-rs wall time (target <= 0.50x); "
-        "cpu_ratio: the same for CPU time (user + system, all threads)"
+        "cpu_ratio: the same for CPU time (user + system, all threads); read_after_s: a "
+        "full read of the table after the change (to_arrow; delta-rs: to_pyarrow_dataset)"
     )
     path = write_json_result(
         "rowlevel",
