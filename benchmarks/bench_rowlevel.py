@@ -23,9 +23,9 @@ Each timed run copies the pristine table and runs one operation in a fresh
 interpreter (its own peak RSS, ``VmHWM``); the time is the operation alone. Bytes
 rewritten are the bytes of the data files the operation removed from the table and
 of those it added, from each table's own file list before and after, plus, for
-lakelog, the commit files it wrote (where deletion vectors live). After each change the
-child also times a full read of the table (``read_after_s``): deletion vectors move cost
-from the change to readers. Runs alternate
+lakelog, the commit files it wrote (where deletion vectors live). After each change a
+second fresh interpreter times a full read of the table (``read_after_s``; its memory is
+not counted): deletion vectors move cost from the change to readers. Runs alternate
 between the two engines; medians and ratios are printed and saved to
 ``benchmarks/results/rowlevel.json``.
 
@@ -43,6 +43,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -125,11 +126,7 @@ def child_lakelog(path: str, case: str, n: int, vectors: str = "false") -> dict[
         (log_dir / f"{v:020d}.json").stat().st_size
         for v in range(log_before + 1, table.snapshot().version + 1)
     )
-    t0 = time.perf_counter()
-    table.snapshot().to_arrow()
-    read_s = time.perf_counter() - t0
     return {
-        "read_seconds": read_s,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_changed": r.deleted_rows + r.updated_rows + r.inserted_rows,
@@ -189,11 +186,7 @@ def child_delta(path: str, case: str, n: int) -> dict[str, Any]:
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     after = _delta_files(path)
     rows = DeltaTable(path).to_pyarrow_dataset().count_rows()
-    t0 = time.perf_counter()
-    DeltaTable(path).to_pyarrow_dataset().to_table()
-    read_s = time.perf_counter() - t0
     return {
-        "read_seconds": read_s,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_changed": changed,
@@ -207,6 +200,23 @@ def child_delta(path: str, case: str, n: int) -> dict[str, Any]:
 # -- driver ---------------------------------------------------------------------------
 
 
+def child_read_lakelog(path: str) -> dict[str, Any]:
+    """A full read of the table (after a change), in its own interpreter."""
+    import lakelog
+
+    t0 = time.perf_counter()
+    rows = lakelog.open_table(path).snapshot().to_arrow().num_rows
+    return {"read_seconds": time.perf_counter() - t0, "rows": rows}
+
+
+def child_read_delta(path: str) -> dict[str, Any]:
+    from deltalake import DeltaTable
+
+    t0 = time.perf_counter()
+    rows = DeltaTable(path).to_pyarrow_dataset().to_table().num_rows
+    return {"read_seconds": time.perf_counter() - t0, "rows": rows}
+
+
 def run_once(kind: str, case: str, pristine: Path, work: Path, n: int) -> dict[str, Any]:
     copy = work / f"rowlevel-{kind}-run"
     shutil.rmtree(copy, ignore_errors=True)
@@ -215,10 +225,19 @@ def run_once(kind: str, case: str, pristine: Path, work: Path, n: int) -> dict[s
         child = run_in_subprocess_peak_rss(
             func=f"bench_rowlevel:child_{kind.replace('-', '_')}", args=[str(copy), case, n]
         )
+        engine = "delta" if kind == "delta" else "lakelog"
+        try:
+            read = run_in_subprocess_peak_rss(
+                func=f"bench_rowlevel:child_read_{engine}", args=[str(copy)]
+            ).last_json()
+        except subprocess.CalledProcessError as e:
+            print(f"read after {kind} {case} failed:\n{e.stderr[-3000:]}", file=sys.stderr)
+            raise
     finally:
         shutil.rmtree(copy, ignore_errors=True)
     out: dict[str, Any] = child.last_json()
     out["peak_rss_bytes"] = child.peak_rss_bytes
+    out["read_seconds"] = read["read_seconds"]
     return out
 
 
