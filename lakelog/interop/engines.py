@@ -118,7 +118,11 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
             # filters the rows
             rows = self._snapshot.scanner(None, self._base, batch_size=batch_size)
             return ds.Scanner.from_batches(
-                rows.to_batches(), schema=self.schema, columns=columns, filter=filter
+                rows.to_batches(),
+                schema=self.schema,
+                columns=columns,
+                filter=filter,
+                use_threads=False,
             )
 
 

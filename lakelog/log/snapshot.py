@@ -399,8 +399,10 @@ class Snapshot:
         cols = self._check_columns(columns)
         files = self.files(expr)
         if any(f.deleted is not None for f in files):
-            with self._reading():
-                return self._live_scanner(files, cols, expr, 65536).to_table()
+            out = self._out_schema(cols)
+            with self._reading():  # in this thread: no pyarrow thread holds the generator
+                got = list(self._live_batches(files, cols, expr, 65536))
+            return pa.Table.from_batches(got, schema=out)
         dataset = self._dataset_of(files, expr)
         with self._reading():
             if expr is not None and filter_may_select_nan(expr, self.schema):
@@ -419,7 +421,7 @@ class Snapshot:
         cols = self._check_columns(columns)
         files = self.files(expr)
         if any(f.deleted is not None for f in files):
-            return self._typed(self._live_scanner(files, cols, expr, batch_size).to_batches())
+            return self._typed(self._live_batches(files, cols, expr, batch_size))
         return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
 
     def scanner(
@@ -434,41 +436,45 @@ class Snapshot:
         cols = self._check_columns(columns)
         files = self.files(expr)
         if any(f.deleted is not None for f in files):
-            return self._live_scanner(files, cols, expr, batch_size)
+            return ds.Scanner.from_batches(
+                self._live_batches(files, cols, expr, batch_size),
+                schema=self._out_schema(cols),
+                batch_size=batch_size,
+                use_threads=False,
+            )
         return self._dataset_of(files, expr).scanner(
             columns=cols, filter=expr, batch_size=batch_size
         )
 
-    def _live_scanner(
+    def _out_schema(self, columns: list[str] | None) -> pa.Schema:
+        if columns is None:
+            return self.schema
+        return pa.schema([self.schema.field(n) for n in columns])
+
+    def _live_batches(
         self,
         files: Sequence[DataFile],
         columns: list[str] | None,
         expr: pc.Expression | None,
         batch_size: int,
-    ) -> ds.Scanner:
-        """A Scanner over ``files`` of which some have deletion vectors: those are read
+    ) -> Iterator[pa.RecordBatch]:
+        """The matching rows of ``files``, some with deletion vectors: those are read
         through :func:`lakelog.io.rows.live_batches` (positions dropped, several files at
         once), the rest through a Dataset as usual; both filtered and projected."""
         plain = [f for f in files if f.deleted is None]
         marked = [f for f in files if f.deleted is not None]
-        names = list(self.schema.names) if columns is None else columns
-        out = pa.schema([self.schema.field(n) for n in names])
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            if plain:
-                yield from self._stream(self._dataset_of(plain, expr), columns, expr, batch_size)
-            yield from live_batches(
-                self.storage,
-                marked,
-                self.schema,
-                self.partition_by,
-                columns=names,
-                filter=expr,
-                version=self.version,
-                batch_size=batch_size,
-            )
-
-        return ds.Scanner.from_batches(batches(), schema=out, batch_size=batch_size)
+        if plain:
+            yield from self._stream(self._dataset_of(plain, expr), columns, expr, batch_size)
+        yield from live_batches(
+            self.storage,
+            marked,
+            self.schema,
+            self.partition_by,
+            columns=columns,
+            filter=expr,
+            version=self.version,
+            batch_size=batch_size,
+        )
 
     def _typed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with self._reading():
