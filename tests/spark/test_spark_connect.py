@@ -45,6 +45,11 @@ CLIENT = textwrap.dedent(
     lspark.register(spark)
     df = spark.read.format("lakelog").load(uri).where("id > 12")
     out["format"] = sorted(r.id for r in df.collect())
+    marked = sys.argv[2]  # a table with deletion vectors: both readers drop their rows
+    out["dv_read"] = sorted(r.id for r in lspark.read(spark, marked).collect())
+    dv = lspark.read(spark, marked, filter="id < 70")
+    out["dv_filtered"] = sorted(r.id for r in dv.collect())
+    out["dv_format"] = sorted(r.id for r in spark.read.format("lakelog").load(marked).collect())
     print("RESULT " + json.dumps(out), flush=True)
     spark.stop()
     """
@@ -57,11 +62,23 @@ def test_spark_connect_client(tmp_path: Path) -> None:
     table = lakelog.create_table(uri, pa.schema([("id", pa.int64())]))
     table.append(pa.table({"id": list(range(10))}))
     table.append(pa.table({"id": list(range(10, 20))}))
+    marked = str(tmp_path / "dv")
+    dv = lakelog.create_table(
+        marked,
+        pa.schema([("id", pa.int64()), ("p", pa.string())]),
+        partition_by=["p"],
+        properties={"lakelog.deletion_vectors": "true", "lakelog.row_group_size": "8"},
+    )
+    dv.append(pa.table({"id": list(range(100)), "p": [f"p{i % 3}" for i in range(100)]}))
+    dv.delete("id < 10 or id = 55")
+    dv.update("id = 60", set={"id": 600})
+    assert any(f.deleted is not None for f in dv.snapshot().files())
+    want = sorted(dv.snapshot().to_arrow().column("id").to_pylist())
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [sys.executable, str(script), uri],
+        [sys.executable, str(script), uri, marked],
         capture_output=True,
         text=True,
         timeout=240,
@@ -77,3 +94,6 @@ def test_spark_connect_client(tmp_path: Path) -> None:
     assert out["read"] == list(range(13, 20))
     assert "SQL string" in out["column_refused"]
     assert out["format"] == list(range(13, 20))
+    # deletion vectors over Spark Connect (one Connect server per test session: its port)
+    assert out["dv_read"] == out["dv_format"] == want and len(want) == 89
+    assert out["dv_filtered"] == [i for i in want if i < 70]

@@ -13,11 +13,6 @@ the files, so it fails if a vector is ignored.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -237,48 +232,3 @@ def test_scan_layers_keep_suffix_paths_apart() -> None:
     for layer in layers:
         paths = [f.path for f in layer]
         assert not any(a != b and a.endswith("/" + b) for a in paths for b in paths)
-
-
-CLIENT = textwrap.dedent(
-    """
-    import json, sys
-    from pyspark.sql import SparkSession
-    import lakelog.spark as lspark
-
-    uri = sys.argv[1]
-    spark = (SparkSession.builder.remote("local[2]")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    out = {"connect": type(spark).__module__}
-    out["read"] = sorted(r.id for r in lspark.read(spark, uri).collect())
-    out["filtered"] = sorted(r.id for r in lspark.read(spark, uri, filter="id < 70").collect())
-    lspark.register(spark)
-    out["format"] = sorted(r.id for r in spark.read.format("lakelog").load(uri).collect())
-    print("RESULT " + json.dumps(out), flush=True)
-    spark.stop()
-    """
-)
-
-
-def test_spark_connect_drops_deleted_rows(tmp_path: Path) -> None:
-    pytest.importorskip("grpc", reason="pyspark[connect] is in the dev extra")
-    uri = str(tmp_path / "t")
-    _build(uri)
-    want = [r["id"] for r in _expected(uri)]
-    script = tmp_path / "client.py"
-    script.write_text(CLIENT)
-    done = subprocess.run(
-        [sys.executable, str(script), uri],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        cwd=Path(__file__).parents[2],
-    )
-    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, done.stdout[-2000:] + done.stderr[-4000:]
-    out = json.loads(lines[-1][len("RESULT ") :])
-    assert out["connect"].startswith("pyspark.sql.connect")
-    assert out["read"] == sorted(want)
-    assert out["filtered"] == sorted(i for i in want if i < 70)
-    assert out["format"] == sorted(want)
