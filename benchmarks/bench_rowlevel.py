@@ -200,21 +200,48 @@ def child_delta(path: str, case: str, n: int) -> dict[str, Any]:
 # -- driver ---------------------------------------------------------------------------
 
 
-def child_read_lakelog(path: str) -> dict[str, Any]:
-    """A full read of the table (after a change), in its own interpreter."""
+def child_read_lakelog(path: str) -> None:
+    """A full read of the table (after a change), in its own interpreter: prints the
+    time as JSON."""
     import lakelog
 
     t0 = time.perf_counter()
     rows = lakelog.open_table(path).snapshot().to_arrow().num_rows
-    return {"read_seconds": time.perf_counter() - t0, "rows": rows}
+    _report({"read_seconds": time.perf_counter() - t0, "rows": rows})
 
 
-def child_read_delta(path: str) -> dict[str, Any]:
+def child_read_delta(path: str) -> None:
     from deltalake import DeltaTable
 
     t0 = time.perf_counter()
     rows = DeltaTable(path).to_pyarrow_dataset().to_table().num_rows
-    return {"read_seconds": time.perf_counter() - t0, "rows": rows}
+    _report({"read_seconds": time.perf_counter() - t0, "rows": rows})
+
+
+def _report(result: dict[str, Any]) -> None:
+    import json
+
+    print(json.dumps(result), flush=True)
+    # deltalake's scan threads can abort the interpreter's exit ("terminate called
+    # without an active exception"): both readers leave without it, the result printed
+    os._exit(0)
+
+
+def read_after(engine: str, path: str) -> dict[str, Any]:
+    """Run :func:`child_read_lakelog` or :func:`child_read_delta` in a fresh interpreter."""
+    import json
+
+    here = Path(__file__).resolve().parent
+    code = (
+        f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]; "
+        f"import bench_rowlevel as b; b.child_read_{engine}({path!r})"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"read after the change failed: {done.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
 
 
 def run_once(kind: str, case: str, pristine: Path, work: Path, n: int) -> dict[str, Any]:
@@ -225,14 +252,7 @@ def run_once(kind: str, case: str, pristine: Path, work: Path, n: int) -> dict[s
         child = run_in_subprocess_peak_rss(
             func=f"bench_rowlevel:child_{kind.replace('-', '_')}", args=[str(copy), case, n]
         )
-        engine = "delta" if kind == "delta" else "lakelog"
-        try:
-            read = run_in_subprocess_peak_rss(
-                func=f"bench_rowlevel:child_read_{engine}", args=[str(copy)]
-            ).last_json()
-        except subprocess.CalledProcessError as e:
-            print(f"read after {kind} {case} failed:\n{e.stderr[-3000:]}", file=sys.stderr)
-            raise
+        read = read_after("delta" if kind == "delta" else "lakelog", str(copy))
     finally:
         shutil.rmtree(copy, ignore_errors=True)
     out: dict[str, Any] = child.last_json()
