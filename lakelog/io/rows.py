@@ -53,16 +53,10 @@ def read_rows(
 
     A file deleted outside lakelog is a :class:`DataFileMissingError`.
     """
-    for batch, _ in read_positions(
-        storage,
-        file,
-        schema,
-        partition_by,
-        columns=columns,
-        version=version,
-        batch_size=batch_size,
-    ):
-        yield batch
+    rows = read_positions(
+        storage, file, schema, partition_by, columns=columns, version=version, batch_size=batch_size
+    )
+    yield from (batch for batch, _ in rows)
 
 
 def read_positions(
@@ -103,7 +97,7 @@ def read_positions(
             positions = np.arange(start, start + n, dtype=np.int64)
             start += n
             if keep is not None:
-                live = keep[positions[0] : positions[0] + n]
+                live = keep[start - n : start]
                 if not live.all():
                     if not live.any():
                         continue

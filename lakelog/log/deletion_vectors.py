@@ -14,8 +14,6 @@ import binascii
 import zlib
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import CorruptLogError
 from .actions import DeletionVector
@@ -26,7 +24,6 @@ __all__ = [
     "deleted_positions",
     "encode_vector",
     "keep_mask",
-    "live_rows",
     "union_vector",
 ]
 
@@ -107,11 +104,3 @@ def union_vector(
     if len(both) >= num_rows:
         return None
     return encode_vector(both, num_rows)
-
-
-def live_rows(num_rows: pa.Array | pa.ChunkedArray, deleted: pa.Array | None) -> int:
-    """Sum of physical rows less deleted rows (``deleted``: nullable counts, or None)."""
-    total = int(pc.sum(num_rows).as_py() or 0)
-    if deleted is None:
-        return total
-    return total - int(pc.sum(deleted).as_py() or 0)
