@@ -34,7 +34,7 @@ from ..log.plans import PLANS_FORMAT, PendingPlan, claimed_paths
 from ..log.snapshot import Snapshot
 from ..properties import get_bool
 from ..storage import Storage
-from .groups import FileGroup, RewritePlan
+from .groups import FileGroup, RewritePlan, stale_groups
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -123,16 +123,17 @@ class _NothingLeft(CommitConflictError):
 def lost_sources(
     storage: Storage, groups: Sequence[FileGroup], version: int, latest: Snapshot
 ) -> set[str]:
-    """Ids of the groups with a source not live in ``latest`` (the plan read ``version``):
-    from the removes of the commits in between (O(change)), or, if one of those was
-    expired, from ``latest``'s paths."""
+    """Ids of the groups with a source not live in ``latest`` as the plan read it at
+    ``version``: from the removes of the commits in between (O(change); a new deletion
+    vector is a remove and an add of the same path), or, if one of those was expired,
+    by comparing each source and its vector with ``latest``
+    (:func:`.groups.stale_groups`)."""
     removed: set[str] = set()
     for v in range(version + 1, latest.version + 1):
         try:
             commit = read_commit(storage, v)
         except (FileNotFoundError, LakelogError):
-            live = set(latest.paths())
-            return {g.group_id for g in groups if not live.issuperset(g.paths)}
+            return set(stale_groups(latest, groups))
         removed.update(a.path for a in commit.actions if isinstance(a, RemoveFile))
     return {g.group_id for g in groups if not removed.isdisjoint(g.paths)}
 
@@ -227,10 +228,18 @@ def claim_groups(
         )
     except _NothingLeft:
         return Claim(pid, None, [], dropped)
+    claimed = table.snapshot(result.version)
+    # The rebase saw every winner unless the claim's base was expired while it waited:
+    # the transaction then went on from the latest version without them (claims only
+    # add). Check again from ``latest``, so the rewrites never build on a version where
+    # a source was removed or got a new deletion vector.
+    for gid in lost_sources(table.storage, list(kept.values()), latest.version, claimed):
+        del kept[gid]
+        dropped.append(gid)
     log.info(
         "%s: plan %s claimed %d group(s) at version %d", operation, pid, len(kept), result.version
     )
-    return Claim(pid, table.snapshot(result.version), list(kept.values()), dropped)
+    return Claim(pid, claimed, list(kept.values()), dropped)
 
 
 def release_action(plan_id: str, group_ids: Iterable[str], *, done: bool = False) -> PlanRelease:

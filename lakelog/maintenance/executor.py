@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._failpoints import failpoint, pausepoint
-from ..errors import InvalidArgumentError, LakelogError, VersionExpiredError
+from ..errors import DataFileMissingError, InvalidArgumentError, LakelogError, VersionExpiredError
 from ..leases import Lease
-from ..log.snapshot import Snapshot
+from ..log.snapshot import Snapshot, load_snapshot
 from ..transaction import CommitResult
 from .claims import Claim, claim_groups, claims_enabled, release_rest
 from .commit import commit_rewrite, delete_outputs
-from .groups import FileGroup, GroupResult, RewritePlan
+from .groups import FileGroup, GroupResult, RewritePlan, changed_sources, stale_groups
 from .options import ExecutionOptions
 from .pacing import Pacer, TokenBucket
 
@@ -117,6 +117,14 @@ class _Tracker:
             self._groups_done += 1
             self._bytes_done += max(0, group.total_bytes - counted)
             self._report()
+
+
+class _SourcesGone(LakelogError):
+    """Internal: a group's source was removed concurrently and deleted before it was read."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(f"a source of group {group_id} was removed and deleted concurrently")
+        self.group_id = group_id
 
 
 class _GroupPacer:
@@ -246,7 +254,14 @@ def run_groups(
 
     def run(group: FileGroup) -> GroupResult:
         pacer = _GroupPacer(tracker)
-        result = run_group(group, pacer)
+        try:
+            result = run_group(group, pacer)
+        except (FileNotFoundError, DataFileMissingError) as e:
+            # a source a concurrent commit removed, deleted since by an expiry: the group
+            # could not land anyway. A source still live and missing is damage: report it.
+            if changed_sources(load_snapshot(table.storage), group.files):
+                raise _SourcesGone(group.group_id) from e
+            raise
         failpoint("rewrite:group-written")
         tracker.group_done(group, pacer.counted)
         return result
@@ -260,6 +275,10 @@ def run_groups(
                 done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
                 for fut in done:
                     error = fut.exception()
+                    if isinstance(error, _SourcesGone):
+                        consumed.add(error.group_id)
+                        outcome.abandoned.append(error.group_id)
+                        continue
                     if error is not None and on_failure is not None:
                         if not isinstance(error, Exception):
                             raise error
@@ -316,14 +335,16 @@ def live_groups(table: Table, plan: RewritePlan) -> tuple[Snapshot, list[FileGro
     live in the latest version, and the ids of the others (*stale*: a saved plan made
     from an older version, whose sources a later commit removed).
 
-    When the read version was expired since the plan was made, the latest version is
-    the read snapshot: the live groups' sources are the same files there, and their
-    rewrites then conflict only with what commits after it."""
+    A group is live only if each source is live with the deletion vector the plan read
+    (:func:`.groups.changed_sources`): rewriting it with an older vector would write rows
+    deleted since back. So when the read version was expired since the plan was made,
+    the latest version can be the read snapshot: the live groups' sources are the same
+    files, with the same vectors, there, and their rewrites then conflict only with what
+    commits after it."""
     latest = table.snapshot()
     if latest.version == plan.read_version:
         return latest, list(plan.groups), []
-    live = {f.path for f in latest.files()}
-    stale = [g.group_id for g in plan.groups if any(f.path not in live for f in g.files)]
+    stale = stale_groups(latest, plan.groups)
     todo = [g for g in plan.groups if g.group_id not in stale]
     return plan_read_snapshot(table, plan, latest), todo, stale
 

@@ -8,14 +8,18 @@ sources for outputs. Groups of one plan never share a source file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..log.actions import AddFile, DataFile
+from ..log.actions import VECTORS_FORMAT_VERSION, AddFile, DataFile
+from ..log.files import vectors_of
+from ..log.snapshot import Snapshot
 
-__all__ = ["FileGroup", "GroupResult", "RewritePlan"]
+__all__ = ["FileGroup", "GroupResult", "RewritePlan", "changed_sources", "stale_groups"]
 
 
 class FileGroup(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,3 +82,32 @@ class RewritePlan(Protocol):
     def source_file_count(self) -> int: ...
     @property
     def source_bytes(self) -> int: ...
+
+
+def changed_sources(snapshot: Snapshot, files: Iterable[DataFile]) -> set[str]:
+    """Paths of ``files`` that ``snapshot`` does not hold as they are: not live, or live
+    with another deletion vector than the one the file was read with.
+
+    A rewrite reads its sources with the vectors its plan recorded; landing it on a
+    snapshot where a source's vector changed would write deleted rows back (or the old
+    image of an updated row beside the new one). Only paths are compared on tables
+    that cannot have vectors."""
+    want = {f.path: f.deleted for f in files}
+    if not want:
+        return set()
+    vectors = snapshot.metadata.format_version >= VECTORS_FORMAT_VERSION
+    if not vectors and all(v is None for v in want.values()):
+        live = set(snapshot.paths())
+        return {p for p in want if p not in live}
+    table = snapshot.file_table
+    hit = table.filter(pc.is_in(table.column("path"), value_set=pa.array(list(want))))
+    have = dict(zip(hit.column("path").to_pylist(), vectors_of(hit), strict=True))
+    return {p for p, v in want.items() if p not in have or have[p] != v}
+
+
+def stale_groups(snapshot: Snapshot, groups: Iterable[FileGroup]) -> list[str]:
+    """Ids of the ``groups`` with a source :func:`changed_sources` finds changed in
+    ``snapshot``: they must not be rewritten on top of it."""
+    groups = list(groups)
+    changed = changed_sources(snapshot, (f for g in groups for f in g.files))
+    return [g.group_id for g in groups if not changed.isdisjoint(g.paths)]
