@@ -25,7 +25,10 @@ Conflict rules (``kind``):
   rows that it would have matched. See ``docs/format.md``, "Conflict rules for
   row-level changes".
 * ``metadata``: a schema, partitioning or property change; conflicts with
-  every winner. And every transaction conflicts with a winning metadata change.
+  every winner. And every transaction conflicts with a winning metadata change,
+  except an append of data files, which rebases over a change of properties alone
+  (its files do not depend on them; :func:`same_shape`), also when its base was
+  expired meanwhile.
 * An ``app_txn`` action (exactly-once ingest) conflicts with a winner that recorded
   the same app id at the same or a later version: :class:`AppVersionCommittedError`,
   which writers report as a skipped write.
@@ -99,6 +102,7 @@ __all__ = [
     "app_transaction",
     "check_app_versions",
     "check_conflicts",
+    "same_shape",
     "skipped_result",
 ]
 
@@ -253,16 +257,64 @@ def _winner_apps(commit: Commit) -> tuple[dict[str, int], dict[str, int]]:
     return versions, dict.fromkeys(versions, commit.header.version)
 
 
+def _data_append(kind: Kind, actions: Sequence[Action]) -> bool:
+    """Whether ``actions`` only add rows (data files, and an app version): what a
+    property change cannot affect."""
+    return kind == "append" and all(
+        (isinstance(a, AddFile) and a.data_change) or isinstance(a, AppTransaction) for a in actions
+    )
+
+
+def same_shape(a: Metadata, b: Metadata) -> bool:
+    """Whether two metadata actions agree on everything files are written against:
+    the table, its schema, partitioning and format version (not its properties)."""
+    return (
+        a.table_id == b.table_id
+        and a.partition_by == b.partition_by
+        and a.format_version == b.format_version
+        and (a.schema == b.schema or a.arrow_schema().equals(b.arrow_schema()))
+    )
+
+
+def _metadata_conflict(
+    kind: Kind,
+    actions: Sequence[Action],
+    read_metadata: Metadata | None,
+    winner: Metadata,
+    v: int,
+    operation: str,
+) -> CommitConflictError | None:
+    """The conflict a winning metadata change at ``v`` makes, or None: a data append
+    rebases over a change of properties alone, since its files do not depend on them."""
+    refresh = "Refresh the table (table.refresh()) and write again."
+    if read_metadata is None or not _data_append(kind, actions):
+        return CommitConflictError(
+            f"expected no concurrent table change, found a metadata/schema change in "
+            f"version {v} ({operation}). Read the table again (table.refresh()) and retry.",
+            winning_version=v,
+        )
+    if same_shape(winner, read_metadata):
+        return None
+    return CommitConflictError(
+        f"expected the schema, partitioning and format version this append was written "
+        f"against, found them changed by version {v} ({operation}). {refresh}",
+        winning_version=v,
+    )
+
+
 def check_conflicts(
     *,
     kind: Kind,
     actions: Sequence[Action],
     winners: Sequence[Commit],
     replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
+    read_metadata: Metadata | None = None,
 ) -> None:
     """Raise :class:`CommitConflictError` if ``actions`` cannot rebase over ``winners``.
 
     ``replaced_partitions`` is the overwrite scope (None = whole table).
+    ``read_metadata``: the metadata the actions were made against; given, an append of
+    data files rebases over a winner that changed only properties.
     Pure: nothing is read.
     """
     my_removes = {a.path for a in actions if isinstance(a, RemoveFile)}
@@ -274,11 +326,9 @@ def check_conflicts(
         check_app_versions(actions, *_winner_apps(w))  # the same batch landed first
         for a in w.actions:
             if isinstance(a, Metadata):
-                raise CommitConflictError(
-                    f"expected no concurrent table change, found a metadata/schema change in "
-                    f"version {v} ({w.header.operation}). Read the table again and retry.",
-                    winning_version=v,
-                )
+                error = _metadata_conflict(kind, actions, read_metadata, a, v, w.header.operation)
+                if error is not None:
+                    raise error
         if kind == "metadata":
             raise CommitConflictError(
                 f"expected version {v - 1} to still be the latest for this metadata change, "
@@ -491,6 +541,7 @@ class Transaction:
                 actions=self.actions,
                 winners=new,
                 replaced_partitions=self.replaced_partitions,
+                read_metadata=None if self.read_snapshot is None else self.read_snapshot.metadata,
             )
             if new:
                 version = new[-1].header.version + 1
@@ -569,7 +620,9 @@ class Transaction:
             )
         fresh = load_snapshot(self.storage)
         check_app_versions(self.actions, fresh.app_versions, fresh.app_commits)
-        if fresh.metadata != read.metadata:
+        if fresh.metadata != read.metadata and not (
+            _data_append(self.kind, self.actions) and same_shape(fresh.metadata, read.metadata)
+        ):
             raise CommitConflictError(
                 f"expected no concurrent table change, found the metadata (schema, "
                 f"partitioning or properties) changed between version {read.version} and "

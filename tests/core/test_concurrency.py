@@ -402,18 +402,23 @@ def test_overwrite_conflicts_with_an_append_into_its_partition(
     assert final.to_arrow(filter=[("p", "=", "b")]).num_rows == 2
 
 
-def test_metadata_change_conflicts_with_everything(backend: Any) -> None:
+def test_metadata_changes_conflict_but_appends_rebase_over_property_changes(
+    backend: Any,
+) -> None:
     t1, t2 = _two_writers(backend)
     stale = t2.snapshot()
     t1.set_properties({"team": "a"})  # version 5
+    # properties alone do not change what an append writes: it rebases over them
+    assert t2.append(_row(5, 5, "a")).version == 6
+    t1.refresh().add_columns([pa.field("note", pa.string())])  # version 7
     before = {f.path for f in t1.storage.walk() if not f.path.startswith("_lakelog")}
-    with pytest.raises(CommitConflictError) as info:
-        t2.append(_row(5, 5, "a"))
-    assert info.value.winning_version == 5
+    with pytest.raises(CommitConflictError, match="refresh") as info:
+        t2.append(_row(5, 6, "a"))
+    assert info.value.winning_version == 7
     after = {f.path for f in t1.storage.walk() if not f.path.startswith("_lakelog")}
     assert after == before  # the losing append removed its data file
     # a metadata change read at a stale version loses to a plain append
-    t1.append(_row(6, 6, "b"))  # version 6
+    t1.append(_row(6, 6, "b"), schema_mode="merge")  # version 8
     md = Metadata(
         table_id=stale.metadata.table_id,
         schema=stale.metadata.schema,
@@ -424,9 +429,9 @@ def test_metadata_change_conflicts_with_everything(backend: Any) -> None:
         t2.commit([md], operation="SET PROPERTIES", kind="metadata", read_snapshot=stale)
     assert info.value.winning_version == 5  # the first winner it meets
     final = lakelog.open_table(backend.uri, storage_options=backend.storage_options)
-    assert final.version == 6 and final.properties == {"team": "a"}
+    assert final.version == 8 and final.properties == {"team": "a"}
     # refreshed, the writer succeeds
-    assert t2.refresh().append(_row(5, 5, "a")).version == 7
+    assert t2.refresh().append(_row(5, 6, "a"), schema_mode="merge").version == 9
 
 
 # -- idempotent retries after an unknown outcome --------------------------------------------
