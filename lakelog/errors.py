@@ -23,6 +23,7 @@ __all__ = [
     "ManifestLeafError",
     "SchemaMismatchError",
     "SparkEnvironmentError",
+    "StorageConsistencyError",
     "StorageNotSupportedError",
     "TableExistsError",
     "TableNotFoundError",
@@ -142,6 +143,14 @@ class ManifestLeafError(CorruptLogError):
 class StorageNotSupportedError(LakelogError):
     """The filesystem cannot be used: its driver is missing, or it cannot create a
     file only if absent (so commits would not be safe)."""
+
+
+class StorageConsistencyError(StorageNotSupportedError):
+    """The store accepted a second put-if-absent of the same key (it ignores the
+    condition, as some S3-compatible stores do), so two writers could both create
+    the same version and one commit would silently replace the other; nothing was
+    committed. The table property ``lakelog.storage.check_put_if_absent`` skips the
+    check."""
 
 
 class DataFileMissingError(LakelogError, FileNotFoundError):

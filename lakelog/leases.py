@@ -5,13 +5,15 @@ creates ``_lakelog/_leases/<lease id>.json`` before it writes its first data
 file, puts the lease id into the path of every file it writes (the file name,
 or the Spark staging folder), renews the lease from a heartbeat thread every
 ``ttl / 4`` and deletes it once its commit landed or it gave up; a killed
-writer's lease simply expires. ``vacuum`` keeps every file whose path carries
-the id of a live lease, whatever ``older_than`` or ``force`` say. ``add_files``,
+writer's lease expires, or ends at once where its holder is known dead
+(:func:`holder_gone`). ``vacuum`` keeps every file whose path carries the id of a
+lease in force (:func:`in_force`), whatever ``older_than`` or ``force`` say. ``add_files``,
 which adopts files that already exist (their names carry no lease id), names them
 in its lease instead (``paths``; see :meth:`Lease.confirm_adopted`).
 
 A lease is live for vacuum until ``expires_ms`` plus one ``ttl`` of grace
-(clock skew between machines). Vacuum deletes within
+(clock skew between machines), unless its holder is known dead: a dead process
+commits nothing, so its files are orphans at once. Vacuum deletes within
 :data:`LEASE_RECHECK_SECONDS` of reading the leases (it reads them again
 before a delete batch otherwise). A writer whose lease lapsed (the process
 stalled, or its heartbeats failed) may therefore have lost files; before its
@@ -51,6 +53,7 @@ __all__ = [
     "Lease",
     "LeaseRecord",
     "holder_gone",
+    "in_force",
     "lease_ids_in",
     "lease_path",
     "process_identity",
@@ -159,6 +162,13 @@ def holder_gone(record: LeaseRecord) -> bool:
         return True
     now = _proc_start(record.pid)
     return now is not None and str(now) != start  # the pid was reused since
+
+
+def in_force(record: LeaseRecord, now_ms: float) -> bool:
+    """Whether a lease counts at ``now_ms``: live (:meth:`LeaseRecord.live`) and its
+    holder not known dead (:func:`holder_gone`). The one rule for writer, cleanup and
+    claim leases (docs/format.md, "Dead holders")."""
+    return record.live(now_ms) and not holder_gone(record)
 
 
 def _pid_exists(pid: int) -> bool:

@@ -171,6 +171,13 @@ PROPERTIES: dict[str, Property] = {
             low=0,
             low_open=True,
         ),
+        Property(
+            "lakelog.storage.check_put_if_absent",
+            "bool",
+            "true",
+            "before the first commit through a store, check once that it refuses a second "
+            "put-if-absent of the same key (lakelog/storage_check.py)",
+        ),
         # writing data files
         Property(
             "lakelog.target_file_size",

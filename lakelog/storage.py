@@ -32,6 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from .errors import InvalidArgumentError, StorageNotSupportedError
+from .paths import leaves_root
 
 __all__ = ["FileInfo", "Storage", "check_local_root", "normalize_uri"]
 
@@ -276,10 +277,40 @@ class Storage:
             raise FileExistsError(full)
         self.fs.pipe_file(full, data)
 
+    def refuses_second_put(self, rel: str) -> bool:
+        """Whether :meth:`put_if_absent` keeps its promise here: ``rel`` (a new, unique
+        name) is put twice, and the second put must raise :class:`FileExistsError` and
+        leave the first bytes. ``rel`` is deleted afterwards, whatever happens.
+
+        Some S3-compatible stores accept the conditional-put header and ignore it;
+        on them the second put succeeds and this returns False.
+        """
+        try:
+            self.put_if_absent(rel, b"first")
+            try:
+                self.put_if_absent(rel, b"second")
+            except FileExistsError:
+                return self.read_bytes(rel) == b"first"
+            return False
+        finally:
+            self.delete([rel])
+
     def delete(self, rel_paths: list[str]) -> None:
-        """Delete files; missing ones are ignored (deletion is idempotent)."""
+        """Delete files; missing ones are ignored (deletion is idempotent).
+
+        Only files inside the root: a path that may leave it (:func:`leaves_root`, as a
+        damaged log could name) makes the call raise :class:`InvalidArgumentError`
+        before anything is deleted."""
+        rel_paths = list(rel_paths)
         if not rel_paths:
             return
+        outside = [rel for rel in rel_paths if leaves_root(rel)]
+        if outside:
+            raise InvalidArgumentError(
+                f"expected root-relative paths of files inside the table root {self.uri} "
+                f"to delete, found {outside[:3]!r}; nothing was deleted. lakelog never "
+                f"deletes outside a table: a log naming such a file is damaged."
+            )
         if self._is_local:
             for rel in rel_paths:
                 _silent_unlink(self.full(rel))

@@ -40,6 +40,7 @@ from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
 from .partitioning import check_partition_columns, partition_string
 from .properties import get_int, get_str, validate_properties
 from .storage import Storage
+from .storage_check import ensure_put_if_absent, record_created
 from .transaction import (
     CommitResult,
     Kind,
@@ -187,9 +188,12 @@ class Table:
         ``lease`` is the writer lease the added files were written under: before
         every put it checks they are still there (see :meth:`Lease.check`).
         """
+        read_snapshot = read_snapshot or self._snapshot
+        # a store that ignores put-if-absent would let commits replace each other
+        ensure_put_if_absent(self.storage, read_snapshot.properties, actions)
         txn = Transaction(
             self.storage,
-            read_snapshot or self._snapshot,
+            read_snapshot,
             operation=operation,
             kind=kind,
             actions=actions,
@@ -913,6 +917,7 @@ def create_with_files(
         properties=validate_properties(properties or {}),
         created_ms=now,
     )
+    ensure_put_if_absent(storage, md.properties, creating=True)
     actions: list[Action] = [md, *(adds or [])]
     if app is not None:  # exactly-once ingest: the first batch creates the table
         actions.append(app)
@@ -933,6 +938,7 @@ def create_with_files(
             f"expected no table at {storage.uri}, found one created concurrently; open it "
             f"with lakelog.open_table()."
         ) from e
+    record_created(storage)
     if txn.landed_snapshot is not None:
         return Table(storage, txn.landed_snapshot)
     return Table(storage, load_snapshot(storage))
@@ -983,6 +989,7 @@ def write_table(
         parts = check_partition_columns(schema, partition_by)
         check_parquet_properties(props, schema, parts)
         opts_table = write_options_from(props)
+        ensure_put_if_absent(storage, props, creating=True)  # before any data is written
         batches = (conform(b, schema) for b in reader if b.num_rows)
         lease = Lease.acquire(storage, operation="CREATE TABLE AS WRITE", properties=props)
         with lease:

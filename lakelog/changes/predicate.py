@@ -36,7 +36,7 @@ class Where:
     """A required row predicate, parsed once against the table schema."""
 
     def __init__(self, where: Any, schema: pa.Schema, *, operation: str) -> None:
-        pred = parse_filter(where, schema)
+        pred = parse_filter(where, schema, argument="where")
         if pred is None:
             raise InvalidArgumentError(
                 f"expected a predicate selecting the rows to {operation.lower()}, such as "

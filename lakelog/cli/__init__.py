@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "lakelog.cli.metadata",
     "lakelog.cli.adopt",
     "lakelog.cli.plans",
+    "lakelog.cli.check_storage",
 )
 
 EXIT_STATUSES = """\

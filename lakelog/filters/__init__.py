@@ -17,6 +17,11 @@ Guarantees:
   column, never Python per file.
 * Decoding a pyarrow Expression never guesses: the decoded tree is verified by
   rebuilding an Expression equal to the input, or the whole filter is :class:`Unknown`.
+* A filter Arrow could not evaluate over the table is refused when it is parsed, in
+  any form, with an :class:`~lakelog.errors.InvalidArgumentError` naming the column and
+  its type: comparisons take integers, floating-point numbers, decimals, strings,
+  binary, booleans, dates, times, timestamps and durations; a list, struct or map
+  column takes only ``is null`` / ``is not null`` (:func:`.bind.comparable`).
 
 Modules:
 

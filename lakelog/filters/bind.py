@@ -7,10 +7,18 @@ Invariants:
   Arrow compares the two (``int_col > 2.5``), else the filter is refused with an
   :class:`~lakelog.errors.InvalidArgumentError` naming the type expected.
 * A string is never compared with a non-string column, nor the reverse.
+* A comparison (``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``between``, ``in``) is
+  bound only where Arrow has the kernel for the column's type and the literal's type
+  (:data:`COMPARABLE`); else it is refused here, with the column and its type, rather
+  than by Arrow when the rows are read. ``is null`` / ``is not null`` take any column.
+* :func:`~.parse.check_predicate` is the one check of a whole tree against the schema,
+  whatever front end made it: every leaf as above, and every :class:`~.tree.Unknown`
+  part bound to the schema (Arrow's refusal becomes an ``InvalidArgumentError``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,9 +26,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
+from .tree import FUNCS
+
+COMPARABLE = (
+    "integers, floating-point numbers, decimals, strings, binary, booleans, dates, times, "
+    "timestamps and durations"
+)
+"""The column types comparisons take, in words (what :func:`comparable` accepts for
+the usual types; Arrow's kernels decide at the edges)."""
+
+_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
-def _describe(t: pa.DataType) -> str:
+def describe(t: pa.DataType) -> str:
     if pa.types.is_date(t):
         return "a date such as '2026-11-02'"
     if pa.types.is_timestamp(t):
@@ -71,15 +89,20 @@ def cast_value(s: pa.Scalar, t: pa.DataType) -> pa.Scalar | None:
     return None
 
 
-def bind_literal(column: str, t: pa.DataType, value: Any, where: str) -> pa.Scalar:
+def bind_literal(
+    column: str, t: pa.DataType, value: Any, where: str, *, op: str = "="
+) -> pa.Scalar:
     """``value`` as a literal for ``column`` of type ``t``: in ``t`` where that is lossless,
-    else in its own type if Arrow compares the two (``int_col > 2.5``)."""
+    else in its own type if Arrow compares the two (``int_col > 2.5``). ``op`` is the
+    comparison as written (``between``, ``in`` too): a column of a type it cannot
+    compare is refused first (:class:`Uncomparable`)."""
+    check_comparable(column, t, op, where)
     if value is None:
         return pa.scalar(None, t)
 
     def refuse() -> InvalidArgumentError:
         return InvalidArgumentError(
-            f"expected {_describe(t)} for column {column!r}{where}, found {value!r}; "
+            f"expected {describe(t)} for column {column!r}{where}, found {value!r}; "
             f"write the value in the column's type."
         )
 
@@ -105,10 +128,11 @@ def bind_literal(column: str, t: pa.DataType, value: Any, where: str) -> pa.Scal
 
 
 def bind_literals(
-    column: str, t: pa.DataType, values: Sequence[Any], where: str
+    column: str, t: pa.DataType, values: Sequence[Any], where: str, *, op: str = "in"
 ) -> tuple[Any, ...]:
     """``values`` bound as by :func:`bind_literal`, all in one type (for ``in`` lists)."""
-    scalars = [bind_literal(column, t, v, where) for v in values]
+    check_comparable(column, t, op, where)
+    scalars = [bind_literal(column, t, v, where, op=op) for v in values]
     if len({s.type for s in scalars}) <= 1:
         return tuple(scalars)
     try:  # mixed (5 and 2.5 for an integer column): one type Arrow compares with t
@@ -117,7 +141,7 @@ def bind_literals(
         common = None
     if common is None or not _comparable(t, common[0]):
         raise InvalidArgumentError(
-            f"expected values of one type ({_describe(t)}) for column {column!r}{where}, "
+            f"expected values of one type ({describe(t)}) for column {column!r}{where}, "
             f"found {list(values)!r}"
         )
     return tuple(common)
@@ -139,3 +163,78 @@ def is_nan(s: pa.Scalar) -> bool:
         return False
     v = s.as_py()
     return bool(v != v)
+
+
+# -- which types compare -------------------------------------------------------------------
+
+
+def probe_ops(op: str) -> tuple[str, ...]:
+    """The kernels a comparison written ``op`` runs (``between`` is ``>=`` and ``<=``)."""
+    key = op.strip().lower()
+    if key in ("in", "not in"):
+        return ("in",)
+    if key in ("between", "not between"):
+        return (">=", "<=")
+    return ({"==": "=", "<>": "!="}.get(key, key),)
+
+
+@functools.lru_cache(maxsize=512)
+def kernel(op: str, t: pa.DataType, other: pa.DataType) -> bool:
+    """Whether Arrow evaluates ``op`` between a column of type ``t`` and values of
+    type ``other`` (``in``: a value set of type ``other``). Types only: cached."""
+    try:
+        column = pa.array([], t)
+        if op == "in":
+            pc.is_in(column, value_set=pa.array([], other))
+        else:
+            FUNCS[op](column, pa.array([], other))
+    except (*_ERRORS, KeyError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=512)
+def comparable(t: pa.DataType, op: str = "=") -> bool:
+    """Whether a column of type ``t`` takes the comparison ``op`` (as written: ``<``,
+    ``between``, ``in``...): Arrow has equality and the kernel of ``op`` over two values
+    of the type (or of its dictionary's values). Lists, structs, maps, unions,
+    intervals, ``float16`` and null-typed columns take none."""
+    others = (t, t.value_type) if pa.types.is_dictionary(t) else (t,)
+    kernels = dict.fromkeys(("=", *probe_ops(op)))
+    return all(any(kernel(k, t, o) for o in others) for k in kernels)
+
+
+class Uncomparable(InvalidArgumentError):
+    """A comparison on a column whose type does not compare. :func:`parse_filter
+    <lakelog.filters.parse_filter>` re-raises it as a plain ``InvalidArgumentError``
+    that also names the argument the filter came in (:meth:`message`)."""
+
+    def __init__(self, column: str, t: pa.DataType, op: str, where: str) -> None:
+        self.column, self.type, self.op, self.where = column, t, op, where
+        super().__init__(self.message("filter", None))
+
+    def message(self, argument: str, shown: str | None) -> str:
+        """The message for a filter passed as ``argument`` (a keyword such as
+        ``where``), whose text is ``shown`` (None: the location says enough)."""
+        at = location(self.where, argument, shown)
+        return (
+            f"expected a column of a type that compares ({COMPARABLE}) for {self.op!r}{at}, "
+            f"found column {self.column!r} of type {self.type}; a filter can test a column "
+            f"of this type only with 'is null' or 'is not null': select the rows by other "
+            f"columns, or by this column's values after reading."
+        )
+
+
+def location(where: str, argument: str, shown: str | None) -> str:
+    """Where in a filter: ``where`` (" at column 8") of the filter passed as
+    ``argument`` whose text is ``shown`` (None: ``where`` alone)."""
+    if shown is None:
+        return where
+    return f"{where} of {argument}={shown}" if where else f" in {argument}={shown}"
+
+
+def check_comparable(column: str, t: pa.DataType, op: str, where: str) -> None:
+    """Refuse (:class:`Uncomparable`) the comparison ``op`` on ``column`` of type ``t``
+    where Arrow cannot compare values of the type."""
+    if not comparable(t, op):
+        raise Uncomparable(column, t, op, where)

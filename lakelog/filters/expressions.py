@@ -81,6 +81,15 @@ def decode_expression(expr: pc.Expression, schema: pa.Schema) -> Predicate:
     return pred if not isinstance(pred, Unknown) else Unknown(expr)
 
 
+def expression_columns(expr: pc.Expression) -> list[str]:
+    """The top-level columns ``expr`` refers to, in order of first use (empty where its
+    serialized form cannot be read)."""
+    try:
+        return list(dict.fromkeys(_Decoder(expr).columns))
+    except Exception:  # noqa: BLE001 - only for messages: no names rather than an error
+        return []
+
+
 class _Decoder:
     """Reads the tree from an Expression's serialized form (an Arrow IPC file whose
     schema metadata lists it in prefix order, literals and options as batch columns)."""

@@ -195,7 +195,8 @@ class _SqlParser:
                 raise self.fail(f"a column after {op.text!r} (one side must be a column)")
             self.take()
             t = column_type(self.schema, col.value, f" at column {col.pos + 1}")
-            return Compare(col.value, FLIP[_SQL_OPS[op.value]], self.bind(col.value, t, lit), True)
+            cmp = FLIP[_SQL_OPS[op.value]]
+            return Compare(col.value, cmp, self.bind(col.value, t, lit, cmp), True)
         raise self.fail("a condition (a column, 'not', 'true', 'false' or '(')")
 
     def predicate(self) -> Predicate:
@@ -210,7 +211,8 @@ class _SqlParser:
                     f"a literal after {tok.text!r} (comparing two columns is not supported)"
                 )
             lit = self.literal(f"a literal after {tok.text!r}")
-            return Compare(name, _SQL_OPS[tok.value], self.bind(name, t, lit))
+            cmp = _SQL_OPS[tok.value]
+            return Compare(name, cmp, self.bind(name, t, lit, cmp))
         negated = False
         if self.is_kw("not") and (self.is_kw("between", 1) or self.is_kw("in", 1)):
             self.take()
@@ -222,8 +224,8 @@ class _SqlParser:
             hi = self.literal("a literal after 'and'")
             both = And(
                 (
-                    Compare(name, ">=", self.bind(name, t, lo)),
-                    Compare(name, "<=", self.bind(name, t, hi)),
+                    Compare(name, ">=", self.bind(name, t, lo, "between")),
+                    Compare(name, "<=", self.bind(name, t, hi, "between")),
                 )
             )
             return Not(both) if negated else both
@@ -236,7 +238,11 @@ class _SqlParser:
                 lits.append(self.literal("a literal after ','"))
             self.expect_op(")", "the list of values")
             values = bind_literals(
-                name, t, [self.value_for(t, lit) for lit in lits], f" at column {col.pos + 1}"
+                name,
+                t,
+                [self.value_for(t, lit) for lit in lits],
+                f" at column {col.pos + 1}",
+                op="not in" if negated else "in",
             )
             return In(name, values, negated=negated, nulls="sql")
         if self.is_kw("is"):
@@ -292,5 +298,5 @@ class _SqlParser:
             return int(lit.text)
         return float(lit.text)
 
-    def bind(self, name: str, t: pa.DataType, lit: _Lit) -> pa.Scalar:
-        return bind_literal(name, t, self.value_for(t, lit), f" at column {lit.pos + 1}")
+    def bind(self, name: str, t: pa.DataType, lit: _Lit, op: str) -> pa.Scalar:
+        return bind_literal(name, t, self.value_for(t, lit), f" at column {lit.pos + 1}", op=op)

@@ -15,9 +15,18 @@ from dataclasses import dataclass
 import msgspec
 
 from .._failpoints import pausepoint
-from ..errors import CorruptLogError, LogGapError, UnsupportedFormatError
+from ..errors import CorruptLogError, InvalidArgumentError, LogGapError, UnsupportedFormatError
+from ..paths import LOG_FOLDER, first_bad_data_path
 from ..storage import Storage
-from .actions import BASE_FORMAT_VERSION, FORMAT_VERSION, Action, Commit, CommitHeader
+from .actions import (
+    BASE_FORMAT_VERSION,
+    FORMAT_VERSION,
+    Action,
+    AddFile,
+    Commit,
+    CommitHeader,
+    RemoveFile,
+)
 
 __all__ = [
     "LOG_DIR",
@@ -27,12 +36,13 @@ __all__ = [
     "decode_header",
     "encode_commit",
     "list_log",
+    "outside_root_error",
     "read_commit",
     "read_header",
     "read_tail",
 ]
 
-LOG_DIR = "_lakelog"
+LOG_DIR = LOG_FOLDER
 _COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 _MANIFEST_RE = re.compile(r"^(\d{20})\.manifest\.parquet$")
 
@@ -60,7 +70,20 @@ def commit_path(version: int) -> str:
 
 
 def encode_commit(header: CommitHeader, actions: Sequence[Action]) -> bytes:
-    """One JSON document, one action per line so it reads well in a pager."""
+    """One JSON document, one action per line so it reads well in a pager.
+
+    :class:`InvalidArgumentError` for an ``add`` or ``remove`` whose path is not a data
+    file inside the root (:func:`lakelog.paths.bad_data_path`): every reader would
+    refuse the commit."""
+    bad = _bad_path(actions)
+    if bad is not None:
+        raise InvalidArgumentError(
+            f"expected the data files of a commit to have paths relative to the table "
+            f"root, inside it and outside {LOG_DIR}/, found {bad[1]!r} as the path of "
+            f"{'an' if bad[0] == 'add' else 'a'} {bad[0]}; nothing was committed. Give "
+            f"root-relative paths without '..', a leading '/' or a scheme (copy files from "
+            f"elsewhere into the table's folder)."
+        )
     body = b",\n".join(_ENCODER.encode(a) for a in actions)
     return b'{"header":' + _ENCODER.encode(header) + b',"actions":[\n' + body + b"\n]}\n"
 
@@ -105,7 +128,33 @@ def decode_commit(data: bytes, version: int) -> Commit:
             f"expected the header of {commit_path(version)} to say version {version}, "
             f"found {commit.header.version}; the file was copied or renamed by hand."
         )
+    bad = _bad_path(commit.actions)
+    if bad is not None:
+        raise outside_root_error(commit_path(version), bad[0], bad[1])
     return commit
+
+
+def _bad_path(actions: Sequence[object]) -> tuple[str, str] | None:
+    """The kind and path of the first ``add`` or ``remove`` whose path is not a data
+    file inside the root, or None."""
+    files = [a for a in actions if isinstance(a, (AddFile, RemoveFile))]
+    bad = first_bad_data_path([a.path for a in files])
+    if bad is None:
+        return None
+    return next(
+        ("add" if isinstance(a, AddFile) else "remove") for a in files if a.path == bad
+    ), bad
+
+
+def outside_root_error(where: str, kind: str, path: str) -> CorruptLogError:
+    """The error of a log file (``where``) naming a data file outside the root."""
+    return CorruptLogError(
+        f"expected every {kind} in {where} to name a data file by its path relative to "
+        f"the table root, inside it and outside {LOG_DIR}/, found {path!r}: the log was "
+        f"written by hand or by a faulty tool, and lakelog neither reads nor cleans up "
+        f"files outside a table. Nothing was read or deleted; restore {where} from a "
+        f"backup."
+    )
 
 
 def read_commit(storage: Storage, version: int) -> Commit:

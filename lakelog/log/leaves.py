@@ -31,8 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ManifestLeafError, UnsupportedFormatError
+from ..errors import CorruptLogError, ManifestLeafError, UnsupportedFormatError
 from ..filters import FileStatsColumns
+from ..paths import check_manifest_paths, check_read_paths
 from ..storage import Storage
 from .actions import FORMAT_VERSION, DataFile, FileStats
 from .commits import LOG_DIR
@@ -442,6 +443,7 @@ class Leaf(RowBlock):
 
     # -- encoding ---------------------------------------------------------------------
     def encode(self) -> bytes:
+        check_manifest_paths(self.paths(), f"manifest leaf {self.path or '(new)'}")
         header = msgspec.json.encode(_LeafHeader(LEAF_FORMAT, len(self)))
         table = self.table.replace_schema_metadata({META_KEY: header})
         buf = io.BytesIO()
@@ -478,6 +480,10 @@ class Leaf(RowBlock):
                 + (f" and no column {sorted(missing)}" if missing else ""),
                 leaf=path,
             )
+        try:
+            check_read_paths(table.column("path"), f"manifest leaf {path}")
+        except CorruptLogError as e:  # damaged like any other leaf: resolved without it
+            raise ManifestLeafError(str(e), leaf=path) from e
         return cls(table.replace_schema_metadata(None), path)
 
 

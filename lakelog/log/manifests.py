@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from ..errors import CorruptLogError, UnsupportedFormatError
 from ..filters import FileStatsColumns
+from ..paths import check_manifest_paths, check_read_paths
 from ..storage import Storage
 from .actions import FORMAT_VERSION, Metadata
 from .commits import LOG_DIR
@@ -122,6 +123,7 @@ def _v1_header(header: ManifestHeader) -> bytes:
 
 def encode_manifest(header: ManifestHeader, files: pa.Table) -> bytes:
     """A version-1 manifest (its header says ``format_version: 1``, its layout)."""
+    check_manifest_paths(files.column("path"), f"manifest {manifest_path(header.version)}")
     table = files.cast(FILES_SCHEMA).replace_schema_metadata({_META_KEY: _v1_header(header)})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", row_group_size=65536)
@@ -186,6 +188,7 @@ def read_manifest(storage: Storage, version: int) -> Manifest | Root:
         files = table.select(FILES_SCHEMA.names).cast(FILES_SCHEMA)
     except (pa.ArrowException, KeyError) as e:
         raise CorruptLogError(f"manifest {manifest_path(version)} has a wrong schema: {e}") from e
+    check_read_paths(files.column("path"), f"manifest {manifest_path(version)}")
     return Manifest(header, files)
 
 

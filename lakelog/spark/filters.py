@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -66,10 +67,20 @@ def translate_filter(
     """Pruning expression for ``filter`` over a table of ``schema`` (None: prune nothing).
 
     With a classic (py4j) session, Spark's analyzed plan is translated. With Spark
-    Connect, whose plans a client cannot reach, see :func:`connect_pruning`.
+    Connect, whose plans a client cannot reach, see :func:`connect_pruning`. A filter
+    Spark refuses for its types (an array column compared with a number) is an
+    :class:`~lakelog.errors.InvalidArgumentError` naming the columns and their types.
     """
+    from pyspark.errors import AnalysisException
+
     empty = spark.createDataFrame([], spark_schema)
-    filtered = empty.where(filter)
+    try:
+        filtered = empty.where(filter)
+    except AnalysisException as e:
+        condition = str(_condition(e) or "")
+        if not condition.startswith("DATATYPE_MISMATCH"):
+            raise
+        raise InvalidArgumentError(_mismatch_message(filter, schema, e)) from e
     jdf = getattr(filtered, "_jdf", None)
     if jdf is None:  # Spark Connect: the plan is not reachable from Python
         return connect_pruning(filter, schema)
@@ -77,6 +88,39 @@ def translate_filter(
     if plan.getClass().getSimpleName() != "Filter":
         return None
     return _Translator(schema).run(plan.condition())
+
+
+def _condition(e: Exception) -> str | None:
+    for getter in ("getCondition", "getErrorClass"):  # the second before Spark 4
+        get = getattr(e, getter, None)
+        if get is not None:
+            try:
+                return str(get())
+            except Exception:  # noqa: BLE001 - py4j or a deprecated getter: try the next
+                continue
+    return None
+
+
+def _mismatch_message(filter: str | Column, schema: pa.Schema, e: Exception) -> str:
+    """Spark's type mismatch in ``filter``, with the table columns it names and their
+    types (the ones nothing compares with first), and what to write instead."""
+    from ..filters.bind import comparable
+
+    text = filter if isinstance(filter, str) else str(filter)
+    words = {a or b for a, b in re.findall(r"`([^`]+)`|([^\W\d][\w.]*)", text)}
+    named = [n for n in schema.names if n in words]
+    odd = [n for n in named if not comparable(schema.field(n).type)]
+    typed = ", ".join(f"{n!r} of type {schema.field(n).type}" for n in (odd or named))
+    spark_says = " ".join(str(e).splitlines()[0].split()) if str(e) else type(e).__name__
+    columns = f" ({'column' if len(odd or named) == 1 else 'columns'} {typed})" if typed else ""
+    return (
+        f"expected filter to compare each column with a value of its own type, found "
+        f"filter={filter!r}{columns}, which Spark refuses: {spark_says}. Compare an array "
+        f"or struct column only with a value of the same shape (array(1, 2), "
+        f"named_struct('a', 1)); a map column compares with nothing. Test their parts "
+        f"instead, such as size(tags) > 1, array_contains(tags, 1), st.a = 1, "
+        f"m['key'] = 1, or 'is null'."
+    )
 
 
 class _Translator:

@@ -6,8 +6,8 @@ vectorized pruning; Spark still evaluates every one of them on the rows read, so
 translation only has to *keep every file that holds a row Spark would select*:
 
 * a filter that cannot be translated (an unknown column, a value that does not bind
-  to the column's type, a shape lakelog does not model) is left out, which keeps
-  files;
+  to the column's type, a column of a type Arrow does not compare such as an array or
+  a struct, a shape lakelog does not model) is left out, which keeps files;
 * floating-point columns follow Spark's NaN rules, where NaN is equal to itself and
   greater than every number while lakelog's statistics never count NaN as a bound:
   ``>``, ``>=`` and ``!=`` on them are left out (``=``, ``<``, ``<=``, ``in`` are
@@ -102,11 +102,13 @@ def _flip_null(f: Any) -> Any:
     return SparkIsNull(f.attribute)
 
 
-def _bind(name: str, t: pa.DataType, value: Any) -> pa.Scalar | None:
+def _bind(name: str, t: pa.DataType, value: Any, op: str) -> pa.Scalar | None:
     if value is None:
         return None  # a comparison with null selects nothing in Spark: keep files anyway
     try:
-        return bind_literal(name, t, value, " (Spark filter pushdown)")
+        # also refuses columns Arrow cannot compare (lists, structs, maps), which Spark
+        # can: left out, Spark alone evaluates them
+        return bind_literal(name, t, value, " (Spark filter pushdown)", op=op)
     except InvalidArgumentError:
         return None
 
@@ -129,8 +131,8 @@ def _compare(f: Any, op: str, schema: pa.Schema) -> Predicate | None:
         return None
     value = f.value
     if _zoned(t, value):
-        lo = _bind(name, t, (value - _SLACK).replace(tzinfo=dt.timezone.utc))
-        hi = _bind(name, t, (value + _SLACK).replace(tzinfo=dt.timezone.utc))
+        lo = _bind(name, t, (value - _SLACK).replace(tzinfo=dt.timezone.utc), ">=")
+        hi = _bind(name, t, (value + _SLACK).replace(tzinfo=dt.timezone.utc), "<=")
         if lo is None or hi is None:
             return None
         if op == "=":
@@ -140,7 +142,7 @@ def _compare(f: Any, op: str, schema: pa.Schema) -> Predicate | None:
         if op in ("<", "<="):
             return Compare(name, "<=", hi)
         return None  # != on a shifted instant says nothing safe
-    bound = _bind(name, t, value)
+    bound = _bind(name, t, value, op)
     if bound is None:
         return None
     return Compare(name, op, bound)  # type: ignore[arg-type]
@@ -161,7 +163,7 @@ def _in(f: Any, schema: pa.Schema, *, negated: bool) -> Predicate | None:
         return Or(tuple(p for p in parts if p is not None))
     if negated and (pa.types.is_floating(t) or any(v is None for v in values)):
         return None  # NaN rules; NOT IN (..., NULL) is never true in Spark: keep files
-    bound = [_bind(name, t, v) for v in values if v is not None]
+    bound = [_bind(name, t, v, "in") for v in values if v is not None]
     if not bound or any(b is None for b in bound):
         return None
     return In(name, tuple(b for b in bound if b is not None), negated=negated, nulls="sql")

@@ -29,6 +29,7 @@ from lakelog.filters import (
     prune_mask,
     to_expression,
 )
+from lakelog.filters.expressions import decode_expression
 
 SCHEMA = pa.schema(
     [
@@ -340,13 +341,17 @@ def test_expression_parts_not_understood() -> None:
     ]
     for part in odd:
         whole = (pc.field("p") == 1) & part
-        pred = parse_filter(whole, SCHEMA)
+        pred = decode_expression(whole, SCHEMA)  # parse_filter also refuses what Arrow cannot run
         assert isinstance(pred, And), part
         assert pred.parts[0] == Compare("p", "=", i64(1))
         unknown = pred.parts[1]
         assert isinstance(unknown, Unknown) and unknown.expression is not None
         assert unknown.expression.equals(part)
         assert to_expression(pred).equals(whole)
+    unrunnable = [odd[2], odd[4], odd[5]]  # not boolean, a null, a call Arrow does not have
+    for part in unrunnable:
+        with pytest.raises(InvalidArgumentError, match="Arrow can evaluate"):
+            parse_filter((pc.field("p") == 1) & part, SCHEMA)
     alone = pc.field("i") + 1 > 2
     pred = parse_filter(alone, SCHEMA)
     assert isinstance(pred, Unknown) and pred.expression is not None

@@ -28,6 +28,7 @@ import pytest
 
 import lakelog
 from lakelog import _failpoints, leases
+from lakelog.cli import main
 from lakelog.errors import LeaseExpiredError
 from lakelog.io.writer import write_files
 from lakelog.leases import Lease, LeaseRecord, lease_path, read_leases
@@ -186,23 +187,92 @@ def test_a_writer_whose_lease_expired_and_lost_its_files_commits_nothing(
     assert t.vacuum(older_than=ZERO, force=True).files == ()  # nothing left behind
 
 
-def test_a_killed_writers_lease_keeps_its_files_until_it_expires(local_backend: Any) -> None:
-    t = _table(local_backend)
-    arg = json.dumps({"uri": t.uri, "opts": {}, "start": 100, "n": 10, "recheck": None})
-    proc = subprocess.run(
+KILLED_AT = "append:before-commit"  # its data files are written, its commit is not
+
+
+def _killed_writer(t: lakelog.Table, *, start: int) -> tuple[LeaseRecord, list[str]]:
+    """Run an append SIGKILLed after writing its files: its lease and its files."""
+    arg = json.dumps({"uri": t.uri, "opts": {}, "start": start, "n": 10, "recheck": None})
+    proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, arg],
-        env={**os.environ, "LAKELOG_CRASH_AT": "append:before-commit"},
-        capture_output=True,
+        env={**os.environ, "LAKELOG_CRASH_AT": KILLED_AT},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
-    assert proc.returncode == -signal.SIGKILL, (proc.stdout, proc.stderr)
-    lease = _only_lease(t)  # a killed writer cannot release its lease
+    out, err = proc.communicate(timeout=120)  # reaped: no process has its pid now
+    assert proc.returncode == -signal.SIGKILL, (out, err)
+    (lease,) = [r for r in read_leases(t.storage) if r.pid == proc.pid]  # never released
     orphans = _files_of(t, lease.lease_id)
-    assert len(orphans) == 2
+    assert len(orphans) == 2  # one per partition
+    return lease, orphans
+
+
+def _vacuum_now(t: lakelog.Table, how: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """Vacuum deleting every unreferenced file whatever its age, as the docs name it."""
+    if how == "api":
+        return t.vacuum(older_than=ZERO, force=True, dry_run=False).to_dict()
+    capsys.readouterr()
+    args = ["vacuum", t.uri, "--older-than", "0s", "--force", "--no-dry-run", "--json", "--paths"]
+    assert main(args) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+@pytest.mark.parametrize("how", ["api", "cli"])
+def test_a_writer_killed_on_this_machine_loses_its_files_at_once_a_live_one_keeps_them(
+    local_backend: Any, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its holder is known dead (docs/format.md, "Dead holders"): no TTL to wait out."""
+    t = _table(local_backend)
+    go = tmp_path / "go"
+    writer = _start_writer(local_backend, go, start=100, n=10)
+    try:
+        _wait_for(Path(f"{go}.paused").exists, writer)
+        (live,) = read_leases(t.storage)
+        pending = _files_of(t, live.lease_id)
+        dead, orphans = _killed_writer(t, start=200)
+        assert dead.live(time.time() * 1000)  # not expired: only its holder is gone
+        report = _vacuum_now(t, how, capsys)
+        assert sorted(report["files"]) == orphans
+        assert report["files_leased"] == 2 and report["live_leases"] == 2  # its own too
+        assert report["expired_leases"] == [lease_path(dead.lease_id)]
+        assert not any(t.storage.exists(p) for p in orphans)
+        assert all(t.storage.exists(p) for p in pending)
+        assert read_leases(t.storage) == [live]
+        go.touch()
+        out, err = writer.communicate(timeout=120)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.communicate()
+    assert writer.returncode == 0, err
+    assert out.split()[:2] == ["committed", "2"]
+    assert _ids(t) == list(range(4)) + list(range(100, 110))
+
+
+def _unjudged(lease: LeaseRecord, where: str) -> LeaseRecord:
+    """``lease`` as written by a holder vacuum cannot judge dead or alive."""
+    if where == "another host":
+        return msgspec.structs.replace(lease, host="elsewhere")
+    if where == "an older lakelog":
+        return msgspec.structs.replace(lease, process=None)
+    boot, ns, start = (lease.process or "").split("/")
+    return msgspec.structs.replace(lease, process=f"{boot}/{int(ns) + 1}/{start}")
+
+
+@pytest.mark.parametrize("where", ["another host", "an older lakelog", "another container"])
+def test_a_killed_writer_that_cannot_be_judged_keeps_its_files_until_its_lease_expires(
+    local_backend: Any, where: str
+) -> None:
+    if where == "another container" and not Path("/proc/self/ns/pid").exists():
+        pytest.skip("needs Linux /proc")
+    t = _table(local_backend)
+    lease, orphans = _killed_writer(t, start=100)
+    lease = _unjudged(lease, where)
+    t.storage.write_bytes(lease_path(lease.lease_id), msgspec.json.encode(lease))
     report = t.vacuum(older_than=ZERO, force=True, dry_run=False)
     assert report.files == () and report.files_leased == 2 and report.expired_leases == ()
+    assert all(t.storage.exists(p) for p in orphans)
     # time passes: the lease's expiry (plus its grace) is behind us
     past = msgspec.structs.replace(lease, expires_ms=int(time.time() * 1000) - 2 * lease.ttl_ms)
     t.storage.write_bytes(lease_path(lease.lease_id), msgspec.json.encode(past))

@@ -12,7 +12,11 @@ Invariants (``docs/delta-view.md``):
   transaction id) stops the view: ``_delta_log/_lakelog_broken.json`` records it and
   nothing is written until ``enable_delta_view(rebuild=True)``.
 * Expiry to ``O`` first makes sure a Delta checkpoint at ``O`` exists, then deletes
-  the Delta commits and checkpoints below ``O``.
+  the Delta commits and checkpoints below ``O`` (the *trim*), and only then puts the
+  Delta entry of its own commit. So once that entry exists the trim is done, and while
+  it is missing the next writer (finding it missing) syncs, which trims. Expiry and
+  vacuum delete no data file a remaining Delta entry lists (:func:`view_listed_files`),
+  and an expiry whose trim fails stops before deleting anything.
 
 Writing the view never fails a lakelog commit: the commit's caller logs the error
 and the next writer or a sync catches up.
@@ -23,17 +27,19 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..._failpoints import failpoint
 from ...errors import DeltaViewError, VersionExpiredError
-from ...log.actions import Action, Commit, Metadata
+from ...log.actions import Action, Commit, ExpireVersions, Metadata
 from ...log.commits import read_commit, read_header
 from ...log.snapshot import Snapshot, advance, load_snapshot
 from ...properties import get_bool, get_int
@@ -61,11 +67,13 @@ __all__ = [
     "DeltaViewStatus",
     "SyncReport",
     "after_commit",
-    "after_expiry",
     "check_view_metadata",
     "delete_view",
+    "finish_trim",
+    "follow_expiry",
     "sync_view",
     "view_enabled",
+    "view_listed_files",
     "view_status",
 ]
 
@@ -223,9 +231,23 @@ def _verify(storage: Storage, version: int, txn_id: str | None) -> None:
 # -- writing -------------------------------------------------------------------------
 
 
-def _put(storage: Storage, commit: Commit, metadata: Metadata, *, start: bool) -> bool:
-    """Put the translation of ``commit``; False if the same entry was already there."""
+def _put(
+    storage: Storage,
+    commit: Commit,
+    metadata: Metadata,
+    *,
+    start: bool,
+    progress: _Progress | None = None,
+) -> bool:
+    """Put the translation of ``commit``; False if the same entry was already there.
+
+    The entry of an expiry goes only after the trim to its oldest version: a writer
+    that finds it takes the view as trimmed, one that finds it missing syncs (and so
+    trims), so a trim cut short is never left for good."""
     v = commit.header.version
+    expired = [a.oldest_version for a in commit.actions if isinstance(a, ExpireVersions)]
+    if expired:
+        _trim(storage, max(expired), None, progress if progress is not None else _Progress())
     data = encode_delta_commit(commit.header, commit.actions, metadata, start=start)
     failpoint("delta-view:before-put")
     try:
@@ -249,7 +271,7 @@ def _start(storage: Storage, snapshot: Snapshot, report: _Progress) -> None:
         commit = read_commit(storage, snapshot.version)
     except FileNotFoundError:
         return  # expired meanwhile: the checkpoint alone starts the view
-    if _put(storage, commit, snapshot.metadata, start=True):
+    if _put(storage, commit, snapshot.metadata, start=True, progress=report):
         report.written.append(snapshot.version)
 
 
@@ -340,7 +362,7 @@ def _fill(storage: Storage, head: int, target: Snapshot, progress: _Progress) ->
     for v in range(head + 1, target.version + 1):
         commit = read_commit(storage, v)
         snap = target if v == target.version else advance(snap, [commit])
-        if _put(storage, commit, snap.metadata, start=False):
+        if _put(storage, commit, snap.metadata, start=False, progress=progress):
             progress.written.append(v)
         if _due(snap) and write_checkpoint(storage, snap):
             progress.checkpoints.append(v)
@@ -388,12 +410,104 @@ def _repair_hint(storage: Storage) -> None:
     storage.write_bytes(LAST_CHECKPOINT, _ENC.encode(body))
 
 
-def after_expiry(storage: Storage, at_oldest: Snapshot) -> None:
-    """After ``expire_snapshots`` committed its oldest version: make the view follow
-    (a checkpoint at the oldest version, then the older Delta entries deleted)."""
+def follow_expiry(storage: Storage, at_oldest: Snapshot) -> None:
+    """After ``expire_snapshots`` committed its oldest version, before it deletes any
+    file: make the view follow (a checkpoint at the oldest version, then the older Delta
+    entries deleted; the commit's own entry usually did it already).
+
+    Raises :class:`DeltaViewError` if that fails, so the expiry deletes nothing. A view
+    that is off, or broken by another engine's commit, is left as it is (lakelog does
+    not write it); :func:`view_listed_files` keeps the files its entries list."""
     latest = load_snapshot(storage)
-    if view_enabled(latest.properties):
+    if not view_enabled(latest.properties):
+        return
+    reason = _broken_reason(storage)
+    if reason is not None:
+        log.warning(
+            "the Delta view of %s is broken (%s): expiry leaves it as it is and keeps the "
+            "data files its entries list; %s",
+            storage.uri,
+            reason,
+            PYTHON_HINT.sub("", _REBUILD),
+        )
+        return
+    try:
         sync_view(storage, target=latest, at_oldest=at_oldest)
+    except Exception as e:
+        cmd = "`lakelog expire URI` (Python: table.expire_snapshots())"
+        raise DeltaViewError(
+            f"expected the Delta view of {storage.uri} to drop its versions below "
+            f"{at_oldest.version} before the expiry deletes data files, found that "
+            f"updating {storage.url(DELTA_LOG)} failed: {e}. The expiry committed (lakelog "
+            f"versions below {at_oldest.version} are expired) but deleted no file, so Delta "
+            f"readers lose nothing. Fix the cause and run the expiry again with the same "
+            f"options: {cmd} finishes it."
+        ) from e
+
+
+def finish_trim(storage: Storage) -> bool:
+    """Delete the Delta entries below the oldest readable version that an interrupted
+    expiry left (after a checkpoint there), if the view is on and not broken. Returns
+    whether there was such a trim to finish."""
+    snap = load_snapshot(storage)
+    if snap.oldest_version == 0 or not view_enabled(snap.properties):
+        return False
+    listing = list_delta_log(storage)
+    if not any(v < snap.oldest_version for v in listing.commits + listing.checkpoints):
+        return False
+    if _broken_reason(storage) is not None:
+        return False
+    sync_view(storage, target=snap)
+    return True
+
+
+def view_listed_files(storage: Storage, oldest: int) -> set[str]:
+    """Data files (paths as the Delta entries spell them, unquoted) that Delta readers
+    may still open a version listing, beyond the retained lakelog versions: those the
+    Delta commits and checkpoints below ``oldest`` list (a trim that did not happen: the
+    view turned off and kept, or not trimmed yet), and, in a view broken by another
+    engine, those every Delta entry lists. Expiry and vacuum keep them.
+
+    A trimmed view costs one listing of ``_delta_log/``."""
+    listing = list_delta_log(storage)
+    commits = [v for v in listing.commits if v < oldest]
+    checkpoints = [v for v in listing.checkpoints if v < oldest]
+    if (listing.commits or listing.checkpoints) and _broken_reason(storage) is not None:
+        commits, checkpoints = list(listing.commits), list(listing.checkpoints)
+    paths: set[str] = set()
+    for v in commits:
+        paths.update(_commit_adds(storage, v))
+    for v in checkpoints:
+        paths.update(_checkpoint_adds(storage, v))
+    return paths
+
+
+def _commit_adds(storage: Storage, version: int) -> Iterator[str]:
+    try:
+        data = storage.read_bytes(delta_commit_path(version))
+    except FileNotFoundError:
+        return  # trimmed meanwhile
+    for line in data.splitlines():
+        try:
+            obj = _DEC.decode(line) if line.strip() else None
+        except msgspec.DecodeError:
+            continue  # not an action a Delta reader would follow either
+        add = obj.get("add") if isinstance(obj, dict) else None
+        if isinstance(add, dict) and isinstance(add.get("path"), str):
+            yield unquote(add["path"])
+
+
+def _checkpoint_adds(storage: Storage, version: int) -> Iterator[str]:
+    try:
+        with storage.open_input(checkpoint_path(version)) as f:
+            adds = pq.read_table(f, columns=["add"]).column("add")
+    except FileNotFoundError:
+        return  # trimmed meanwhile
+    except (KeyError, pa.ArrowException):
+        return  # no add column, or unreadable: no Delta reader opens a version from it
+    for path in pc.struct_field(adds, "path").to_pylist():  # null where a row is no add
+        if path is not None:
+            yield unquote(path)
 
 
 # -- status, enable, delete ------------------------------------------------------------

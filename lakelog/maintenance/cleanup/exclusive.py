@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 
 from ..._failpoints import pausepoint
 from ...errors import CleanupRunningError
-from ...leases import Lease, LeaseRecord, holder_gone, read_leases
+from ...leases import Lease, LeaseRecord, in_force, read_leases
 from ...storage import Storage
 
 __all__ = ["CLEANUP_OPERATIONS", "ensure_held", "exclusive_cleanup"]
@@ -43,12 +43,7 @@ def _when(ms: float) -> str:
 def _other(storage: Storage, mine: str) -> LeaseRecord | None:
     now = time.time() * 1000
     for r in read_leases(storage):
-        if (
-            r.lease_id != mine
-            and r.operation in CLEANUP_OPERATIONS
-            and r.live(now)
-            and not holder_gone(r)
-        ):
+        if r.lease_id != mine and r.operation in CLEANUP_OPERATIONS and in_force(r, now):
             return r
     return None
 

@@ -7,10 +7,16 @@ latest. The steps, each safe to be killed after (a rerun finishes the job):
 
 1. write a manifest at ``O``, so ``O`` resolves without any older commit;
 2. commit ``ExpireVersions(oldest_version=O)``: from here on asking for a
-   version below ``O`` raises :class:`~lakelog.VersionExpiredError`;
+   version below ``O`` raises :class:`~lakelog.VersionExpiredError`. The commit
+   goes on the latest version read just before it; a metadata change landing
+   first makes the expiry plan again (bounded by ``lakelog.commit.max_attempts``).
+   Then the Delta view, if on, drops its entries below ``O``; if that fails the
+   expiry raises before deleting anything;
 3. delete the data files no retained version references, computed from the
    log, never by listing: files removed by commits ``<= O``, minus files live
-   at ``O`` or added after ``O`` (a removed-but-retained file stays);
+   at ``O`` or added after ``O`` (a removed-but-retained file stays), minus
+   files that Delta entries below ``O`` still list (a view off but kept, or
+   broken: :func:`lakelog.interop.delta.view.view_listed_files`);
 4. delete the manifest leaves only manifests below ``O`` list (the manifests at
    or above ``O`` are listed again just before), then the commit files and
    manifests below ``O``, commits oldest first.
@@ -23,11 +29,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import time
 from typing import TYPE_CHECKING
 
 from ..._failpoints import failpoint, pausepoint
-from ...errors import InvalidArgumentError, VersionExpiredError
+from ...errors import CommitConflictError, InvalidArgumentError, VersionExpiredError
 from ...leases import Lease
 from ...log.actions import ExpireVersions
 from ...log.commits import LogListing, commit_path, list_log, read_header
@@ -49,9 +56,10 @@ from .report import ExpireReport
 if TYPE_CHECKING:
     from ...table import Table
 
-__all__ = ["duration_seconds", "expire_snapshots", "resolve_oldest"]
+__all__ = ["duration_seconds", "expire_snapshots", "listed_by_view", "resolve_oldest"]
 
 _DELETE_BATCH = 1000
+log = logging.getLogger("lakelog")
 
 
 def duration_seconds(
@@ -125,18 +133,30 @@ def _delete(storage: Storage, paths: list[str], point: str, lease: Lease) -> Non
 def _follow_delta_view(storage: Storage, at_oldest: Snapshot) -> None:
     """The Delta view (``lakelog.delta_view``) follows the expiry before any data file
     goes: a Delta checkpoint at the oldest version, then the older Delta entries
-    deleted. A failure is logged, not raised: ``lakelog delta-view sync`` finishes it."""
-    from ...interop.delta.view import after_expiry
+    deleted. A failure raises :class:`~lakelog.DeltaViewError` and the expiry stops
+    there, with nothing deleted: a rerun finishes both."""
+    from ...interop.delta.view import follow_expiry
 
-    try:
-        after_expiry(storage, at_oldest)
-    except Exception as e:  # noqa: BLE001 - the expiry itself committed; the view catches up
-        logging.getLogger("lakelog").warning(
-            "expiry to version %d committed but the Delta view did not follow (run "
-            "`lakelog delta-view sync`): %s",
-            at_oldest.version,
-            e,
-        )
+    follow_expiry(storage, at_oldest)
+
+
+def listed_by_view(storage: Storage, oldest: int) -> set[str]:
+    """Normalized paths of the data files that Delta entries below ``oldest`` (or any,
+    in a broken view) list: a Delta reader may open those versions, so neither expiry nor
+    vacuum deletes them."""
+    from ...interop.delta.view import view_listed_files
+    from .vacuum import normalize_path
+
+    return {normalize_path(p, storage) for p in view_listed_files(storage, oldest)}
+
+
+def _settings(
+    props: dict[str, str], older_than: dt.timedelta | None, retain_last: int | None
+) -> tuple[float, int]:
+    return (
+        duration_seconds(older_than, props, "lakelog.expire.older_than_seconds", "older_than"),
+        _retain_last(retain_last, props),
+    )
 
 
 def expired_leaves(storage: Storage, below: list[int], oldest: int) -> list[str]:
@@ -193,13 +213,11 @@ def _expire(
     dry_run = lease is None
     started = time.perf_counter()
     storage = table.storage
-    for attempt in range(3):
+    attempts = max(3, get_int(load_snapshot(storage).properties, "lakelog.commit.max_attempts"))
+    for attempt in range(1, attempts + 1):
         snap = load_snapshot(storage)
         props = snap.properties
-        older_s = duration_seconds(
-            older_than, props, "lakelog.expire.older_than_seconds", "older_than"
-        )
-        keep = _retain_last(retain_last, props)
+        older_s, keep = _settings(props, older_than, retain_last)
         listing = list_log(storage)
         latest, previous = snap.version, snap.oldest_version
         cutoff_ms = int(time.time() * 1000 - older_s * 1000)
@@ -222,21 +240,22 @@ def _expire(
             at_oldest = (
                 snap if oldest == latest else load_snapshot(storage, oldest, listing=listing)
             )
-            break
         except VersionExpiredError:  # a concurrent expiry went further: plan again
-            if attempt == 2:
+            if attempt >= 3:
                 raise
-    # The commit at the previous oldest version was already handled, unless the
-    # run that expired up to it was cut short before deleting the older log.
-    cut_short = bool(listing.commits) and listing.commits[0] < previous
-    first = 0 if previous == 0 or cut_short else previous + 1
-    # commits up to the new oldest version never change: read them once, for the
-    # expiry mark (which transaction each expired version holds) and for step 3
-    expired_changes = list(
-        read_changes(storage, [v for v in listing.commits if first <= v <= oldest])
-    )
-    expire_version: int | None = None
-    if not dry_run and oldest > previous:
+            continue
+        # The commit at the previous oldest version was already handled, unless the
+        # run that expired up to it was cut short before deleting the older log.
+        cut_short = bool(listing.commits) and listing.commits[0] < previous
+        first = 0 if previous == 0 or cut_short else previous + 1
+        # commits up to the new oldest version never change: read them once, for the
+        # expiry mark (which transaction each expired version holds) and for step 3
+        expired_changes = list(
+            read_changes(storage, [v for v in listing.commits if first <= v <= oldest])
+        )
+        expire_version: int | None = None
+        if dry_run or oldest == previous:
+            break
         # 1. the oldest retained version must resolve without older commits
         # (incremental: the leaves of the newest manifest below it are reused)
         at_oldest = write_checkpoint(
@@ -249,23 +268,52 @@ def _expire(
         if previous not in txn_ids:
             txn_ids.update(_txn_ids(storage, [v for v in listing.commits if v == previous]))
         write_mark(storage, oldest_version=oldest, previous=previous, txn_ids=txn_ids)
-        # 2. record the expiry: older versions now raise VersionExpiredError
-        result = table.commit(
-            [ExpireVersions(oldest_version=oldest)],
-            operation="EXPIRE SNAPSHOTS",
-            kind="append",
-            read_snapshot=snap,
-            parameters={
-                "older_than_seconds": older_s,
-                "retain_last": keep,
-                "oldest_version": oldest,
-            },
-            metrics={"versions_expired": oldest - previous},
-        )
+        # 2. record the expiry: older versions now raise VersionExpiredError. Its commit
+        # adds and removes no file, and nothing it did depends on the schema or on the
+        # properties other than the expiry's own: it commits on the latest version,
+        # read just before, so only a change that lands in that short window conflicts.
+        # A conflict (or a change of the expiry's settings) plans it again.
+        base = load_snapshot(storage)
+        if base.oldest_version != previous or _settings(
+            base.properties, older_than, retain_last
+        ) != (older_s, keep):
+            continue
+        try:
+            result = table.commit(
+                [ExpireVersions(oldest_version=oldest)],
+                operation="EXPIRE SNAPSHOTS",
+                kind="append",
+                read_snapshot=base,
+                parameters={
+                    "older_than_seconds": older_s,
+                    "retain_last": keep,
+                    "oldest_version": oldest,
+                },
+                metrics={"versions_expired": oldest - previous},
+            )
+        except CommitConflictError as e:
+            if attempt >= attempts:
+                raise
+            log.info(
+                "expiry of %s lost to a concurrent change (%s); planning again", storage.uri, e
+            )
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 10))))
+            continue
         expire_version = result.version
         failpoint("expire:after-commit")
+        break
+    else:
+        raise CommitConflictError(
+            f"expected the settings of the expiry of {storage.uri} to hold still for "
+            f"{attempts} attempts, found lakelog.expire.* or the oldest version changing "
+            f"every time; run the expiry again."
+        )
     if not dry_run and get_bool(snap.properties, "lakelog.delta_view"):
-        _follow_delta_view(storage, at_oldest)
+        _follow_delta_view(storage, at_oldest)  # raises before anything is deleted
+    # data files Delta entries below the oldest version still list stay (a view turned
+    # off and kept, or broken); a dry run counts on the trim above
+    dry_view = dry_run and get_bool(snap.properties, "lakelog.delta_view")
+    listed = set() if dry_view else listed_by_view(storage, oldest)
 
     # 3. data files that only expired versions reference, from the log
     retained = set(at_oldest.paths())
@@ -281,6 +329,10 @@ def _expire(
     for change in read_changes(storage, [v for v in list_log(storage).commits if v > oldest]):
         retained.update(change.added)
     data_files = sorted(removed - retained)
+    if listed:
+        from .vacuum import normalize_path
+
+        data_files = [p for p in data_files if normalize_path(p, storage) not in listed]
     data_bytes = sum(sizes.get(p, 0) for p in data_files)
     below = [m for m in listing.manifests if m < oldest]
     leaves = expired_leaves(storage, below, oldest)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ...log.actions import BASE_FORMAT_VERSION, FORMAT_VERSION, AddFile, ExpireVersions, RemoveFile
-from ...log.commits import commit_path, decode_commit
+from ...log.commits import commit_path, decode_commit, outside_root_error
+from ...paths import first_bad_data_path
 from ...storage import Storage
 
 __all__ = ["FileChanges", "read_changes"]
@@ -89,6 +90,11 @@ def _decode(data: bytes, version: int) -> FileChanges:
                 out.removed[a.path] = a.size_bytes
             elif isinstance(a, _Expire):
                 out.oldest_version = max(out.oldest_version or 0, a.oldest_version)
+        # what expiry deletes comes from here: refused as every reader refuses it
+        bad = first_bad_data_path([*out.added, *out.removed])
+        if bad is not None:
+            kind = "add" if bad in out.added else "remove"
+            raise outside_root_error(commit_path(version), kind, bad)
         return out
     commit = decode_commit(data, version)  # typed errors, or a newer action
     out.txn_id = commit.header.txn_id

@@ -7,13 +7,18 @@ short, from expired versions. What is kept, always:
   paths compared in one root-relative form, whatever spelling (``s3a://`` or
   ``s3://``, ``file://`` or a plain path, trailing slashes) the log or the
   caller used;
-* every file whose path carries the id of a live writer lease
-  (:mod:`lakelog.leases`), or that a live lease names (a file ``add_files`` is
-  adopting): a writer is about to commit it, however long it has been running,
-  whatever ``older_than`` or ``force`` say;
+* every file whose path carries the id of a writer lease in force
+  (:func:`lakelog.leases.in_force`: live, and its holder not known dead), or that
+  such a lease names (a file ``add_files`` is adopting): a writer is about to
+  commit it, however long it has been running, whatever ``older_than`` or
+  ``force`` say;
 * every file younger than ``older_than``: a writer that holds no lease (an
   older lakelog) may be about to commit it. Values below
   ``lakelog.vacuum.min_age_seconds`` need ``force=True``;
+* every data file that a Delta entry below the oldest readable version lists
+  (or any Delta entry, in a broken view): a Delta reader may open that version.
+  Before listing, a vacuum that deletes finishes the trim of the Delta view an
+  interrupted expiry left, so normally there are none;
 * everything in a folder that holds another table (its own ``_lakelog/`` or
   ``_delta_log/``), and the log folder, except temporary files a killed
   writer left there, lease files whose lease expired, and manifest leaves no
@@ -53,17 +58,25 @@ from typing import TYPE_CHECKING
 from ... import leases
 from ..._failpoints import failpoint, pausepoint
 from ...errors import InvalidArgumentError, VersionExpiredError
-from ...leases import LEASE_DIR, Lease, LeaseRecord, lease_ids_in, lease_path, read_leases
+from ...leases import (
+    LEASE_DIR,
+    Lease,
+    LeaseRecord,
+    in_force,
+    lease_ids_in,
+    lease_path,
+    read_leases,
+)
 from ...log.commits import LOG_DIR, list_log
 from ...log.leaves import LEAF_DIR, leaf_version
 from ...log.manifests import root_leaves
 from ...log.snapshot import load_snapshot, repair_roots
 from ...partitioning import STAGING_DIR, hidden_name
-from ...properties import get_float, get_int
+from ...properties import get_bool, get_float, get_int
 from ...storage import FileInfo, Storage, normalize_uri
 from ..claims import PLAN_DIR
 from .exclusive import ensure_held, exclusive_cleanup
-from .expire import duration_seconds
+from .expire import duration_seconds, listed_by_view
 from .logscan import read_changes
 from .report import VacuumReport
 
@@ -185,11 +198,11 @@ class _Guard:
         self.read_at = time.monotonic()
         now_ms = time.time() * 1000
         found = read_leases(self.storage)
-        self.live = {r.lease_id for r in found if r.live(now_ms)}
-        self.named = {
-            normalize_path(p, self.storage) for r in found if r.live(now_ms) for p in r.paths
-        }
-        self.expired = [r for r in found if not r.live(now_ms)]
+        # a lease of a writer known dead ends now: a dead process commits nothing
+        live = [r for r in found if in_force(r, now_ms)]
+        self.live = {r.lease_id for r in live}
+        self.named = {normalize_path(p, self.storage) for r in live for p in r.paths}
+        self.expired = [r for r in found if r.lease_id not in self.live]
 
     def read_log(self) -> None:
         added, self.latest = _newly_added(self.storage, self.latest)
@@ -294,8 +307,12 @@ def _vacuum(
 ) -> VacuumReport:
     dry_run = lease is None
     cutoff_ms = time.time() * 1000 - older_s * 1000
+    if not dry_run:
+        _finish_view_trim(storage)
     candidates, nested, hidden, plan_files = _scan(storage)  # list first, then read the log
     referenced, oldest, latest = referenced_paths(storage)
+    if not (dry_run and get_bool(props, "lakelog.delta_view")):  # a dry run counts on the trim
+        referenced |= listed_by_view(storage, oldest)
     guard = _Guard(storage, latest)
     guard.read_leases()  # after the log
     orphans: list[FileInfo] = []
@@ -346,6 +363,24 @@ def _vacuum(
         nested_tables=tuple(nested),
         duration_s=time.perf_counter() - started,
     )
+
+
+def _finish_view_trim(storage: Storage) -> None:
+    """Finish the trim of the Delta view an interrupted expiry left (the Delta entries
+    below the oldest readable version), so that the files only they list can go now. A
+    failure is logged: :func:`listed_by_view` then keeps those files."""
+    from ...interop.delta.view import finish_trim
+
+    try:
+        if finish_trim(storage):
+            log.info("vacuum of %s finished the Delta view's trim of an expiry", storage.uri)
+    except Exception as e:  # noqa: BLE001 - the files the view lists stay; a rerun retries
+        log.warning(
+            "vacuum of %s could not delete the Delta view's entries below the oldest "
+            "readable version, so it keeps the data files they list: %s",
+            storage.uri,
+            e,
+        )
 
 
 def _fresh(guard: _Guard) -> bool:
