@@ -129,31 +129,35 @@ def bad_data_paths(paths: pa.Array | pa.ChunkedArray) -> list[str]:
     return [p or "" for p in found if p is None or bad_data_path(p)]
 
 
-def check_read_paths(paths: pa.Array | pa.ChunkedArray, what: str) -> None:
-    """:class:`CorruptLogError` if a path of the files a manifest or leaf (``what``) read
-    from storage holds is a :func:`bad_data_path` (one written by hand or by a faulty
-    tool): no reader returns rows of, and no cleanup deletes, a file outside the table."""
+def _check_paths(paths: pa.Array | pa.ChunkedArray, what: str, outcome: str) -> None:
     bad = bad_data_paths(paths)
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise CorruptLogError(
             f"expected the files of {what} to have paths relative to the table root, "
-            f"inside it and outside {LOG_FOLDER}/, found {bad[0]!r}{more}: it was written "
-            f"by hand or by a faulty tool. Nothing was read; remove the damaged file (the "
-            f"version then resolves from the commits) or restore it from a backup."
+            f"inside it and outside {LOG_FOLDER}/, found {bad[0]!r}{more}: {outcome}"
         )
+
+
+def check_read_paths(paths: pa.Array | pa.ChunkedArray, what: str) -> None:
+    """:class:`CorruptLogError` if a path of the files a manifest or leaf (``what``) read
+    from storage holds is a :func:`bad_data_path` (one written by hand or by a faulty
+    tool): no reader returns rows of, and no cleanup deletes, a file outside the table."""
+    _check_paths(
+        paths,
+        what,
+        "it was written by hand or by a faulty tool. Nothing was read; remove the damaged "
+        "file (the version then resolves from the commits) or restore it from a backup.",
+    )
 
 
 def check_manifest_paths(paths: pa.Array | pa.ChunkedArray, what: str) -> None:
     """:class:`CorruptLogError` if a path of the files a manifest or leaf (``what``) is
     about to hold is a :func:`bad_data_path`: nothing is written."""
-    bad = bad_data_paths(paths)
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise CorruptLogError(
-            f"expected the files of {what} to have paths relative to the table root, "
-            f"inside it and outside {LOG_FOLDER}/, found {bad[0]!r}{more}: the log it is "
-            f"built from names a file outside the table (a commit or manifest written by "
-            f"hand or by a faulty tool). Nothing was written; restore the damaged log file "
-            f"from a backup."
-        )
+    _check_paths(
+        paths,
+        what,
+        "the log it is built from names a file outside the table (a commit or manifest "
+        "written by hand or by a faulty tool). Nothing was written; restore the damaged "
+        "log file from a backup.",
+    )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -104,6 +105,31 @@ print(json.dumps({"abandoned": r["abandoned_groups"], "version": r["version"]}))
 """
 
 
+def _compact_paused_at(
+    point: str, uri: str, gate: Path, meanwhile: Callable[[], object]
+) -> dict[str, object]:
+    """Run a compaction in another process paused at ``point``; run ``meanwhile`` in that
+    window, let it go on, and return its report (it must exit cleanly, no traceback)."""
+    proc = spawn(COMPACT, uri, LAKELOG_PAUSE_AT=f"{point}:{gate}")
+    try:
+        wait_paused(gate, proc)
+        meanwhile()
+        gate.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _delete_append_expire(t: lakelog.Table) -> None:
+    t.refresh().delete("key = 1 or key = 2")
+    t.refresh().append(_batch(range(100, 105)))
+    t.refresh().expire_snapshots(older_than=ZERO, retain_last=1)
+
+
 @pytest.mark.parametrize("vectors", [True, False], ids=["vectors", "copy-on-write"])
 def test_claim_restarted_after_expiry_never_rewrites_changed_sources(
     tmp_path: Path, vectors: bool
@@ -113,20 +139,9 @@ def test_claim_restarted_after_expiry_never_rewrites_changed_sources(
     the claim restarts on the latest version."""
     uri = str(tmp_path / "t")
     t = _table(tmp_path / "t", vectors=vectors)
-    gate = tmp_path / "gate"
-    proc = spawn(COMPACT, uri, LAKELOG_PAUSE_AT=f"commit:before-put:CLAIM:{gate}")
-    try:
-        wait_paused(gate, proc)
-        t.refresh().delete("key = 1 or key = 2")
-        t.refresh().append(_batch(range(100, 105)))
-        t.refresh().expire_snapshots(older_than=ZERO, retain_last=1)
-        gate.touch()
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
+    _compact_paused_at(
+        "commit:before-put:CLAIM", uri, tmp_path / "gate", lambda: _delete_append_expire(t)
+    )
     assert _keys(t) == _expected({1, 2}, range(100, 105))
 
 
@@ -134,18 +149,12 @@ def test_claim_restart_scenario_rows_survive_a_second_compaction(tmp_path: Path)
     """After the restarted claim, a plain compaction of everything keeps the rows."""
     uri = str(tmp_path / "t")
     t = _table(tmp_path / "t", vectors=True)
-    gate = tmp_path / "gate"
-    proc = spawn(COMPACT, uri, LAKELOG_PAUSE_AT=f"commit:before-put:CLAIM:{gate}")
-    try:
-        wait_paused(gate, proc)
+
+    def meanwhile() -> None:
         t.refresh().delete("key = 3")
         t.refresh().expire_snapshots(older_than=ZERO, retain_last=1)
-        gate.touch()
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+
+    _compact_paused_at("commit:before-put:CLAIM", uri, tmp_path / "gate", meanwhile)
     t.refresh().compact(min_input_files=2)
     assert _keys(t) == _expected({3}, range(0))
 
@@ -160,21 +169,10 @@ def test_source_removed_and_deleted_after_the_claim_abandons_its_group(
     the old rows."""
     uri = str(tmp_path / "t")
     t = _table(tmp_path / "t", vectors=vectors)
-    gate = tmp_path / "gate"
-    proc = spawn(COMPACT, uri, LAKELOG_PAUSE_AT=f"rewrite:claimed:{gate}")
-    try:
-        wait_paused(gate, proc)
-        t.refresh().delete("key = 1 or key = 2")
-        t.refresh().append(_batch(range(100, 105)))
-        t.refresh().expire_snapshots(older_than=ZERO, retain_last=1)
-        gate.touch()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
-    assert json.loads(out.splitlines()[-1])["abandoned"]
+    report = _compact_paused_at(
+        "rewrite:claimed", uri, tmp_path / "gate", lambda: _delete_append_expire(t)
+    )
+    assert report["abandoned"]
     assert _keys(t) == _expected({1, 2}, range(100, 105))
 
 
@@ -191,9 +189,7 @@ def test_resume_after_vector_change_and_expiry_keeps_deleted_rows_deleted(
     proc.communicate(timeout=120)
     assert proc.returncode == -9
     (plan_id,) = t.refresh().snapshot().plans
-    t.refresh().delete("key = 1 or key = 2")
-    t.refresh().append(_batch(range(100, 105)))
-    t.refresh().expire_snapshots(older_than=ZERO, retain_last=1)
+    _delete_append_expire(t)
     # a new vector removes the file: the plan is no longer pending, never resumed
     with pytest.raises(lakelog.InvalidArgumentError, match="pending plan"):
         t.refresh().resume(plan_id)
