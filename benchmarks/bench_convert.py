@@ -1,5 +1,5 @@
 """Adopting a folder of small Parquet files: ``lakelog.convert`` vs delta-rs's
-``convert_to_deltalake``.
+``convert_to_deltalake`` (and, with ``--spark``, ``lakelog.spark.convert`` on ``local[2]``).
 
 Data: ``--files`` (10,000) Parquet files of ``--rows`` (100) rows each, cut from the seeded
 benchmark set of ``_data.py``, written by pyarrow under Hive folders ``event=<value>/``
@@ -14,17 +14,26 @@ statistics from every footer; one commit, with its manifest) against
 (statistics collected, its default). Both results are checked: every file adopted, the
 same row count. Reported: the median over ``--runs`` and the ratio lakelog / delta-rs.
 
-Usage: ``python benchmarks/bench_convert.py [--files 10000] [--rows 100] [--runs 5]``
+``--spark`` adds a third copy converted by ``lakelog.spark.convert`` (footers read in Spark
+tasks, one commit on the driver) on a ``local[2]`` session started before the runs, and
+warmed up by one conversion of a small folder in 8 tasks (the JVM start, and the Python
+workers starting and importing lakelog, are not timed; the warm-up's time is printed);
+reported also as the ratio Spark / embedded. ``--quick``: 200 files, 3 runs.
+
+Usage: ``python benchmarks/bench_convert.py [--files 10000] [--rows 100] [--runs 5] [--spark]
+[--quick]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +75,37 @@ def run_lakelog(uri: Path) -> tuple[float, int, int]:
     return result
 
 
+def spark_session() -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("lakelog-bench-convert")
+        .config("spark.driver.memory", "4g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_spark(spark: Any, uri: Path, files_per_task: int | None = None) -> tuple[float, int, int]:
+    import lakelog.spark
+
+    t0 = time.perf_counter()
+    table = lakelog.spark.convert(spark, str(uri), files_per_task=files_per_task)
+    elapsed = time.perf_counter() - t0
+    snap = table.snapshot()
+    result = (elapsed, snap.num_files, snap.num_rows)
+    shutil.rmtree(uri / "_lakelog")
+    return result
+
+
 def run_delta(uri: Path) -> tuple[float, int, int]:
     from deltalake import DeltaTable, convert_to_deltalake
     from deltalake.schema import Field, PrimitiveType, Schema
@@ -90,23 +130,43 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--spark", action="store_true", help="add lakelog.spark.convert, local[2]")
+    ap.add_argument("--quick", action="store_true", help="200 files, 3 runs")
     args = ap.parse_args()
+    if args.quick:
+        args.files, args.runs = 200, 3
 
     shutil.rmtree(WORK, ignore_errors=True)
-    mine, theirs = WORK / "lakelog", WORK / "delta"
+    mine, theirs, distributed = WORK / "lakelog", WORK / "delta", WORK / "spark"
     t0 = time.perf_counter()
     rows = make_files(mine, args.files, args.rows)
     shutil.copytree(mine, theirs)
-    print(
-        f"wrote {args.files:,} files of {args.rows} rows twice in {time.perf_counter() - t0:.1f} s"
-    )
+    if args.spark:
+        shutil.copytree(mine, distributed)
+    print(f"wrote {args.files:,} files of {args.rows} rows in {time.perf_counter() - t0:.1f} s")
 
     samples: dict[str, list[float]] = {"lakelog.convert": [], "deltalake.convert_to_deltalake": []}
+    tools: list[tuple[str, Any, Path]] = [
+        ("lakelog.convert", run_lakelog, mine),
+        ("deltalake.convert_to_deltalake", run_delta, theirs),
+    ]
+    if args.spark:
+        spark = spark_session()
+        warm = WORK / "warm-up"
+        make_files(warm, 8, args.rows)
+        # one task per file: every Python worker starts and imports lakelog here, untimed
+        cold, _, _ = run_spark(spark, warm, files_per_task=1)
+        print(f"warm-up (8 files, 8 tasks, workers importing lakelog): {cold:.2f} s")
+        samples["lakelog.spark.convert (local[2])"] = []
+        tools.append(
+            (
+                "lakelog.spark.convert (local[2])",
+                lambda uri: run_spark(spark, uri),
+                distributed,
+            )
+        )
     for run in range(args.runs):
-        order = [
-            ("lakelog.convert", run_lakelog, mine),
-            ("deltalake.convert_to_deltalake", run_delta, theirs),
-        ]
+        order = list(tools)
         if run % 2:
             order.reverse()
         for name, fn, folder in order:
@@ -130,16 +190,18 @@ def main() -> None:
         ]
     )
     print(f"lakelog / delta-rs: {ratio:.2f}x (target <= 0.30x)")
-    write_json_result(
-        "convert",
-        {
-            "files": args.files,
-            "rows_per_file": args.rows,
-            "runs": args.runs,
-            "samples_s": samples,
-            "ratio": ratio,
-        },
-    )
+    result: dict[str, Any] = {
+        "files": args.files,
+        "rows_per_file": args.rows,
+        "runs": args.runs,
+        "samples_s": samples,
+        "ratio": ratio,
+    }
+    if args.spark:
+        on_spark = med["lakelog.spark.convert (local[2])"] / med["lakelog.convert"]
+        print(f"lakelog.spark.convert (local[2]) / lakelog.convert: {on_spark:.2f}x")
+        result["spark_over_embedded"] = on_spark
+    write_json_result("convert" + ("-spark" if args.spark else ""), result)
 
 
 if __name__ == "__main__":

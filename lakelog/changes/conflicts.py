@@ -94,7 +94,7 @@ class RowLevelRebase:
             if self.change.rebase_rewrites:
                 found += [(i, a) for a in _may_match(self.ctx, self.change, added)]
             else:
-                found += [(i, a) for a in added_conflicts(self.ctx, self.change, added)]
+                found += [(i, a) for a in self.conflicting(added)]
         if not found:
             return actions
         if not self.change.rebase_rewrites:
@@ -126,6 +126,12 @@ class RowLevelRebase:
             out.append(o.file.to_remove(deletion_ms=now))
             out.extend(o.adds)
         return out
+
+    def conflicting(self, added: Sequence[AddFile]) -> list[AddFile]:
+        """The files of one winner's ``added`` holding a row this change would touch
+        (a merge: a row with a source key). A subclass may answer from elsewhere: the
+        Spark merge asks a Spark job, its source being on the executors."""
+        return added_conflicts(self.ctx, self.change, added)
 
     def _conflict(
         self, w: Commit, paths: Sequence[str], *, again: bool = False

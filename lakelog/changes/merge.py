@@ -37,7 +37,16 @@ from ..stats import stats_scalar
 from ..storage import Storage
 from .base import Counts, RowChange, Written
 
-__all__ = ["MatchedAction", "MergeChange", "NotMatchedAction", "SourceKeys"]
+__all__ = [
+    "MatchedAction",
+    "MergeChange",
+    "NotMatchedAction",
+    "SourceKeys",
+    "check_keys",
+    "put_values",
+    "slice_within",
+    "sortable_keys",
+]
 
 MatchedAction = Literal["update", "delete", "ignore"]
 NotMatchedAction = Literal["insert", "ignore"]
@@ -160,7 +169,7 @@ class SourceKeys:
         if len(rows) and not pa.types.is_floating(keyed.schema.field(keys[0]).type):
             order = pc.sort_indices(keyed, [(keys[0], "ascending")]).to_numpy()
             keyed, rows = keyed.take(pa.array(order)), rows[order]
-            lead = _sortable(keyed.column(keys[0]).combine_chunks())
+            lead = sortable_keys(keyed.column(keys[0]).combine_chunks())
             self._lead = lead.tolist() if lead.dtype == object else lead
         self._rows = rows
         """Source rows with every key set (only they can match)."""
@@ -170,7 +179,7 @@ class SourceKeys:
         for k in keys if len(self._rows) else ():
             unique = pc.unique(self._keys_table.column(k).combine_chunks())
             self._values[k] = unique
-            self._sorted[k] = _sortable(unique.take(pc.sort_indices(unique)))
+            self._sorted[k] = sortable_keys(unique.take(pc.sort_indices(unique)))
         self.index = KeyIndex(self._keys_table, keys, self._rows)
         """Every matchable source row."""
 
@@ -191,13 +200,13 @@ class SourceKeys:
         if not n:
             return self.index
         start, stop = 0, n
-        lead = self._bounds(file, schema, self.keys[0])
+        lead = self.bounds(file, schema, self.keys[0])
         if self._lead is not None and lead is not None:
-            start, stop = _slice_within(self._lead, *lead)
+            start, stop = slice_within(self._lead, *lead)
         sub = self._keys_table.slice(start, stop - start)
         keep = np.ones(stop - start, dtype=bool)
         for k in self.keys if self._lead is None else self.keys[1:]:
-            bounds = self._bounds(file, schema, k)
+            bounds = self.bounds(file, schema, k)
             if bounds is None:
                 continue
             lo, hi = bounds
@@ -212,7 +221,7 @@ class SourceKeys:
         return KeyIndex(sub.filter(pa.array(keep)), self.keys, rows[keep])
 
     @staticmethod
-    def _bounds(file: DataFile, schema: pa.Schema, key: str) -> tuple[pa.Scalar, pa.Scalar] | None:
+    def bounds(file: DataFile, schema: pa.Schema, key: str) -> tuple[pa.Scalar, pa.Scalar] | None:
         """The values of ``key`` the rows of ``file`` lie within (its partition value, or
         its min/max statistics), or None when unknown or floating point (bounds never
         hold NaN)."""
@@ -280,7 +289,7 @@ def _dedupe(
     return source.take(pa.array(keep)), n - len(keep)
 
 
-def _sortable(values: pa.Array) -> np.ndarray:
+def sortable_keys(values: pa.Array) -> np.ndarray:
     """Sorted key values as a numpy array that compares like the column's type."""
     t = values.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
@@ -291,8 +300,8 @@ def _sortable(values: pa.Array) -> np.ndarray:
     return np.asarray(values.to_pylist(), dtype=object)
 
 
-def _slice_within(keys: np.ndarray | list[Any], lo: pa.Scalar, hi: pa.Scalar) -> tuple[int, int]:
-    """The positions ``[start, stop)`` of the sorted ``keys`` (from :func:`_sortable`; a
+def slice_within(keys: np.ndarray | list[Any], lo: pa.Scalar, hi: pa.Scalar) -> tuple[int, int]:
+    """The positions ``[start, stop)`` of the sorted ``keys`` (from :func:`sortable_keys`; a
     list where that gives objects) within ``[lo, hi]``; everything when a bound is null."""
     if not lo.is_valid or not hi.is_valid:
         return 0, len(keys)
@@ -305,7 +314,7 @@ def _slice_within(keys: np.ndarray | list[Any], lo: pa.Scalar, hi: pa.Scalar) ->
 
 
 def _sortable_scalar(value: pa.Scalar) -> Any:
-    """One value as :func:`_sortable` gives it, so that the two compare."""
+    """One value as :func:`sortable_keys` gives it, so that the two compare."""
     t = value.type
     if pa.types.is_temporal(t):
         return value.cast(pa.int32() if t.bit_width == 32 else pa.int64()).as_py()
@@ -323,7 +332,7 @@ def _any_within(keys: np.ndarray, lo: pa.Array, hi: pa.Array) -> np.ndarray:
     if not len(keys) or not known.any():
         return found
     mask = pa.array(known)
-    los, his = _sortable(lo.filter(mask)), _sortable(hi.filter(mask))
+    los, his = sortable_keys(lo.filter(mask)), sortable_keys(hi.filter(mask))
     if keys.dtype == object:
         ordered = keys.tolist()
         hits = [
@@ -484,7 +493,7 @@ class MergeChange(RowChange):
         arrays = [
             batch.column(f.name)
             if f.name in self.keys
-            else _put(batch.column(f.name), mask, rows.column(f.name).combine_chunks())
+            else put_values(batch.column(f.name), mask, rows.column(f.name).combine_chunks())
             for f in self.schema
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
@@ -526,7 +535,7 @@ class MergeChange(RowChange):
         return int(np.count_nonzero(~self.matched))
 
 
-def _put(column: pa.Array, mask: pa.BooleanArray, values: pa.Array) -> pa.Array:
+def put_values(column: pa.Array, mask: pa.BooleanArray, values: pa.Array) -> pa.Array:
     """``column`` with the rows where ``mask`` is true replaced by ``values``, in order."""
     try:
         return pc.replace_with_mask(column, mask, values)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from .._failpoints import failpoint
@@ -37,13 +38,24 @@ if TYPE_CHECKING:
     from ..table import Table
     from ..transaction import CommitResult
 
-__all__ = ["run_change"]
+__all__ = ["commit_outcomes", "run_change"]
 
 
 def run_change(
-    table: Table, change: RowChange, snapshot: Snapshot, *, dry_run: bool = False
+    table: Table,
+    change: RowChange,
+    snapshot: Snapshot,
+    *,
+    dry_run: bool = False,
+    lease: Lease | None = None,
+    extra_actions: Sequence[Action] = (),
 ) -> ChangeResult:
-    """Run ``change`` on ``snapshot`` (the latest) of ``table``; see the module docstring."""
+    """Run ``change`` on ``snapshot`` (the latest) of ``table``; see the module docstring.
+
+    ``lease``: a writer lease the caller holds (its files, e.g. the new rows an engine
+    wrote before, carry its id), used instead of a new one. ``extra_actions``: actions committed
+    with the change (an ``app_txn``); given, the change commits even if no row changes.
+    """
     start = time.monotonic()
     candidates = change.candidates(snapshot)
     ctx = Context(
@@ -69,9 +81,12 @@ def run_change(
             vectors=ctx.vectors,
         )
     storage = table.storage
-    with Lease.acquire(
-        storage, operation=change.operation, properties=snapshot.properties
-    ) as lease:
+    held = (
+        nullcontext(lease)
+        if lease is not None
+        else Lease.acquire(storage, operation=change.operation, properties=snapshot.properties)
+    )
+    with held as lease:
         ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
         if ctx.vectors:  # updated rows of marked files, written together
             ctx = dataclasses.replace(ctx, sink=RowSink(ctx))
@@ -88,12 +103,13 @@ def run_change(
             written += [a.path for a in after.adds]
             new = Written((*before.adds, *updated, *after.adds), before.rows + after.rows)
             rewritten = [o for o in outcomes if o.rewritten]
-            if not rewritten and not new.adds:
+            if not rewritten and not new.adds and not extra_actions:
                 return _result(change, snapshot, outcomes, new, None, start, dry=False)
             now = int(time.time() * 1000)
             actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
             actions += [a for o in rewritten for a in o.adds]
             actions += new.adds
+            actions += extra_actions
 
             def metrics(extra: Sequence[FileOutcome]) -> dict[str, Any]:
                 done = _result(change, snapshot, [*outcomes, *extra], new, None, start, dry=False)
@@ -129,6 +145,69 @@ def run_change(
                 except Exception:  # noqa: BLE001 - vacuum removes what this cannot
                     pass
             raise
+
+
+RebaseFactory = Callable[
+    [Context, RowChange, Callable[[Sequence[FileOutcome]], Mapping[str, Any]]], RowLevelRebase
+]
+
+
+def commit_outcomes(
+    table: Table,
+    change: RowChange,
+    snapshot: Snapshot,
+    ctx: Context,
+    outcomes: list[FileOutcome],
+    new: Written,
+    *,
+    lease: Lease,
+    start: float,
+    rebase: RebaseFactory = RowLevelRebase,
+) -> ChangeResult:
+    """Step 3 of :func:`run_change` for outcomes computed elsewhere (the Spark tasks of
+    :mod:`lakelog.spark.changes`): the same actions, the same ``rowlevel`` commit, and
+    ``rebase`` (a :class:`RowLevelRebase`, or a subclass that checks winners its own
+    way) deciding every rebase. ``ctx`` is what the rebase reads and writes with.
+
+    When the commit certainly did not land (a lakelog error: a conflict, an expired
+    lease), every file of ``outcomes``, ``new`` and the rebase is deleted before the
+    error propagates; after any other error (which may follow a landed put) they stay
+    for vacuum.
+    """
+    rewritten = [o for o in outcomes if o.rewritten]
+    if not rewritten and not new.adds:
+        return _result(change, snapshot, outcomes, new, None, start, dry=False)
+    now = int(time.time() * 1000)
+    actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
+    actions += [a for o in rewritten for a in o.adds]
+    actions += new.adds
+
+    def metrics(extra: Sequence[FileOutcome]) -> dict[str, Any]:
+        done = _result(change, snapshot, [*outcomes, *extra], new, None, start, dry=False)
+        return _metrics(change, done)
+
+    checker = rebase(dataclasses.replace(ctx, lease_id=lease.lease_id), change, metrics)
+    try:
+        committed = table.commit(
+            actions,
+            operation=change.operation,
+            kind="rowlevel",
+            read_snapshot=snapshot,
+            parameters=change.parameters(),
+            metrics=metrics([]),
+            rebase=checker,
+            lease=lease,
+        )
+    except BaseException as e:
+        if isinstance(e, LakelogError):
+            written = [p for o in outcomes for p in o.written]
+            written += [a.path for a in new.adds] + checker.written()
+            try:
+                table.storage.delete(list(dict.fromkeys(written)))
+            except Exception:  # noqa: BLE001 - vacuum removes what this cannot
+                pass
+        raise
+    return _result(change, snapshot, [*outcomes, *checker.extra], new, committed, start, dry=False)
 
 
 def _metrics(change: RowChange, r: ChangeResult) -> dict[str, Any]:

@@ -13,7 +13,9 @@ Invariants:
   over the table's column types), partition values from Hive-style folders
   (``col=value/``), in their string form (``docs/format.md``, "Data files").
 * Footers are read in parallel threads (:func:`.footers.read_footers`) (one ranged read
-  of each file's tail), and only footers: no data page is read.
+  of each file's tail), and only footers: no data page is read. ``lakelog.spark.convert``
+  reads them in Spark tasks and shares everything else (:func:`convert_listing`,
+  :func:`convert_files`).
 * Everything is checked before anything is committed; a problem in any file is one
   error listing the files concerned (up to :data:`~.footers.SHOWN`), and the table (or the
   folder) is left as it was.
@@ -25,9 +27,10 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -41,13 +44,16 @@ from ..errors import (
 from ..io.parquet_settings import check_parquet_properties
 from ..leases import Lease
 from ..log.actions import Action, AddFile, Commit, Metadata, encode_schema
-from ..log.commits import LOG_DIR, list_log
+from ..log.commits import list_log
 from ..log.snapshot import load_snapshot
 from ..partitioning import check_partition_columns
+from ..paths import bad_data_path
 from ..properties import get_float, validate_properties
 from ..storage import FileInfo, Storage
+from ..storage_check import ensure_put_if_absent, record_created
 from ..transaction import CommitResult, Transaction
 from .footers import (
+    Footer,
     Unreadable,
     add_actions,
     check_against_table,
@@ -66,7 +72,7 @@ from .footers import (
 if TYPE_CHECKING:
     from ..table import Table
 
-__all__ = ["add_files", "convert"]
+__all__ = ["ReadFooters", "add_files", "convert", "convert_files", "convert_listing"]
 
 DELTA_LOG = "_delta_log"
 
@@ -95,9 +101,31 @@ def convert(
     rewritten. ``properties``, ``storage_options`` and ``single_writer`` mean what they
     mean for :func:`lakelog.create_table`. Returns the new table.
     """
-    from ..table import Table
-
     storage = Storage(uri, storage_options, single_writer=single_writer)
+    props, infos = convert_listing(storage, properties)
+    return convert_files(
+        storage, props, infos, partition_by, read=functools.partial(_read_here, storage)
+    )
+
+
+ReadFooters = Callable[[Sequence[FileInfo], pa.Schema | None], Sequence[Footer | Unreadable]]
+"""How :func:`convert_files` gets footers: those of the given files, in their order, with
+statistics over the given column types (None: each file's own). :func:`convert` reads
+them in this process, ``lakelog.spark.convert`` in Spark tasks."""
+
+
+def _read_here(
+    storage: Storage, infos: Sequence[FileInfo], types: pa.Schema | None
+) -> list[Footer | Unreadable]:
+    return read_footers(storage, infos, types=types)
+
+
+def convert_listing(
+    storage: Storage, properties: Mapping[str, Any] | None
+) -> tuple[dict[str, str], list[FileInfo]]:
+    """The checks of a conversion before any footer is read (no table there yet, no
+    Delta table, valid properties, at least one Parquet file): the validated properties
+    and the files to adopt, sorted by path."""
     listing = list_log(storage)
     if listing.commits or listing.manifests:
         raise TableExistsError(
@@ -120,7 +148,25 @@ def convert(
             f"expected Parquet files (*.parquet) under {storage.uri}, found none; to start "
             f"an empty table use lakelog.create_table(uri, schema)."
         )
-    footers = readable_footers(read_footers(storage, infos), nothing="nothing was committed.")
+    return props, infos
+
+
+def convert_files(
+    storage: Storage,
+    props: dict[str, str],
+    infos: Sequence[FileInfo],
+    partition_by: Sequence[str] | pa.Schema | None,
+    *,
+    read: ReadFooters,
+) -> Table:
+    """Version 0 over the files of :func:`convert_listing`, their footers got by ``read``:
+    every check of the files (readable, one partition layout, no partition column inside,
+    schemas that unify), statistics over the table's types, and one put-if-absent commit.
+    Returns the new table."""
+    from ..table import Table
+
+    nothing = "nothing was committed."
+    footers = readable_footers(read(infos, None), nothing=nothing)
     fields, partitions = partition_layout(footers, partition_by)
     parts = [f.name for f in fields]
     check_no_partition_columns(footers, parts)
@@ -128,10 +174,8 @@ def convert(
     redo = differently_typed(footers, data_schema)
     if redo:  # statistics over the table's types, exactly as its writer takes them
         again = readable_footers(
-            read_footers(
-                storage, [FileInfo(f.path, f.size, f.mtime_ms) for f in redo], types=data_schema
-            ),
-            nothing="nothing was committed.",
+            read([FileInfo(f.path, f.size, f.mtime_ms) for f in redo], data_schema),
+            nothing=nothing,
         )
         fixed = {f.path: f for f in again}
         footers = [fixed.get(f.path, f) for f in footers]
@@ -146,6 +190,7 @@ def convert(
         properties=props,
         created_ms=int(time.time() * 1000),
     )
+    ensure_put_if_absent(storage, props, creating=True)
     actions: list[Action] = [md, *adds]
     txn = Transaction(
         storage,
@@ -164,6 +209,7 @@ def convert(
             f"with lakelog.open_table() and adopt files with table.add_files() "
             f"(`lakelog add-files`)."
         ) from e
+    record_created(storage)
     snap = txn.landed_snapshot or load_snapshot(storage)
     return Table(storage, snap)
 
@@ -187,10 +233,7 @@ def _expand(storage: Storage, paths: Sequence[str]) -> list[FileInfo]:
     outside: list[str] = []
     for given in paths:
         rel = _relative(storage, given)
-        if rel is None:
-            outside.append(given)
-            continue
-        if rel == "" or rel == LOG_DIR or rel.startswith(LOG_DIR + "/"):
+        if rel is None or bad_data_path(rel):  # the rule of every path in the log
             outside.append(given)
             continue
         full = storage.full(rel)
@@ -242,10 +285,7 @@ def _relative(storage: Storage, given: str) -> str | None:
             return None
     else:
         rel = text.strip("/")
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if any(p == ".." for p in parts):
-        return None
-    return "/".join(parts)
+    return "/".join(p for p in rel.split("/") if p not in ("", "."))
 
 
 def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:

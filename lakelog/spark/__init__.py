@@ -10,6 +10,11 @@
 * :func:`compact` and :func:`optimize` run compaction and clustering as Spark
   jobs: plan on the driver, rewrite groups in executor tasks, commit once
   (see ``docs/spark-maintenance.md``).
+* :func:`convert` turns a folder of Parquet files into a table in place, as
+  :func:`lakelog.convert` does, with the footers read by Spark tasks.
+* :func:`merge`, :func:`delete` and :func:`update` are the row-level changes of
+  :meth:`lakelog.Table.merge` (a DataFrame as the source), ``delete`` and ``update``,
+  run file by file in Spark tasks with one commit on the driver.
 * :func:`register` makes ``spark.read.format("lakelog")`` and
   ``df.write.format("lakelog")`` available (Python data source; slower than
   :func:`read`, see ``docs/spark.md``).
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .changes import delete, merge, update
+from .convert import convert
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
 from .write import STAGING_DIR, write
@@ -30,11 +37,15 @@ __all__ = [
     "STAGING_DIR",
     "ReadPlan",
     "compact",
+    "convert",
+    "delete",
     "history",
+    "merge",
     "optimize",
     "plan_read",
     "read",
     "register",
+    "update",
     "write",
 ]
 

@@ -18,13 +18,16 @@ through Python workers as Arrow batches, so they are slower than
 
 Options: ``path`` (or ``load(path)``/``save(path)``), ``versionAsOf``, ``maxPartitionBytes``,
 ``timestampAsOf`` (ISO 8601), ``partitionBy`` (comma-separated, when a write
-creates the table), ``storageOptions`` (JSON object for fsspec).
+creates the table), ``storageOptions`` (JSON object for fsspec); for writes, the
+write modes of :func:`lakelog.spark.write` (:func:`lakelog.spark.modes.spec_from_options`):
+``replaceWhere``, ``partitionOverwriteMode``, ``mergeSchema`` / ``schema_mode``,
+``txnAppId`` with ``txnVersion``. Spark refuses ``df.write.partitionBy(...)`` for a
+Python data source and hands it no session settings, so those are options here.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,27 +37,34 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
 
-from ..errors import (
-    CommitConflictError,
-    InvalidArgumentError,
-    SchemaMismatchError,
-    TableExistsError,
-    TableNotFoundError,
-)
+from ..changes.predicate import Where
+from ..changes.schema import WritePlan
+from ..errors import InvalidArgumentError, SchemaMismatchError, TableNotFoundError
 from ..io.rows import read_rows
+from ..io.schema import conform
 from ..io.writer import write_files
-from ..log.actions import Action, AddFile, DataFile
+from ..log.actions import AddFile, DataFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import check_partition_columns
 from ..storage import Storage
-from ..table import Table, create_with_files, write_options_from
+from ..table import write_options_from
+from ..transaction import skipped_result
+from .modes import (
+    commit_written,
+    dataframe_plan,
+    outside_rows,
+    parse_replace_where,
+    refuse_outside,
+    spec_from_options,
+)
 from .pushdown import translate_pushed
 from .read import _resolve
-from .schema import check_dataframe_schema, to_arrow_schema, to_arrow_type, to_spark_schema
+from .schema import to_arrow_schema, to_arrow_type, to_spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,6 +129,21 @@ class LakelogDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return _Writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """The streaming sink (:mod:`lakelog.spark.streaming`): ``overwrite`` is Spark's
+        ``complete`` output mode."""
+        try:
+            from .streaming import StreamWriter
+        except ImportError as e:  # Arrow stream writers came with pyspark 4.1
+            import pyspark
+
+            raise InvalidArgumentError(
+                f"expected pyspark 4.1 or later for writeStream.format('lakelog'), found "
+                f"{pyspark.__version__}; upgrade pyspark, or write each micro-batch with "
+                f"foreachBatch and lakelog.spark.write(app_id=..., app_version=batch_id)."
+            ) from e
+        return StreamWriter(dict(self.options), schema, overwrite)
 
 
 class _Reader(DataSourceReader):  # type: ignore[misc]
@@ -185,15 +210,45 @@ def _partition_bytes(options: Mapping[str, str]) -> int:
     return int(raw)
 
 
+def write_task_files(
+    storage: Storage,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    properties: Mapping[str, str],
+    lease_id: str | None = None,
+) -> list[AddFile]:
+    """One writer task's rows as data files: Spark's Arrow batches conformed to ``schema``
+    by column name (:func:`~lakelog.io.schema.conform`: converted types, nulls for a
+    column they lack), written with lakelog's writer, names carrying ``lease_id``. Shared
+    by the batch writer and the streaming sink (:mod:`lakelog.spark.streaming`)."""
+    return write_files(
+        storage,
+        (conform(b, schema) for b in batches if b.num_rows),
+        schema=schema,
+        partition_by=partition_by,
+        options=write_options_from(properties),
+        lease_id=lease_id,
+    )
+
+
 class _Commit(WriterCommitMessage):  # type: ignore[misc]
-    def __init__(self, adds: bytes) -> None:
+    def __init__(self, adds: bytes, outside: int = 0) -> None:
         self.adds = adds
+        self.outside = outside  # rows outside replaceWhere (their files were deleted)
 
 
 class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
+    """The batch writer: the options of :func:`lakelog.spark.modes.spec_from_options`,
+    checked when Spark plans the write; each task writes its rows with lakelog's writer
+    (and counts those outside ``replaceWhere``, writing nothing once it finds one); the
+    driver commits every task's files in one commit (:func:`commit_written`)."""
+
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         self.options = options
         self.overwrite = overwrite
+        spec = spec_from_options(options, overwrite=overwrite)
         storage = _storage(options)
         self.uri = storage.uri
         self.storage_options = storage.storage_options
@@ -201,84 +256,90 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             snap: Snapshot | None = load_snapshot(storage)
         except TableNotFoundError:
             snap = None
+        self.skip = False  # the app version is already in the table: write nothing
         if snap is not None:
-            check_dataframe_schema(schema, snap.schema)
-            table_schema, parts = snap.schema, snap.partition_by
+            self.skip = skipped_result(snap, spec.app) is not None
+            if spec.partition_by and spec.partition_by != snap.partition_by:
+                raise SchemaMismatchError(
+                    f"expected option partitionBy {','.join(snap.partition_by)!r} of the "
+                    f"existing table, found {','.join(spec.partition_by)!r}; omit partitionBy "
+                    f"when writing to an existing table."
+                )
+            plan = dataframe_plan(schema, snap, spec.schema_mode)
+            parts = snap.partition_by
             self.read_version: int | None = snap.version
         else:
             table_schema = to_arrow_schema(schema)
-            raw = _opt(options, "partitionBy") or ""
-            wanted = [c.strip() for c in raw.split(",") if c.strip()]
-            parts = check_partition_columns(table_schema, wanted)
+            parts = check_partition_columns(table_schema, spec.partition_by)
+            plan = WritePlan(table_schema)
             self.read_version = None
-        self.schema_bytes = table_schema.serialize().to_pybytes()
+        parse_replace_where(spec, plan.schema)  # a bad filter fails before any task runs
+        self.spark_schema = schema
+        self.schema_bytes = plan.schema.serialize().to_pybytes()
         self.partition_by = tuple(parts)
         self.props = dict(snap.properties) if snap is not None else {}
+        self.replace_where = spec.replace_where
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         storage = Storage(self.uri, self.storage_options)
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
+        where = None
+        if self.replace_where is not None:
+            where = Where(self.replace_where, schema, operation="OVERWRITE").expression
+        outside = 0
 
         def conformed() -> Iterator[pa.RecordBatch]:
+            nonlocal outside
             for batch in iterator:
-                if batch.num_rows:
-                    cols = [batch.column(f.name).cast(f.type) for f in schema]
-                    yield pa.RecordBatch.from_arrays(cols, schema=schema)
+                if not batch.num_rows or self.skip:
+                    continue
+                if where is not None:
+                    outside += outside_rows(batch, where, schema)
+                    if outside:  # the write is refused: count the rest, write nothing
+                        continue
+                yield batch
 
-        adds = write_files(
+        adds = write_task_files(
             storage,
             conformed(),
             schema=schema,
             partition_by=self.partition_by,
-            options=write_options_from(self.props),
+            properties=self.props,
         )
-        return _Commit(msgspec.json.encode(adds))
+        if outside:
+            storage.delete([a.path for a in adds])
+            adds = []
+        return _Commit(msgspec.json.encode(adds), outside)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        adds = [a for m in messages if isinstance(m, _Commit) for a in _ADDS.decode(m.adds)]
+        done = [m for m in messages if isinstance(m, _Commit)]
+        adds = [a for m in done for a in _ADDS.decode(m.adds)]
         storage = Storage(self.uri, self.storage_options)
-        try:
-            self._commit(storage, adds)
-        except (CommitConflictError, SchemaMismatchError, TableExistsError):
-            storage.delete([a.path for a in adds])  # certainly not committed
-            raise
-
-    def _commit(self, storage: Storage, adds: list[AddFile]) -> None:
-        metrics = {"num_files": len(adds), "num_rows": sum(a.num_rows for a in adds)}
-        if self.read_version is None:
-            schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
-            create_with_files(
-                storage,
-                schema,
-                partition_by=self.partition_by,
-                properties={},
-                adds=adds,
-                operation="SPARK CREATE TABLE AS WRITE",
-            )
+        if self.skip:
+            storage.delete([a.path for a in adds])
             return
-        snap = load_snapshot(storage, self.read_version)
-        table = Table(storage, snap)
-        if self.overwrite:
-            now = int(time.time() * 1000)
-            actions: list[Action] = [f.to_remove(deletion_ms=now) for f in snap.files()]
-            actions.extend(adds)
-            table.commit(
-                actions,
-                operation="SPARK WRITE",
-                kind="overwrite",
-                read_snapshot=snap,
-                parameters={"mode": "overwrite", "format": "lakelog"},
-                metrics=metrics,
-            )
+        spec = spec_from_options(self.options, overwrite=self.overwrite)
+        snap = None if self.read_version is None else load_snapshot(storage, self.read_version)
+        if snap is None:
+            plan = WritePlan(pa.ipc.read_schema(pa.py_buffer(self.schema_bytes)))
         else:
-            table.commit(
-                adds,
-                operation="SPARK WRITE",
-                kind="append",
-                read_snapshot=snap,
-                parameters={"mode": "append", "format": "lakelog"},
-                metrics=metrics,
-            )
+            plan = dataframe_plan(self.spark_schema, snap, spec.schema_mode)
+        where = parse_replace_where(spec, plan.schema)
+        outside = sum(m.outside for m in done)
+        if where is not None and outside:
+            storage.delete([a.path for a in adds])
+            refuse_outside(where, outside)
+        commit_written(
+            storage,
+            snap,
+            adds,
+            spec,
+            plan=plan,
+            partition_by=self.partition_by,
+            properties={},
+            where=where,
+            parameters={"format": "lakelog"},
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adds = [a for m in messages if isinstance(m, _Commit) for a in _ADDS.decode(m.adds)]

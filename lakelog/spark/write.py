@@ -27,43 +27,54 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..changes.schema import SchemaMode, WritePlan
 from ..errors import (
-    AppVersionCommittedError,
     CommitConflictError,
     InvalidArgumentError,
-    LeaseExpiredError,
     SchemaMismatchError,
     TableExistsError,
     TableNotFoundError,
 )
 from ..io.parquet_settings import check_parquet_properties, parquet_options
 from ..leases import Lease
-from ..log.actions import AddFile, AppTransaction
+from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
 from ..properties import get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
-from ..table import Table, create_with_files
-from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
+from ..transaction import CommitResult, skipped_result
+from .modes import (
+    PARTITION_OVERWRITE_CONF,
+    Mode,
+    PartitionOverwrite,
+    WriteSpec,
+    commit_written,
+    count_outside,
+    dataframe_plan,
+    parse_replace_where,
+    refuse_outside,
+    write_spec,
+)
 from .read import columns_of, session_conf, spark_url
+from .schema import _strip as strip_nullability
 from .schema import (
     check_dataframe_schema,
     check_file_schema,
     output_timestamp_type,
     to_arrow_schema,
-    to_spark_schema,
+    to_spark_type,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["STAGING_DIR", "discard_staging", "write"]
+__all__ = ["STAGING_DIR", "discard_staging", "write", "write_dataframe"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -76,14 +87,15 @@ _SPARK_CODECS = {
     "lz4": "lz4_raw",
 }
 
-Mode = Literal["append", "overwrite", "error"]
-
 
 def write(
     df: DataFrame,
     uri: str,
     *,
     mode: Mode = "append",
+    replace_where: Any = None,
+    partition_overwrite: PartitionOverwrite | None = None,
+    schema_mode: SchemaMode = "strict",
     partition_by: Sequence[str] = (),
     properties: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
@@ -99,19 +111,58 @@ def write(
     when the table is created. ``storage_options`` reach lakelog's fsspec
     access; Spark writes through its own Hadoop settings (S3A for s3://).
 
+    With ``mode="overwrite"``:
+
+    * ``replace_where`` (a filter: SQL-like string, DNF tuples or pyarrow Expression)
+      replaces exactly the rows matching it, as ``Table.overwrite(where=...)`` does
+      (commit operation ``OVERWRITE``); every row of ``df`` must match it, counted by
+      Spark before the commit, or :class:`InvalidArgumentError` and nothing committed.
+    * ``partition_overwrite="dynamic"`` replaces only the partitions ``df`` has rows in
+      (on an unpartitioned table, the whole table, as in Spark and Delta); ``None``
+      follows the session's ``spark.sql.sources.partitionOverwriteMode`` (default
+      ``static``: the whole table).
+
+    ``schema_mode="merge"`` adds the DataFrame's new columns to the table and widens
+    columns it holds in a wider type, in the same commit as the rows (columns it lacks
+    are written as nulls), as ``Table.append(schema_mode="merge")`` does.
+
     ``app_id``/``app_version`` make the write exactly-once (in ``foreachBatch``, the
     query's name and the batch id): it commits only if ``app_version`` is newer than
     the version recorded for ``app_id``; otherwise Spark runs nothing (or, when the
     same batch landed meanwhile, its files are deleted) and the result is the commit
     that recorded it, with ``skipped=True``.
     """
-    if mode not in ("append", "overwrite", "error"):
-        raise InvalidArgumentError(
-            f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
-        )
-    app = app_transaction(app_id, app_version)
-    if isinstance(partition_by, str):
-        partition_by = (partition_by,)
+    session: str | None = None
+    if partition_overwrite is None and mode == "overwrite" and replace_where is None:
+        session = df.sparkSession.conf.get(PARTITION_OVERWRITE_CONF, None)
+    spec = write_spec(
+        mode=mode,
+        replace_where=replace_where,
+        partition_overwrite=partition_overwrite,
+        schema_mode=schema_mode,
+        app_id=app_id,
+        app_version=app_version,
+        partition_by=partition_by,
+        properties=properties,
+        session_partition_overwrite=session,
+    )
+    return write_dataframe(df, uri, spec, storage_options=storage_options)
+
+
+def write_dataframe(
+    df: DataFrame,
+    uri: str,
+    spec: WriteSpec,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    operation: str = "SPARK WRITE",
+    parameters: Mapping[str, Any] | None = None,
+) -> CommitResult:
+    """:func:`write` with its options checked (:func:`~lakelog.spark.modes.write_spec`):
+    the one Spark write path, also for callers that get options from elsewhere (a
+    streaming sink's micro-batch). ``operation`` and ``parameters`` go to the commit
+    header, with the mode's own parameters (a ``replace_where`` write commits as the
+    embedded ``OVERWRITE``, whose header records only its ``where``)."""
     storage = Storage(uri, storage_options)
     staging_root = spark_url(storage)  # refuses filesystems Spark cannot reach
     try:
@@ -119,29 +170,31 @@ def write(
     except TableNotFoundError:
         snap = None
     if snap is not None:
-        if mode == "error":
+        if spec.mode == "error":
             raise TableExistsError(
                 f"expected no table at {storage.uri} (mode='error'), found one at version "
                 f"{snap.version}; use mode='append' or 'overwrite'."
             )
-        done = skipped_result(snap, app, operation="SPARK WRITE")
+        done = skipped_result(snap, spec.app, operation=operation)
         if done is not None:  # a retried batch: already in the table
             return done
-        if partition_by and tuple(partition_by) != snap.partition_by:
+        if spec.partition_by and spec.partition_by != snap.partition_by:
             raise SchemaMismatchError(
                 f"expected partition_by {list(snap.partition_by)} of the existing table, "
-                f"found {list(partition_by)}; omit partition_by when writing to an "
+                f"found {list(spec.partition_by)}; omit partition_by when writing to an "
                 f"existing table."
             )
-        check_dataframe_schema(df.schema, snap.schema)
-        schema, parts = snap.schema, snap.partition_by
-        props = snap.properties
+        frame, plan = _aligned(df, snap, spec.schema_mode)
+        parts, props = snap.partition_by, snap.properties
     else:
-        schema = to_arrow_schema(df.schema)
-        parts = check_partition_columns(schema, partition_by)
-        props = validate_properties(properties or {})
-        check_dataframe_schema(df.schema, schema)
-        check_parquet_properties(props, schema, parts)
+        created = to_arrow_schema(df.schema)
+        parts = check_partition_columns(created, spec.partition_by)
+        props = validate_properties(spec.properties or {})
+        check_dataframe_schema(df.schema, created)
+        check_parquet_properties(props, created, parts)
+        frame, plan = df.select(*columns_of(created.names)), WritePlan(created)
+    schema = plan.schema
+    where = parse_replace_where(spec, schema)  # a bad filter fails before Spark runs
     file_schema = pa.schema([f for f in schema if f.name not in parts])
     codec = get_str(props, "lakelog.compression")
     if codec not in _SPARK_CODECS:
@@ -155,26 +208,23 @@ def write(
         settings["spark.sql.parquet.outputTimestampType"] = ts_type
 
     # the lease covers the staging folder and the published names until the commit
-    with Lease.acquire(storage, operation="SPARK WRITE", properties=props) as lease:
+    with Lease.acquire(storage, operation=operation, properties=props) as lease:
         write_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{lease.lease_id}"
         staging = f"{STAGING_DIR}/{write_id}"
         target = f"{staging_root}/{staging}"
-        ordered = df.select(*columns_of(schema.names))
-        writer = ordered.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
+        writer = frame.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
         writer = writer.options(**spark_parquet_options(props, schema, parts))
         if parts:
             writer = writer.partitionBy(*parts)
         spark = df.sparkSession
+        moved: list[str] = []
         try:
             with session_conf(spark, settings):
                 writer.parquet(target)
-        except BaseException:
-            discard_staging(storage, staging)
-            raise
-
-        moved: list[str] = []
-        try:
             adds = _collect(storage, staging, file_schema, parts)
+            if where is not None and adds:
+                # Spark counts, on the files it wrote, the rows the filter does not match
+                refuse_outside(where, count_outside(spark, target, schema, where))
             moved = _publish(storage, staging, adds, lease.lease_id)
             adds = [_moved(a, staging, lease.lease_id) for a in adds]
         except BaseException:
@@ -182,39 +232,45 @@ def write(
             discard_staging(storage, staging)
             raise
         try:
-            result = _commit(
+            return commit_written(
                 storage,
                 snap,
                 adds,
-                mode=mode,
-                schema=schema,
-                parts=parts,
-                props=props,
+                spec,
+                plan=plan,
+                partition_by=parts,
+                properties=props,
+                where=where,
                 lease=lease,
-                app=app,
+                parameters=parameters,
+                operation=operation,
             )
-        except AppVersionCommittedError as e:  # the same batch landed first
-            storage.delete(moved)
+        finally:
             discard_staging(storage, staging)
-            return CommitResult(
-                version=app_commit(
-                    storage,
-                    e.app_id,
-                    e.app_version,
-                    recorded=e.recorded_version,
-                    recorded_at=e.winning_version if e.winning_version is not None else -1,
-                ),
-                attempts=0,
-                operation="SPARK WRITE",
-                skipped=True,
-            )
-        except (CommitConflictError, LeaseExpiredError, SchemaMismatchError, TableExistsError):
-            # certainly not committed (any other error may hide a landed commit: keep the files)
-            storage.delete(moved)
-            discard_staging(storage, staging)
-            raise
-        discard_staging(storage, staging)
-        return result
+
+
+def _aligned(df: DataFrame, snap: Snapshot, schema_mode: SchemaMode) -> tuple[DataFrame, WritePlan]:
+    """``df`` as the columns of the schema it is written with, in order (:func:`dataframe_plan`):
+    a column cast where the table's type is wider, nulls for a column it lacks."""
+    plan = dataframe_plan(df.schema, snap, schema_mode)
+    if schema_mode == "strict":
+        return df.select(*columns_of(plan.schema.names)), plan
+    from pyspark.sql import functions as F
+
+    given = {f.name: f.dataType for f in df.schema.fields}
+    columns = []
+    for field in plan.schema:
+        want = to_spark_type(field.type)
+        if field.name not in given:
+            column = F.lit(None).cast(want)
+        else:
+            column = columns_of([field.name])[0]
+            if strip_nullability(given[field.name]) != strip_nullability(want):
+                column = column.cast(want)
+        columns.append(column.alias(field.name))
+    frame = df.select(*columns)
+    check_dataframe_schema(frame.schema, plan.schema)
+    return frame, plan
 
 
 def spark_parquet_options(
@@ -327,69 +383,6 @@ def _publish(storage: Storage, staging: str, adds: Sequence[AddFile], lease_id: 
         storage.delete(done)
         raise
     return done
-
-
-def _commit(
-    storage: Storage,
-    snap: Snapshot | None,
-    adds: list[AddFile],
-    *,
-    mode: Mode,
-    schema: pa.Schema,
-    parts: Sequence[str],
-    props: Mapping[str, str],
-    lease: Lease,
-    app: AppTransaction | None = None,
-) -> CommitResult:
-    metrics = {
-        "num_files": len(adds),
-        "num_rows": sum(a.num_rows for a in adds),
-        "num_bytes": sum(a.size_bytes for a in adds),
-    }
-    if snap is None:
-        try:
-            created = create_with_files(
-                storage,
-                schema,
-                partition_by=parts,
-                properties=props,
-                adds=adds,
-                operation="SPARK CREATE TABLE AS WRITE",
-                lease=lease,
-                app=app,
-            )
-            return CommitResult(
-                version=created.version, attempts=1, operation="SPARK CREATE TABLE AS WRITE"
-            )
-        except TableExistsError:
-            if mode == "error":
-                raise
-            snap = load_snapshot(storage)  # created concurrently: commit on top of it
-            if tuple(snap.partition_by) != tuple(parts):
-                raise SchemaMismatchError(
-                    f"expected partition_by {list(snap.partition_by)} of the table created "
-                    f"concurrently, found {list(parts)}; nothing was committed."
-                ) from None
-            _same_schema(snap.schema, schema)
-    return Table(storage, snap).commit_files(
-        adds,
-        mode="overwrite" if mode == "overwrite" else "append",
-        operation="SPARK WRITE",
-        read_snapshot=snap,
-        parameters={"mode": mode}
-        | ({} if app is None else {"app_id": app.app_id, "app_version": app.app_version}),
-        metrics=metrics,
-        lease=lease,
-        app=app,
-    )
-
-
-def _same_schema(table_schema: pa.Schema, written: pa.Schema) -> None:
-    if to_spark_schema(table_schema) != to_spark_schema(written):
-        raise SchemaMismatchError(
-            f"expected the schema of the table created concurrently to match the data "
-            f"written, found {table_schema} vs {written}; nothing was committed."
-        )
 
 
 def discard_staging(storage: Storage, staging: str) -> None:

@@ -1,0 +1,251 @@
+"""Converting a folder of Parquet files in place, with the footers read by Spark's executors.
+
+:func:`lakelog.convert` reads every footer in the calling process. On an object store
+each footer is a request of tens of milliseconds, so for the largest folders (millions
+of files) one process is busy for an hour or more even with its threads, and the
+decoding runs on one core. :func:`convert` is the same conversion with only that step
+moved to Spark:
+
+1. The driver lists the folder and checks it (:func:`~lakelog.interop.convert.
+   convert_listing`: no table there yet, no Delta table, at least one Parquet file).
+2. The listed files (path, size, modification time) are cut into chunks of
+   ``files_per_task``, one Spark task each; each task reads its files' footers with
+   :func:`~lakelog.interop.footers.read_footers` (so the statistics are exactly the
+   embedded conversion's, physical values included) and sends back one compressed
+   payload: per file its size, row count, statistics and the index of its schema among
+   the task's distinct schemas, or why it could not be read.
+3. The driver turns the payloads back into footers (files of one schema share one
+   schema object, as :func:`read_footers` gives them) and
+   :func:`~lakelog.interop.convert.convert_files` does the rest, as it does for
+   :func:`lakelog.convert`: every check of the files, a second round of tasks for files
+   whose statistics are taken again over the table's wider types, one commit.
+
+The tasks are an RDD job, as maintenance's are (``docs/spark-maintenance.md``): no
+pandas needed, but a classic SparkSession (Spark Connect has no RDDs). They read
+through fsspec in Spark's Python workers, which need lakelog installed and the same
+``storage_options``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pyarrow as pa
+
+from ..errors import InvalidArgumentError, SparkEnvironmentError
+from ..interop.convert import convert_files, convert_listing
+from ..interop.footers import Footer, Unreadable, read_footers
+from ..log.actions import FileStats
+from ..storage import FileInfo, Storage
+from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
+from .jobs import short_error
+from .read import spark_url
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from ..table import Table
+
+__all__ = ["convert", "read_footers_task"]
+
+MAX_FILES_PER_TASK = 2000
+"""Default upper bound of files per task: small enough that a lost task is cheap to
+redo and the work spreads over a large cluster, large enough that 2 million files are
+1,000 tasks, not 2 million."""
+MIN_FILES_PER_TASK = 256
+"""Default lower bound: below it, a task's start-up (a Python worker, imports) costs
+more than its footers."""
+_CODEC = "zstd"
+
+
+class _Read(msgspec.Struct, array_like=True, gc=False):
+    path: str
+    size: int
+    mtime_ms: int
+    num_rows: int
+    schema: int
+    """Index into :attr:`_Payload.schemas`."""
+    stats: FileStats
+
+
+class _Failed(msgspec.Struct, array_like=True, gc=False):
+    path: str
+    reason: str
+    gone: bool
+
+
+class _Payload(msgspec.Struct, array_like=True):
+    """What one task sends back to the driver."""
+
+    schemas: list[bytes]
+    """The distinct (normalized) schemas of the task's files, Arrow IPC."""
+    read: list[_Read]
+    failed: list[_Failed]
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_Payload)
+
+
+def _encode(results: Sequence[Footer | Unreadable]) -> bytes:
+    index: dict[int, int] = {}
+    schemas: list[bytes] = []
+    read: list[_Read] = []
+    failed: list[_Failed] = []
+    for r in results:
+        if isinstance(r, Unreadable):
+            failed.append(_Failed(r.path, r.reason, r.gone))
+            continue
+        at = index.get(id(r.schema))
+        if at is None:  # read_footers shares one schema object per footer shape
+            at = index[id(r.schema)] = len(schemas)
+            schemas.append(r.schema.serialize().to_pybytes())
+        read.append(_Read(r.path, r.size, r.mtime_ms, r.num_rows, at, r.stats))
+    raw = _ENCODER.encode(_Payload(schemas, read, failed))
+    packed: bytes = pa.compress(raw, codec=_CODEC, asbytes=True)
+    return len(raw).to_bytes(8, "little") + packed
+
+
+def read_footers_task(
+    chunk: Sequence[tuple[str, int, int | None]],
+    *,
+    uri: str,
+    storage_options: Mapping[str, Any],
+    types: bytes | None,
+) -> bytes:
+    """The executor side: the footers of one chunk of files (path, size, modification
+    time), as one compressed payload."""
+    # the tasks only read: no commit, so no put-if-absent needed from the store
+    storage = Storage(uri, storage_options, single_writer=True)
+    schema = None if types is None else pa.ipc.read_schema(pa.py_buffer(types))
+    infos = [FileInfo(path=p, size=s, mtime_ms=m) for p, s, m in chunk]
+    return _encode(read_footers(storage, infos, types=schema))
+
+
+def _decode(payloads: Sequence[bytes], infos: Sequence[FileInfo]) -> list[Footer | Unreadable]:
+    shared: dict[bytes, pa.Schema] = {}
+    found: dict[str, Footer | Unreadable] = {}
+    for data in payloads:
+        size = int.from_bytes(data[:8], "little")
+        raw = pa.decompress(data[8:], decompressed_size=size, codec=_CODEC, asbytes=True)
+        payload = _DECODER.decode(raw)
+        schemas = []
+        for blob in payload.schemas:
+            if blob not in shared:
+                shared[blob] = pa.ipc.read_schema(pa.py_buffer(blob))
+            schemas.append(shared[blob])
+        for f in payload.read:
+            found[f.path] = Footer(
+                f.path, f.size, f.mtime_ms, f.num_rows, schemas[f.schema], f.stats
+            )
+        for u in payload.failed:
+            found[u.path] = Unreadable(u.path, u.reason, u.gone)
+    missing = [i.path for i in infos if i.path not in found]
+    if missing:
+        raise SparkEnvironmentError(
+            f"expected Spark's tasks to return the footer of each of the {len(infos)} files "
+            f"handed to them, found {len(missing)} without one (e.g. {missing[0]!r}); "
+            f"nothing was committed. Check that the executors run the driver's lakelog."
+        )
+    return [found[i.path] for i in infos]
+
+
+def _context(spark: SparkSession) -> SparkContext:
+    if getattr(spark, "_jsparkSession", None) is None:
+        raise InvalidArgumentError(
+            "expected a classic SparkSession (its footer-reading tasks are an RDD job), "
+            "found a Spark Connect session, which has no RDDs; run lakelog.spark.convert "
+            "from a classic session, or lakelog.convert in one process."
+        )
+    return spark.sparkContext
+
+
+def _files_per_task(sc: SparkContext, n: int, given: int | None) -> int:
+    if given is not None:
+        return given
+    # two tasks per core, so a slow task (a slow store, a busy node) holds up less
+    wanted = math.ceil(n / (2 * max(1, int(sc.defaultParallelism))))
+    return max(MIN_FILES_PER_TASK, min(MAX_FILES_PER_TASK, wanted))
+
+
+class _SparkFooters:
+    """A :data:`~lakelog.interop.convert.ReadFooters` that reads in Spark tasks."""
+
+    def __init__(self, sc: SparkContext, storage: Storage, files_per_task: int | None):
+        self.sc = sc
+        self.storage = storage
+        self.files_per_task = files_per_task
+
+    def __call__(
+        self, infos: Sequence[FileInfo], types: pa.Schema | None
+    ) -> list[Footer | Unreadable]:
+        sc = self.sc
+        per_task = _files_per_task(sc, len(infos), self.files_per_task)
+        chunks = [
+            [(i.path, i.size, i.mtime_ms) for i in infos[k : k + per_task]]
+            for k in range(0, len(infos), per_task)
+        ]
+        run = functools.partial(
+            read_footers_task,
+            uri=self.storage.uri,
+            storage_options=dict(self.storage.storage_options),
+            types=None if types is None else types.serialize().to_pybytes(),
+        )
+        sc.setJobDescription(f"lakelog: read the footers of {len(infos):,} files to convert")
+        try:
+            payloads = sc.parallelize(chunks, len(chunks)).map(run).collect()
+        except Exception as e:  # Py4J / PySpark errors of the job
+            error = short_error(e)
+            if import_problem(error):
+                raise SparkEnvironmentError(
+                    f"expected Spark's executors to import lakelog to read the footers, "
+                    f"found: {error}. Nothing was committed. {SHIP_ENVIRONMENT}"
+                ) from e
+            raise
+        finally:
+            sc.setJobDescription(None)  # type: ignore[arg-type]
+        return _decode(payloads, infos)
+
+
+def convert(
+    spark: SparkSession,
+    uri: str,
+    *,
+    partition_by: Sequence[str] | pa.Schema | None = None,
+    properties: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    single_writer: bool = False,
+    files_per_task: int | None = None,
+) -> Table:
+    """Turn the Parquet files under ``uri`` into a lakelog table in place, as
+    :func:`lakelog.convert` does, with the footers read by Spark tasks.
+
+    The listing, the checks (and their errors), the statistics and the one commit on the
+    driver are :func:`lakelog.convert`'s; ``partition_by``, ``properties``,
+    ``storage_options`` and ``single_writer`` mean what they mean there. The executors
+    read the files through fsspec with ``storage_options`` (not through Spark's Hadoop
+    filesystems). ``files_per_task``: files whose footers one task reads (default:
+    about two tasks per core of the application, from 256 to 2,000 files each).
+    Needs a classic SparkSession. Returns the new table.
+    """
+    if files_per_task is not None and (
+        isinstance(files_per_task, bool)
+        or not isinstance(files_per_task, int)
+        or files_per_task < 1
+    ):
+        raise InvalidArgumentError(
+            f"expected files_per_task to be a positive integer, found {files_per_task!r}"
+        )
+    sc = _context(spark)
+    storage = Storage(uri, storage_options, single_writer=single_writer)
+    spark_url(storage)  # refuses fsspec's in-memory filesystem, which executors cannot see
+    props, infos = convert_listing(storage, properties)
+    check_executors(sc)
+    return convert_files(
+        storage, props, infos, partition_by, read=_SparkFooters(sc, storage, files_per_task)
+    )

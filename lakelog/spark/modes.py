@@ -1,0 +1,571 @@
+"""Write modes of the Spark writers: what a write replaces, and its one commit.
+
+:func:`lakelog.spark.write` and the ``lakelog`` data source's writer (and the
+streaming sink, once per micro-batch) share this module, so a mode means the same
+whatever wrote the files:
+
+* ``mode="append"`` adds the files (kind ``append``);
+* ``mode="overwrite"`` replaces every file of the version the write read (kind
+  ``overwrite``, the whole table in scope);
+* with ``partition_overwrite="dynamic"`` only the partitions the new files are in
+  (kind ``overwrite`` with those partitions as its scope, so a concurrent change in
+  another partition rebases); on an unpartitioned table it is the full overwrite,
+  as in Spark and Delta;
+* with ``replace_where`` the rows matching the filter, through the embedded row-level
+  overwrite (:func:`lakelog.changes.run.run_change`, operation ``OVERWRITE``): files
+  holding matching rows are rewritten without them, or removed when every row matches,
+  in the commit that adds the new files; before that, every new row must match the
+  filter (counted on executors), or nothing is committed;
+* ``schema_mode="merge"`` puts the ``metadata`` action evolving the schema
+  (:func:`lakelog.changes.schema.plan_write`) in the same commit as the files.
+
+Options of the data source (and the streaming sink) map to the same fields:
+:func:`spec_from_options`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..changes.base import Written
+from ..changes.predicate import DeleteChange, Where
+from ..changes.read import evaluate, matched
+from ..changes.run import run_change
+from ..changes.schema import SchemaMode, WritePlan, check_schema_mode, plan_write
+from ..errors import (
+    AppVersionCommittedError,
+    InvalidArgumentError,
+    LakelogError,
+    SchemaMismatchError,
+    TableExistsError,
+)
+from ..filters import parse_filter
+from ..io.schema import conform
+from ..leases import Lease
+from ..log.actions import Action, AddFile, AppTransaction
+from ..log.snapshot import Snapshot, load_snapshot
+from ..partitioning import partition_string
+from ..storage import Storage
+from ..table import Table, create_with_files
+from ..transaction import CommitResult, app_commit, app_transaction, check_app_versions
+from .schema import _strip, check_dataframe_schema, to_arrow_type, to_spark_schema, to_spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+__all__ = [
+    "PARTITION_OVERWRITE_CONF",
+    "Mode",
+    "PartitionOverwrite",
+    "WriteSpec",
+    "commit_written",
+    "count_outside",
+    "dataframe_plan",
+    "outside_rows",
+    "parse_replace_where",
+    "refuse_outside",
+    "spec_from_options",
+    "write_spec",
+]
+
+Mode = Literal["append", "overwrite", "error"]
+PartitionOverwrite = Literal["static", "dynamic"]
+PARTITION_OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
+"""Spark's session setting; :func:`lakelog.spark.write` follows it when
+``partition_overwrite`` is not given, as Spark's and Delta's writers do."""
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """One write's mode and options, checked (see the module docstring)."""
+
+    mode: Mode = "append"
+    replace_where: Any = None
+    partition_overwrite: PartitionOverwrite = "static"
+    schema_mode: SchemaMode = "strict"
+    app: AppTransaction | None = None
+    partition_by: tuple[str, ...] = ()
+    properties: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    def header(self) -> dict[str, Any]:
+        """What the commit header records about the mode."""
+        out: dict[str, Any] = {"mode": self.mode}
+        if self.app is not None:
+            out.update(app_id=self.app.app_id, app_version=self.app.app_version)
+        return out
+
+
+def write_spec(
+    *,
+    mode: Any = "append",
+    replace_where: Any = None,
+    partition_overwrite: Any = None,
+    schema_mode: Any = "strict",
+    app_id: str | None = None,
+    app_version: int | None = None,
+    partition_by: str | Sequence[str] = (),
+    properties: Mapping[str, Any] | None = None,
+    session_partition_overwrite: str | None = None,
+    names: Mapping[str, str] | None = None,
+) -> WriteSpec:
+    """Check a write's options and combine them (nothing is read or written).
+
+    ``partition_overwrite=None`` takes ``session_partition_overwrite`` (Spark's
+    :data:`PARTITION_OVERWRITE_CONF`) for an overwrite without ``replace_where``, and is
+    ``"static"`` otherwise. ``names`` maps the options to the caller's spelling of them
+    (``{"replace_where": "option 'replaceWhere'"}``) for messages.
+    """
+    said = {
+        "mode": "mode",
+        "replace_where": "replace_where",
+        "partition_overwrite": "partition_overwrite",
+        "schema_mode": "schema_mode",
+        **(names or {}),
+    }
+    if mode not in ("append", "overwrite", "error"):
+        raise InvalidArgumentError(
+            f"expected {said['mode']} 'append', 'overwrite' or 'error', found {mode!r}"
+        )
+    check_schema_mode(schema_mode)
+    given = partition_overwrite
+    if given is not None and given not in ("static", "dynamic"):
+        raise InvalidArgumentError(
+            f"expected {said['partition_overwrite']} 'static' (an overwrite replaces the "
+            f"whole table) or 'dynamic' (only the partitions the data holds), found {given!r}"
+        )
+    if replace_where is not None:
+        if mode != "overwrite":
+            raise InvalidArgumentError(
+                f"expected mode 'overwrite' with {said['replace_where']} (it replaces the rows "
+                f"matching it), found mode {mode!r}; write with mode 'overwrite', or drop "
+                f"{said['replace_where']} to {mode}."
+            )
+        if given == "dynamic":
+            raise InvalidArgumentError(
+                f"expected {said['replace_where']} or {said['partition_overwrite']} 'dynamic', "
+                f"found both; a filter on the partition columns in {said['replace_where']} "
+                f"says which partitions to replace."
+            )
+        if schema_mode != "strict":
+            raise InvalidArgumentError(
+                f"expected {said['schema_mode']} 'strict' with {said['replace_where']} (rows "
+                f"replaced by a filter keep the table's schema), found 'merge'; evolve the "
+                f"schema first (a merge append, or add_columns()/widen_column())."
+            )
+    if given == "dynamic" and mode != "overwrite":
+        raise InvalidArgumentError(
+            f"expected mode 'overwrite' with {said['partition_overwrite']} 'dynamic' (it "
+            f"replaces the partitions the data holds), found mode {mode!r}"
+        )
+    resolved: PartitionOverwrite = "static"
+    if given is not None:
+        resolved = given
+    elif mode == "overwrite" and replace_where is None:
+        conf = (session_partition_overwrite or "static").strip().lower()
+        resolved = "dynamic" if conf == "dynamic" else "static"
+    if isinstance(partition_by, str):
+        partition_by = (partition_by,)
+    return WriteSpec(
+        mode=mode,
+        replace_where=replace_where,
+        partition_overwrite=resolved,
+        schema_mode=schema_mode,
+        app=app_transaction(app_id, app_version),
+        partition_by=tuple(partition_by),
+        properties=properties,
+    )
+
+
+# the data source's options: each field, its accepted spellings (Delta's first; keys
+# are case-insensitive, as Spark hands them over)
+_OPTION_NAMES: dict[str, tuple[str, ...]] = {
+    "replace_where": ("replaceWhere", "replace_where"),
+    "partition_overwrite": ("partitionOverwriteMode", "partition_overwrite"),
+    "schema_mode": ("schema_mode", "schemaMode"),
+    "merge_schema": ("mergeSchema", "merge_schema"),
+    "app_id": ("txnAppId", "app_id", "appId"),
+    "app_version": ("txnVersion", "app_version", "appVersion"),
+    "partition_by": ("partitionBy", "partition_by"),
+}
+
+
+def spec_from_options(options: Mapping[str, str], *, overwrite: bool) -> WriteSpec:
+    """The :class:`WriteSpec` of a ``df.write.format("lakelog")`` (or a streaming sink's)
+    options; ``overwrite``: Spark's save mode. Spellings: ``replaceWhere``,
+    ``partitionOverwriteMode`` (``static``/``dynamic``), ``mergeSchema``
+    (``true``/``false``) or ``schema_mode`` (``strict``/``merge``), ``txnAppId`` with
+    ``txnVersion``, ``partitionBy`` (comma-separated), and each in snake case too."""
+    lowered = {str(k).lower(): v for k, v in options.items()}
+
+    def get(key: str) -> tuple[str, str | None]:
+        spellings = _OPTION_NAMES[key]
+        for name in spellings:
+            value = lowered.get(name.lower())
+            if value is not None:
+                return name, value
+        return spellings[0], None
+
+    names: dict[str, str] = {}
+    where_name, where = get("replace_where")
+    names["replace_where"] = f"option {where_name!r}"
+    po_name, po = get("partition_overwrite")
+    names["partition_overwrite"] = f"option {po_name!r}"
+    sm_name, sm = get("schema_mode")
+    ms_name, ms = get("merge_schema")
+    schema_mode: str = "strict"
+    if ms is not None:
+        flag = ms.strip().lower()
+        if flag not in ("true", "false"):
+            raise InvalidArgumentError(
+                f"expected option {ms_name!r} 'true' or 'false', found {ms!r}"
+            )
+        schema_mode = "merge" if flag == "true" else "strict"
+        names["schema_mode"] = f"option {ms_name!r}"
+    if sm is not None:
+        wanted = sm.strip().lower()
+        if ms is not None and wanted != schema_mode:
+            raise InvalidArgumentError(
+                f"expected option {sm_name!r} or {ms_name!r}, found both and they disagree "
+                f"({sm!r}, {ms!r}); give one."
+            )
+        schema_mode = wanted
+        names["schema_mode"] = f"option {sm_name!r}"
+    id_name, app_id = get("app_id")
+    v_name, raw_version = get("app_version")
+    app_version: int | None = None
+    if raw_version is not None:
+        if not raw_version.strip().isdigit():
+            raise InvalidArgumentError(
+                f"expected option {v_name!r} to be a whole number >= 0 (a batch number), "
+                f"found {raw_version!r}"
+            )
+        app_version = int(raw_version)
+    if (app_id is None) != (app_version is None):
+        raise InvalidArgumentError(
+            f"expected options {id_name!r} and {v_name!r} together (exactly-once writes), "
+            f"found only {id_name if app_version is None else v_name!r}; give both, e.g. "
+            f".option({id_name!r}, 'ingest').option({v_name!r}, 12)"
+        )
+    _, parts = get("partition_by")
+    return write_spec(
+        mode="overwrite" if overwrite else "append",
+        replace_where=where if where is None or where.strip() else None,
+        partition_overwrite=None if po is None else po.strip().lower(),
+        schema_mode=schema_mode,
+        app_id=app_id,
+        app_version=app_version,
+        partition_by=[c.strip() for c in (parts or "").split(",") if c.strip()],
+        names=names,
+    )
+
+
+def dataframe_plan(df_schema: StructType, snap: Snapshot, schema_mode: SchemaMode) -> WritePlan:
+    """The schema a DataFrame of ``df_schema`` is written to the table with.
+
+    ``strict``: the DataFrame must match the table exactly
+    (:func:`~lakelog.spark.schema.check_dataframe_schema`). ``merge``
+    (:func:`~lakelog.changes.schema.plan_write`): its new columns are added, columns in a
+    wider type widen the table's, narrower ones convert, missing ones are nulls."""
+    if schema_mode == "strict":
+        check_dataframe_schema(df_schema, snap.schema)
+        return WritePlan(snap.schema)
+    table = snap.schema
+    fields = []
+    for f in df_schema.fields:
+        if f.name in table.names and _reads_as(table.field(f.name).type) == _strip(f.dataType):
+            fields.append(table.field(f.name))  # the table's type Spark reads as this one
+        else:
+            fields.append(pa.field(f.name, to_arrow_type(f.dataType)))
+    return plan_write(snap, pa.schema(fields), "merge")
+
+
+def _reads_as(t: pa.DataType) -> DataType | None:
+    try:
+        return _strip(to_spark_type(t))
+    except SchemaMismatchError:
+        return None
+
+
+def parse_replace_where(spec: WriteSpec, schema: pa.Schema) -> Where | None:
+    """``replace_where`` parsed against the table ``schema`` (None when not given); a
+    filter lakelog cannot read is refused here, before anything is written."""
+    if spec.replace_where is None:
+        return None
+    pred = parse_filter(spec.replace_where, schema, argument="replace_where")
+    if pred is None:
+        raise InvalidArgumentError(
+            f"expected replace_where to select the rows to replace, such as "
+            f"\"day = '2024-01-02'\", found {spec.replace_where!r}; to replace every row, "
+            f"drop replace_where."
+        )
+    return Where(spec.replace_where, schema, operation="OVERWRITE")
+
+
+def outside_rows(batch: pa.RecordBatch, expression: pc.Expression, schema: pa.Schema) -> int:
+    """Rows of ``batch`` (columns of the table ``schema``, in any Arrow types that convert)
+    where ``expression`` is not true: false or null, as the embedded overwrite counts."""
+    if not batch.num_rows:
+        return 0
+    sub = pa.schema([schema.field(n) for n in batch.schema.names])
+    mask = matched(evaluate(conform(batch, sub), {"match": expression})["match"])
+    rows: int = batch.num_rows
+    return rows - int(pc.sum(mask).as_py() or 0)
+
+
+def _outside_counter(
+    expression: pc.Expression, schema_bytes: bytes
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+        n = sum(outside_rows(b, expression, schema) for b in batches)
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
+
+    return count
+
+
+def count_outside(spark: SparkSession, staged_url: str, schema: pa.Schema, where: Where) -> int:
+    """Rows of the files a Spark job wrote under ``staged_url`` (partition folders and all)
+    that ``where`` does not match, counted by Spark tasks: the files are read back by
+    Spark's reader, only the filter's columns, and each task evaluates the filter with
+    lakelog's semantics (Arrow's, as the embedded overwrite) on its batches."""
+    from pyspark.sql import functions as F
+
+    from .read import columns_of
+
+    columns = [c for c in where.columns if c in schema.names] or [schema.names[0]]
+    frame = spark.read.schema(to_spark_schema(schema)).parquet(staged_url)
+    counter = _outside_counter(where.expression, schema.serialize().to_pybytes())
+    with warnings.catch_warnings():
+        # PySpark warns about the installed pandas on every Arrow UDF; no pandas is used
+        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas")
+        counts = frame.select(*columns_of(columns)).mapInArrow(counter, "n long")
+    total = counts.agg(F.sum("n")).collect()[0][0]
+    return int(total or 0)
+
+
+def refuse_outside(where: Where, outside: int, *, what: str = "DataFrame") -> None:
+    """Raise the refusal of rows outside ``replace_where`` (nothing committed)."""
+    if outside:
+        raise InvalidArgumentError(
+            f"expected every row of the {what} to match replace_where {where.text!r} (the "
+            f"write replaces exactly those rows), found {outside} row(s) outside it; filter "
+            f"the {what} (df.where(...)) or widen replace_where. Nothing was committed."
+        )
+
+
+class _StagedOverwrite(DeleteChange):
+    """The embedded ``overwrite(where=...)`` with its new rows already written (and
+    checked to match the filter) by Spark."""
+
+    operation = "OVERWRITE"
+
+    def __init__(self, where: Where, adds: Sequence[AddFile]) -> None:
+        super().__init__(where)
+        self.new = Written(tuple(adds), sum(a.num_rows for a in adds))
+
+    def parameters(self) -> dict[str, Any]:
+        return {"where": self.where.text}
+
+    def before(self, storage: Storage, lease_id: str) -> Written:
+        return self.new
+
+
+def _typed(value: str | None, t: pa.DataType) -> Any:
+    """A partition value as its column type, so that two spellings of one value (Spark's
+    folder name, lakelog's string) compare equal; the text itself if it does not parse."""
+    if value is None:
+        return None
+    try:
+        return pa.array([value], pa.string()).cast(t)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return value
+
+
+def _dynamic_scope(
+    snap: Snapshot, adds: Sequence[AddFile]
+) -> tuple[list[dict[str, str | None]], list[Action]]:
+    """The partitions the new files are in (each in the files' spelling and in lakelog's)
+    and the removes of the live files in them."""
+    parts = snap.partition_by
+    types = [snap.schema.field(c).type for c in parts]
+
+    def key(partition: Mapping[str, str | None]) -> tuple[Any, ...]:
+        return tuple(_typed(partition.get(c), t) for c, t in zip(parts, types, strict=True))
+
+    keys = {key(a.partition): a.partition for a in adds}
+    scope: dict[tuple[tuple[str, str | None], ...], dict[str, str | None]] = {}
+    for typed, given in keys.items():
+        for spelling in (
+            {c: given.get(c) for c in parts},
+            {c: partition_string(v) for c, v in zip(parts, typed, strict=True)},
+        ):
+            scope[tuple(spelling.items())] = spelling
+    now = int(time.time() * 1000)
+    removes: list[Action] = [
+        f.to_remove(deletion_ms=now) for f in snap.files() if key(f.partition) in keys
+    ]
+    return list(scope.values()), removes
+
+
+def commit_written(
+    storage: Storage,
+    snap: Snapshot | None,
+    adds: list[AddFile],
+    spec: WriteSpec,
+    *,
+    plan: WritePlan,
+    partition_by: Sequence[str],
+    properties: Mapping[str, str],
+    where: Where | None = None,
+    lease: Lease | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    operation: str = "SPARK WRITE",
+    create_operation: str = "SPARK CREATE TABLE AS WRITE",
+) -> CommitResult:
+    """Commit the data files ``adds`` (already at their final paths, under ``lease``) as
+    ``spec`` says, on top of ``snap`` (None: create the table, with ``plan.schema``,
+    ``partition_by`` and ``properties``). ``where``: the parsed ``replace_where``, whose
+    rows the caller checked. ``parameters`` go to the commit header besides the mode's.
+
+    A write whose app version landed first deletes ``adds`` and returns the commit that
+    recorded it (``skipped=True``); a write refused before its put (a conflict, an expired
+    lease) deletes ``adds`` and raises; any other failure leaves them (the commit may have
+    landed; vacuum removes them if not)."""
+    try:
+        return _commit(
+            storage,
+            snap,
+            adds,
+            spec,
+            plan=plan,
+            partition_by=tuple(partition_by),
+            properties=properties,
+            where=where,
+            lease=lease,
+            parameters=dict(parameters or {}),
+            operation=operation,
+            create_operation=create_operation,
+        )
+    except AppVersionCommittedError as e:  # the same batch landed first
+        storage.delete([a.path for a in adds])
+        return CommitResult(
+            version=app_commit(
+                storage,
+                e.app_id,
+                e.app_version,
+                recorded=e.recorded_version,
+                recorded_at=e.winning_version if e.winning_version is not None else -1,
+            ),
+            attempts=0,
+            operation=operation,
+            skipped=True,
+        )
+    except LakelogError:
+        # lakelog's own errors are raised before or instead of a put: not committed
+        storage.delete([a.path for a in adds])
+        raise
+
+
+def _commit(
+    storage: Storage,
+    snap: Snapshot | None,
+    adds: list[AddFile],
+    spec: WriteSpec,
+    *,
+    plan: WritePlan,
+    partition_by: tuple[str, ...],
+    properties: Mapping[str, str],
+    where: Where | None,
+    lease: Lease | None,
+    parameters: dict[str, Any],
+    operation: str,
+    create_operation: str,
+) -> CommitResult:
+    app = spec.app
+    metrics: dict[str, Any] = {
+        "num_files": len(adds),
+        "num_rows": sum(a.num_rows for a in adds),
+        "num_bytes": sum(a.size_bytes for a in adds),
+    }
+    if snap is None:
+        try:
+            created = create_with_files(
+                storage,
+                plan.schema,
+                partition_by=partition_by,
+                properties=properties,
+                adds=adds,
+                operation=create_operation,
+                lease=lease,
+                app=app,
+            )
+            return CommitResult(version=created.version, attempts=1, operation=create_operation)
+        except TableExistsError:
+            if spec.mode == "error":
+                raise
+            snap = load_snapshot(storage)  # created concurrently: commit on top of it
+            if tuple(snap.partition_by) != partition_by:
+                raise SchemaMismatchError(
+                    f"expected partition_by {list(snap.partition_by)} of the table created "
+                    f"concurrently, found {list(partition_by)}; nothing was committed."
+                ) from None
+            if to_spark_schema(snap.schema) != to_spark_schema(plan.schema):
+                raise SchemaMismatchError(
+                    f"expected the schema of the table created concurrently to match the "
+                    f"data written, found {snap.schema} vs {plan.schema}; nothing was "
+                    f"committed."
+                ) from None
+            plan = WritePlan(snap.schema)
+            if where is not None:
+                where = Where(spec.replace_where, snap.schema, operation="OVERWRITE")
+    table = Table(storage, snap)
+    if where is not None:
+        done = run_change(
+            table,
+            _StagedOverwrite(where, adds),
+            snap,
+            lease=lease,
+            extra_actions=[] if app is None else [app],
+        )
+        return CommitResult(
+            version=done.version,
+            attempts=done.attempts,
+            txn_id=done.txn_id,
+            operation=done.operation,
+            actions=done.actions,
+            skipped=not done.committed,
+        )
+    actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+    scope: list[dict[str, str | None]] | None = None
+    header = {**spec.header(), **plan.parameters(), **parameters}
+    if spec.mode == "overwrite":
+        if spec.partition_overwrite == "dynamic" and snap.partition_by:
+            scope, removes = _dynamic_scope(snap, adds)
+            header.update(partition_overwrite="dynamic", partitions=scope)
+        else:
+            now = int(time.time() * 1000)
+            removes = [f.to_remove(deletion_ms=now) for f in snap.files()]
+        actions += removes
+        metrics["num_removed_files"] = len(removes)
+    actions += adds
+    if app is not None:
+        check_app_versions([app], snap.app_versions, snap.app_commits)
+        actions.append(app)
+    return table.commit(
+        actions,
+        operation=operation,
+        kind="overwrite" if spec.mode == "overwrite" else "append",
+        read_snapshot=snap,
+        parameters=header,
+        metrics=metrics,
+        replaced_partitions=scope,
+        lease=lease,
+    )
