@@ -105,28 +105,18 @@ def run_change(
             rewritten = [o for o in outcomes if o.rewritten]
             if not rewritten and not new.adds and not extra_actions:
                 return _result(change, snapshot, outcomes, new, None, start, dry=False)
-            now = int(time.time() * 1000)
-            actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
-            actions += [a for o in rewritten for a in o.adds]
-            actions += new.adds
-            actions += extra_actions
-
-            def metrics(extra: Sequence[FileOutcome]) -> dict[str, Any]:
-                done = _result(change, snapshot, [*outcomes, *extra], new, None, start, dry=False)
-                return _metrics(change, done)
-
+            metrics = _metrics_of(change, snapshot, outcomes, new, start)
             rebase = RowLevelRebase(ctx, change, metrics)
             failpoint("change:before-commit")
             committing = True
-            committed = table.commit(
-                actions,
-                operation=change.operation,
-                kind="rowlevel",
-                read_snapshot=snapshot,
-                parameters=change.parameters(),
-                metrics=metrics([]),
-                rebase=rebase,
-                lease=lease,
+            committed = _commit(
+                table,
+                change,
+                snapshot,
+                _actions(rewritten, new, extra_actions),
+                metrics,
+                rebase,
+                lease,
             )
             return _result(
                 change, snapshot, [*outcomes, *rebase.extra], new, committed, start, dry=False
@@ -177,26 +167,11 @@ def commit_outcomes(
     rewritten = [o for o in outcomes if o.rewritten]
     if not rewritten and not new.adds:
         return _result(change, snapshot, outcomes, new, None, start, dry=False)
-    now = int(time.time() * 1000)
-    actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
-    actions += [a for o in rewritten for a in o.adds]
-    actions += new.adds
-
-    def metrics(extra: Sequence[FileOutcome]) -> dict[str, Any]:
-        done = _result(change, snapshot, [*outcomes, *extra], new, None, start, dry=False)
-        return _metrics(change, done)
-
+    metrics = _metrics_of(change, snapshot, outcomes, new, start)
     checker = rebase(dataclasses.replace(ctx, lease_id=lease.lease_id), change, metrics)
     try:
-        committed = table.commit(
-            actions,
-            operation=change.operation,
-            kind="rowlevel",
-            read_snapshot=snapshot,
-            parameters=change.parameters(),
-            metrics=metrics([]),
-            rebase=checker,
-            lease=lease,
+        committed = _commit(
+            table, change, snapshot, _actions(rewritten, new, ()), metrics, checker, lease
         )
     except BaseException as e:
         if isinstance(e, LakelogError):
@@ -208,6 +183,55 @@ def commit_outcomes(
                 pass
         raise
     return _result(change, snapshot, [*outcomes, *checker.extra], new, committed, start, dry=False)
+
+
+def _actions(
+    rewritten: Sequence[FileOutcome], new: Written, extra: Sequence[Action]
+) -> list[Action]:
+    """A change's actions: each rewritten file removed, what replaces it, the new files
+    (inserts, updated rows) and ``extra`` (an app transaction)."""
+    now = int(time.time() * 1000)
+    actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
+    actions += [a for o in rewritten for a in o.adds]
+    return [*actions, *new.adds, *extra]
+
+
+def _metrics_of(
+    change: RowChange,
+    snapshot: Snapshot,
+    outcomes: Sequence[FileOutcome],
+    new: Written,
+    start: float,
+) -> Callable[[Sequence[FileOutcome]], dict[str, Any]]:
+    """The header's metrics given the files a rebase rewrote besides ``outcomes``."""
+
+    def metrics(extra: Sequence[FileOutcome]) -> dict[str, Any]:
+        done = _result(change, snapshot, [*outcomes, *extra], new, None, start, dry=False)
+        return _metrics(change, done)
+
+    return metrics
+
+
+def _commit(
+    table: Table,
+    change: RowChange,
+    snapshot: Snapshot,
+    actions: list[Action],
+    metrics: Callable[[Sequence[FileOutcome]], dict[str, Any]],
+    rebase: RowLevelRebase,
+    lease: Lease,
+) -> CommitResult:
+    """The one ``rowlevel`` commit of a change, on ``snapshot``, rebased by ``rebase``."""
+    return table.commit(
+        actions,
+        operation=change.operation,
+        kind="rowlevel",
+        read_snapshot=snapshot,
+        parameters=change.parameters(),
+        metrics=metrics([]),
+        rebase=rebase,
+        lease=lease,
+    )
 
 
 def _metrics(change: RowChange, r: ChangeResult) -> dict[str, Any]:
