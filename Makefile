@@ -25,8 +25,8 @@ test: $(STAMP)  ## lint, type-check and run the whole test suite (Spark and S3 i
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
-test-fast: $(STAMP)  ## the test suite without Spark
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not spark"
+test-fast: $(STAMP)  ## the inner loop: no Spark, S3 server, process races or slow tests (< 3 min)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not spark and not s3 and not processes and not slow"
 
 lint: $(STAMP)  ## ruff + mypy
 	$(BIN)/ruff check lakelog tests benchmarks examples

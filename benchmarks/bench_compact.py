@@ -9,7 +9,7 @@ peak RSS (``VmHWM``) is its own. Both compact with the same target size
 ``max_concurrent_groups`` = cores). Runs alternate between the two; medians
 and the ratio are printed and saved to ``benchmarks/results/compact.json``.
 
-Targets (issue 4): lakelog wall time <= 0.8 x delta-rs; lakelog peak RSS below
+Targets: lakelog wall time <= 0.8 x delta-rs; lakelog peak RSS below
 2 x target file size + 300 MB.
 
     python benchmarks/bench_compact.py            # full scale, 5 runs each

@@ -1,4 +1,4 @@
-"""Two maintenance jobs at once against one job on the same table (issue 17), vs delta-rs.
+"""Two maintenance jobs at once against one job on the same table, vs delta-rs.
 
 A table of ``--files`` (800) small files over 8 ``kind`` partitions (``--rows``, 20,000
 rows each), as lakelog and as a Delta table (delta-rs), one pristine copy each;

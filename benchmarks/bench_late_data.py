@@ -1,4 +1,4 @@
-"""Late data never snowballs (issue 17): rounds of 1% late rows into a ``ts``-sorted table.
+"""Late data never snowballs: rounds of 1% late rows into a ``ts``-sorted table.
 
 A table of ``--rows`` (2,000,000) rows ``(ts, k, v)`` is sorted by ``ts`` into files of
 ``--target`` (1 MiB) with row groups of ``--row-group`` (4,096) rows. Then ``--rounds``
@@ -18,7 +18,7 @@ the appended file, over the appended bytes), and the fraction of the table's byt
 300 seeded 1% ``ts`` ranges read, with row groups pruned by their statistics (as
 lakelog's and Spark's readers do) and, for reference, with whole files only; against
 the same measure after a full re-sort of the same rows (lakelog ``optimize(
-incremental=False)`` on a copy). Targets (issue 17): no file above 1.1x the target, no
+incremental=False)`` on a copy). Targets: no file above 1.1x the target, no
 row group above the row-group size, at most 10 bytes rewritten per byte appended, and the
 fraction read within 25% of the full re-sort, after every round. Also the median time
 of a round's maintenance. Bytes are deterministic (seeded); times vary with the machine.

@@ -21,7 +21,7 @@
       ``load_snapshot(storage, 5000)`` (what ``table.snapshot(5000)`` runs),
       and delta-rs ``DeltaTable(path, version=5000)`` + ``file_uris()``.
 
-Targets (issue 2): the latest version at or below delta-rs with its
+Targets: the latest version at or below delta-rs with its
 checkpoint; version 5,000 within the same time.
 
     python benchmarks/bench_log.py            # 10,000 commits / 100,000 files

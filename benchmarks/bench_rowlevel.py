@@ -2,7 +2,7 @@
 
 Data: the compaction benchmark's seeded data set (``_data.py``: appends of 25,000
 rows, one file each), built once as a lakelog table and once as a Delta table by
-``bench_compact.build`` under ``benchmarks/data/compact/``. Cases (issue 15):
+``bench_compact.build`` under ``benchmarks/data/compact/``. Cases:
 
 * ``delete-range``      delete 1% of rows by a ``customer_id`` range (``customer_id < 1000``)
 * ``delete-scattered``  delete 1% of rows by a scattered predicate (``x < 0.01``)

@@ -62,7 +62,7 @@ from _common import fmt_bytes, print_table, write_json_result
 import lakelog
 import lakelog.log.snapshot as snapshot_module
 import lakelog.maintenance.clustering.sort as sort_module
-from lakelog.io.skipping import collect_skip_stats
+from lakelog.scan.skipping import collect_skip_stats
 
 MiB = 1 << 20
 WORK = Path("/tmp/lakelog-bench-skipping")

@@ -32,6 +32,7 @@ from .errors import (
     VersionExpiredError,
     VersionNotFoundError,
 )
+from .filters import FilterLike
 from .interop.convert import convert
 from .interop.delta import (
     delta_view_status,
@@ -40,7 +41,8 @@ from .interop.delta import (
     sync_delta_view,
 )
 from .log.actions import DataFile, FileStats
-from .log.snapshot import Snapshot
+from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
+from .scan import Snapshot
 from .table import Table, create_table, open_table, write_table
 from .transaction import CommitResult
 
@@ -50,14 +52,18 @@ __all__ = [
     "CleanupRunningError",
     "DeletedRowsError",
     "ChangeResult",
+    "ClusteringOptions",
     "CommitConflictError",
     "CommitResult",
+    "CompactionOptions",
     "CorruptLogError",
     "DataFile",
     "DataFileMissingError",
     "DeltaViewError",
+    "ExecutionOptions",
     "FileChange",
     "FileStats",
+    "FilterLike",
     "InvalidArgumentError",
     "LakelogError",
     "LeaseExpiredError",

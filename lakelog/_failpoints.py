@@ -14,7 +14,13 @@ fires once per process, so tests in one process that pause at the same name with
 their own paths do not disarm each other. The commit points also exist qualified by
 the commit's operation (``commit:before-put:CLAIM``), to stop one kind of commit only.
 
-Unset, either costs one dictionary lookup.
+Set ``LAKELOG_FAULT_AT=<name>:<folder>`` (comma-separated pairs allowed) and
+``fault("<name>", path)`` is true for every ``path`` at or under ``<folder>``: the
+code there then behaves as a faulty component would (``storage:ignore-put-condition``,
+a store that accepts a conditional put and ignores the condition), for that folder
+only and in any process that inherits the variable.
+
+Unset, each costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import os
 import signal
 import time
 
-__all__ = ["failpoint", "pausepoint"]
+__all__ = ["failpoint", "fault", "pausepoint"]
 
 _PAUSED: set[tuple[str, str]] = set()
 
@@ -36,6 +42,19 @@ def failpoint(name: str, qualifier: str | None = None) -> None:
         names = wanted.split(",")
         if name in names or (qualifier is not None and f"{name}:{qualifier}" in names):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault(name: str, path: str) -> bool:
+    """Whether fault ``name`` is armed for ``path`` (at or under an armed folder)."""
+    wanted = os.environ.get("LAKELOG_FAULT_AT")
+    if not wanted:
+        return False
+    for pair in wanted.split(","):
+        point, _, folder = pair.rpartition(":")  # names may hold ":", the folder not
+        folder = folder.rstrip("/")
+        if point == name and folder and (path == folder or path.startswith(folder + "/")):
+            return True
+    return False
 
 
 def pausepoint(name: str) -> None:

@@ -19,7 +19,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .filters import FileStatsColumns
+from .filters import FileStatsColumns, FilterLike
 from .log.actions import AddFile, CommitHeader, RemoveFile
 from .log.commits import decode_commit, list_log, read_header, read_tail
 from .log.file_index import stats_columns
@@ -50,7 +50,7 @@ class TableInspect:
     def __init__(self, table: Table) -> None:
         self._table = table
 
-    def files(self, *, version: int | None = None, filter: Any = None) -> pa.Table:
+    def files(self, *, version: int | None = None, filter: FilterLike = None) -> pa.Table:
         """One row per live data file of ``version`` (default: the latest), pruned by
         ``filter`` as :meth:`Snapshot.files` prunes: ``path``, ``partition`` (a struct
         of typed values; partitioned tables only), ``num_rows`` (physical rows),
@@ -72,7 +72,7 @@ class TableInspect:
         out["tags"] = _tags(table.column("tags"))
         return pa.table(out)
 
-    def partitions(self, *, version: int | None = None, filter: Any = None) -> pa.Table:
+    def partitions(self, *, version: int | None = None, filter: FilterLike = None) -> pa.Table:
         """One row per partition of ``version`` (one row in all for an unpartitioned
         table): ``partition``, ``file_count``, ``num_rows``, ``total_bytes``,
         ``last_modified`` and ``stats``: per column the ``min``, ``max`` and
@@ -140,7 +140,7 @@ class TableInspect:
 # -- files -----------------------------------------------------------------------------
 
 
-def _files_and_stats(snap: Snapshot, filter: Any) -> tuple[pa.Table, FileStatsColumns]:
+def _files_and_stats(snap: Snapshot, filter: FilterLike) -> tuple[pa.Table, FileStatsColumns]:
     if filter is None:
         return snap.file_table, snap.stats_columns
     files = snap.files(filter)

@@ -58,6 +58,7 @@ __all__ = [
     "lease_path",
     "process_identity",
     "read_leases",
+    "recheck_seconds",
 ]
 
 log = logging.getLogger("lakelog")
@@ -71,6 +72,17 @@ lease lapsed waits twice this long, twice, before checking its files."""
 
 NO_HEARTBEAT_ENV = "LAKELOG_TEST_NO_LEASE_HEARTBEAT"
 """Tests only: set to ``1`` and leases are never renewed by a heartbeat, so they expire."""
+
+RECHECK_ENV = "LAKELOG_TEST_LEASE_RECHECK_SECONDS"
+"""Tests only: seconds that replace :data:`LEASE_RECHECK_SECONDS`, so the waits after a
+lapse are short. Set it for every process on the table (writers and vacuum must agree)."""
+
+
+def recheck_seconds() -> float:
+    """:data:`LEASE_RECHECK_SECONDS`, or the value of :data:`RECHECK_ENV` where set."""
+    raw = os.environ.get(RECHECK_ENV)
+    return float(raw) if raw else LEASE_RECHECK_SECONDS
+
 
 _FILE_RE = re.compile(r"^([0-9a-f]{32})\.json$")
 _ID_RE = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
@@ -388,7 +400,7 @@ class Lease:
                 lapses, lapsed_ms = self._lapses, self._lapsed_ms
             if lapses == self._checked:
                 return  # renewed before it expired: no vacuum can have seen it expired
-            settle = 2 * LEASE_RECHECK_SECONDS
+            settle = 2 * recheck_seconds()
             try:
                 time.sleep(settle)
                 self.renew()
@@ -423,7 +435,7 @@ class Lease:
         wanted = list(paths)
         if not wanted:
             return
-        left = self.created_ms / 1000 + 2 * LEASE_RECHECK_SECONDS - time.time()
+        left = self.created_ms / 1000 + 2 * recheck_seconds() - time.time()
         if left > 0:
             time.sleep(left)
         missing = [p for p in wanted if not self.storage.exists(p)]

@@ -157,6 +157,13 @@ PROPERTIES: dict[str, Property] = {
             low=1,
         ),
         Property(
+            "lakelog.manifest.plans_inline_bytes",
+            "int",
+            "65536",
+            "pending plans whose JSON is longer go to a plans file beside the manifest",
+            low=0,
+        ),
+        Property(
             "lakelog.commit.max_attempts",
             "int",
             "100",
@@ -369,6 +376,21 @@ PROPERTIES: dict[str, Property] = {
             low=0,
             low_open=True,
             high=1,
+        ),
+        Property(
+            "lakelog.deletion_vectors.max_vector_bytes",
+            "int",
+            str(64 * 1024),
+            "a change rewrites a file instead of marking it when the file's vector would "
+            "encode larger",
+            low=1,
+        ),
+        Property(
+            "lakelog.deletion_vectors.update_buffer_bytes",
+            "int",
+            str(64 * MiB),
+            "bytes of updated rows of marked files a change buffers, then writes together",
+            low=1,
         ),
         # the Delta-compatible view (lakelog/interop/delta/, docs/delta-view.md)
         Property(

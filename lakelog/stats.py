@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import InvalidArgumentError
 from .log.actions import DataFile, FileStats
 from .partitioning import partition_expression
 
@@ -30,7 +29,6 @@ __all__ = [
     "Filter",
     "StatsPlan",
     "file_guarantee",
-    "normalize_filter",
     "stats_from_metadata",
     "stats_scalar",
 ]
@@ -42,28 +40,6 @@ _NULL_SENSITIVE = re.compile(
     r"true_unless_null|invert|not_equal|!=|\bnull\b(?!_)"
 )
 _MAX_STRING_STAT = 256
-
-
-def normalize_filter(filter: Any) -> pc.Expression | None:
-    """A pyarrow Expression from an Expression, DNF tuples, or None."""
-    if filter is None:
-        return None
-    if isinstance(filter, pc.Expression):
-        return filter
-    if isinstance(filter, (list, tuple)):
-        if not filter:
-            return None
-        try:
-            return pq.filters_to_expression(list(filter))
-        except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(
-                f"expected a pyarrow.compute.Expression or DNF tuples like "
-                f"[('col', '>=', 5)], found {filter!r}: {e}"
-            ) from e
-    raise InvalidArgumentError(
-        f"expected a pyarrow.compute.Expression or DNF tuples like [('col', '>=', 5)], "
-        f"found {type(filter).__name__}"
-    )
 
 
 def _stat_type_ok(t: pa.DataType) -> bool:

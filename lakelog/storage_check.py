@@ -148,7 +148,9 @@ def _write_marker(storage: Storage, checked_ms: int) -> None:
 
 
 def _probe(storage: Storage) -> bool:
-    return storage.refuses_second_put(f"{PROBE_PREFIX}{uuid.uuid4().hex}.tmp")
+    key = f"{PROBE_PREFIX}{uuid.uuid4().hex}.tmp"
+    log.debug("checking put-if-absent of %s with probe %s", store_id(storage), storage.url(key))
+    return storage.refuses_second_put(key)
 
 
 def _refused(uri: str, *, committing: bool) -> StorageConsistencyError:

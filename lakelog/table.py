@@ -3,54 +3,25 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from ._failpoints import failpoint
-from .errors import (
-    AppVersionCommittedError,
-    CommitConflictError,
-    InvalidArgumentError,
-    LakelogError,
-    LogGapError,
-    SchemaMismatchError,
-    TableExistsError,
-    TableNotFoundError,
-)
-from .io.parquet_settings import check_parquet_properties, parquet_options
-from .io.schema import check_data_columns, check_schema, conform, duplicate_columns, to_reader
-from .io.writer import WriteOptions, check_codec, write_files
+from . import core
+from .errors import InvalidArgumentError, LogGapError, TableNotFoundError
+from .io.writer import WriteOptions
 from .leases import Lease
-from .log.actions import (
-    Action,
-    AddFile,
-    AppTransaction,
-    Commit,
-    CommitHeader,
-    Metadata,
-    encode_schema,
-)
-from .log.commits import commit_path, decode_commit, decode_header, list_log, read_tail
+from .log.actions import Action, AddFile, AppTransaction, Commit, CommitHeader, Metadata
+from .log.commits import decode_commit, read_tail
 from .log.manifests import read_hint
 from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
-from .partitioning import check_partition_columns, partition_string
-from .properties import get_int, get_str, validate_properties
+from .partitioning import check_partition_columns
+from .properties import get_int, validate_properties
+from .scan import Snapshot as ReadableSnapshot
+from .scan import readable
 from .storage import Storage
-from .storage_check import ensure_put_if_absent, record_created
-from .transaction import (
-    CommitResult,
-    Kind,
-    Rebase,
-    Transaction,
-    app_commit,
-    app_transaction,
-    check_app_versions,
-    skipped_result,
-)
+from .transaction import CommitResult, Kind, Rebase
 
 __all__ = ["Table", "create_table", "open_table", "write_table"]
 
@@ -61,6 +32,7 @@ if TYPE_CHECKING:
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
     from .maintenance.clustering.layout import ClusteringReport
     from .maintenance.clustering.spec import DeclaredClustering
+    from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
     from .maintenance.report import MaintenanceReport
     from .upgrade import UpgradeReport
 
@@ -134,7 +106,9 @@ class Table:
             self._snapshot = load_snapshot(self.storage)
         return self
 
-    def snapshot(self, version: int | None = None, *, as_of: dt.datetime | None = None) -> Snapshot:
+    def snapshot(
+        self, version: int | None = None, *, as_of: dt.datetime | None = None
+    ) -> ReadableSnapshot:
         """The latest snapshot, the one at ``version``, or the latest at or before ``as_of``."""
         if version is not None and as_of is not None:
             raise InvalidArgumentError("expected version or as_of, found both")
@@ -145,28 +119,16 @@ class Table:
                 )
             version = version_as_of(self.storage, as_of)
         if version is None:
-            return self.refresh()._snapshot
+            return readable(self.refresh()._snapshot)
         if version == self._snapshot.version:
-            return self._snapshot
+            return readable(self._snapshot)
         if not isinstance(version, int) or isinstance(version, bool):
             raise InvalidArgumentError(f"expected an integer version, found {version!r}")
-        return load_snapshot(self.storage, version)
+        return readable(load_snapshot(self.storage, version))
 
     def history(self, limit: int | None = None) -> list[CommitHeader]:
         """Commit headers, newest first (operation, parameters, metrics, time)."""
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
-        ):
-            raise InvalidArgumentError(
-                f"expected limit to be an integer > 0 (commits) or None, found {limit!r}; "
-                f"pass a whole number such as limit=10."
-            )
-        versions = list_log(self.storage).commits[::-1]
-        if limit is not None:
-            versions = versions[:limit]
-        datas = self.storage.read_many([commit_path(v) for v in versions])
-        # a missing commit was expired concurrently
-        return [decode_header(d, v) for v, d in zip(versions, datas, strict=True) if d is not None]
+        return core.commit_history(self.storage, limit)
 
     # -- low-level commit ----------------------------------------------------------
     def commit(
@@ -188,25 +150,25 @@ class Table:
         ``lease`` is the writer lease the added files were written under: before
         every put it checks they are still there (see :meth:`Lease.check`).
         """
-        read_snapshot = read_snapshot or self._snapshot
-        # a store that ignores put-if-absent would let commits replace each other
-        ensure_put_if_absent(self.storage, read_snapshot.properties, actions)
-        txn = Transaction(
+        done = core.commit(
             self.storage,
-            read_snapshot,
+            read_snapshot or self._snapshot,
+            actions,
             operation=operation,
             kind=kind,
-            actions=actions,
             parameters=parameters,
             metrics=metrics,
             replaced_partitions=replaced_partitions,
             rebase=rebase,
-            before_put=None if lease is None else lease.before_put(lambda: txn.actions),
+            lease=lease,
         )
-        result = txn.commit()
-        if txn.landed_snapshot is not None and txn.landed_snapshot.version > self.version:
-            self._snapshot = txn.landed_snapshot
-        return result
+        self._advance(done.landed)
+        return done.result
+
+    def _advance(self, landed: Snapshot | None) -> None:
+        """Cache ``landed`` (a version this handle committed) if it is newer."""
+        if landed is not None and landed.version > self.version:
+            self._snapshot = landed
 
     # -- writes --------------------------------------------------------------------
     def write_options(
@@ -217,34 +179,15 @@ class Table:
         compression: str | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> WriteOptions:
-        props = self.properties
-        return WriteOptions(
-            target_file_size=target_file_size or get_int(props, "lakelog.target_file_size"),
-            row_group_size=row_group_size or get_int(props, "lakelog.row_group_size"),
-            compression=check_codec(compression or get_str(props, "lakelog.compression")),
-            tags=dict(tags or {}),
-            parquet=parquet_options(props),
+        """The options data files are written with: each given one, else the table
+        properties' (see :func:`lakelog.core.write_options_from`)."""
+        return core.write_options_from(
+            self.properties,
+            target_file_size=target_file_size,
+            row_group_size=row_group_size,
+            compression=compression,
+            tags=tags,
         )
-
-    def _write(
-        self, data: Any, lease: Lease, *, schema: pa.Schema | None = None
-    ) -> tuple[list[AddFile], int]:
-        """Write ``data`` as files of ``schema`` (default: the table's, checked here;
-        a given one was checked by :func:`~lakelog.changes.schema.plan_write`)."""
-        reader = to_reader(data)
-        if schema is None:
-            schema = self.schema
-            check_schema(reader.schema, schema)
-        batches = (conform(b, schema) for b in reader if b.num_rows)
-        adds = write_files(
-            self.storage,
-            batches,
-            schema=schema,
-            partition_by=self.partition_by,
-            options=self.write_options(),
-            lease_id=lease.lease_id,
-        )
-        return adds, sum(a.num_rows for a in adds)
 
     def append(
         self,
@@ -265,59 +208,14 @@ class Table:
         the rows; otherwise (a retried batch, or the same batch racing) nothing is written
         and the result is the commit that recorded it, with ``skipped=True``.
         """
-        from .changes.schema import check_schema_mode, plan_write
-
-        check_schema_mode(schema_mode)
-        app = app_transaction(app_id, app_version)
-        snap = self._snapshot
-        if app is not None or schema_mode != "strict":
-            snap = self.refresh()._snapshot  # decide on the latest schema and app versions
-        done = skipped_result(snap, app, operation="APPEND")
-        if done is not None:
-            return done
-        with Lease.acquire(self.storage, operation="APPEND", properties=snap.properties) as lease:
-            reader = to_reader(data)
-            plan = plan_write(snap, reader.schema, schema_mode)
-            adds, rows = self._write(reader, lease, schema=plan.schema)
-            failpoint("append:before-commit")
-            actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
-            actions += adds
-            parameters = plan.parameters()
-            if app is not None:
-                actions.append(app)
-                parameters.update(app_id=app.app_id, app_version=app.app_version)
-            try:
-                return self.commit(
-                    actions,
-                    operation="APPEND",
-                    kind="append",
-                    read_snapshot=snap,
-                    parameters=parameters,
-                    metrics={
-                        "num_files": len(adds),
-                        "num_rows": rows,
-                        "num_bytes": sum(a.size_bytes for a in adds),
-                    },
-                    lease=lease,
-                )
-            except AppVersionCommittedError as e:  # the same batch landed first
-                self.storage.delete([a.path for a in adds])
-                return CommitResult(
-                    version=app_commit(
-                        self.storage,
-                        e.app_id,
-                        e.app_version,
-                        recorded=e.recorded_version,
-                        recorded_at=e.winning_version if e.winning_version is not None else -1,
-                    ),
-                    attempts=0,
-                    operation="APPEND",
-                    skipped=True,
-                )
-            except BaseException as e:
-                if _not_landed(e):
-                    self.storage.delete([a.path for a in adds])
-                raise
+        return core.append(
+            self,
+            self._snapshot,
+            data,
+            schema_mode=schema_mode,
+            app_id=app_id,
+            app_version=app_version,
+        )
 
     def overwrite(
         self,
@@ -335,74 +233,12 @@ class Table:
         every row of ``data`` must match it (returns a :class:`~lakelog.changes.ChangeResult`).
         ``schema_mode="merge"`` evolves the schema as for :meth:`append`.
         """
-        from .changes.schema import check_schema_mode, plan_write
-
-        check_schema_mode(schema_mode)
         if where is not None:
-            if partitions is not None:
-                raise InvalidArgumentError(
-                    "expected partitions= or where=, found both; a predicate on the "
-                    "partition columns in where= says the same."
-                )
-            if schema_mode != "strict":
-                raise InvalidArgumentError(
-                    "expected schema_mode='strict' with where= (rows replaced by a "
-                    "predicate keep the table's schema), found 'merge'; evolve the schema "
-                    "first with add_columns() or widen_column()."
-                )
             from .changes import overwrite_rows
 
+            core.check_overwrite_where(partitions=partitions, schema_mode=schema_mode)
             return overwrite_rows(self, data, where)
-        snap = self.refresh()._snapshot
-        scope: list[dict[str, str | None]] | None = None
-        if partitions is not None:
-            scope = self._partition_scope(partitions)
-        with Lease.acquire(
-            self.storage, operation="OVERWRITE", properties=snap.properties
-        ) as lease:
-            reader = to_reader(data)
-            plan = plan_write(snap, reader.schema, schema_mode)
-            adds, rows = self._write(reader, lease, schema=plan.schema)
-            try:
-                if scope is not None:
-                    keys = {tuple(sorted(p.items())) for p in scope}
-                    outside = [
-                        a.path for a in adds if tuple(sorted(a.partition.items())) not in keys
-                    ]
-                    if outside:
-                        raise InvalidArgumentError(
-                            f"expected every row in the partitions being replaced {scope}, found "
-                            f"rows for other partitions; include them in partitions= or filter "
-                            f"the data."
-                        )
-                now = int(time.time() * 1000)
-                replaced = [
-                    f
-                    for f in snap.files()
-                    if scope is None or {k: f.partition.get(k) for k in self.partition_by} in scope
-                ]
-                actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
-                actions += [f.to_remove(deletion_ms=now) for f in replaced]
-                actions.extend(adds)
-                parameters = {"partitions": scope} if scope is not None else {}
-                return self.commit(
-                    actions,
-                    operation="OVERWRITE",
-                    kind="overwrite",
-                    read_snapshot=snap,
-                    parameters={**parameters, **plan.parameters()},
-                    metrics={
-                        "num_files": len(adds),
-                        "num_rows": rows,
-                        "num_removed_files": len(replaced),
-                    },
-                    replaced_partitions=scope,
-                    lease=lease,
-                )
-            except BaseException as e:
-                if _not_landed(e):
-                    self.storage.delete([a.path for a in adds])
-                raise
+        return core.overwrite(self, data, partitions=partitions, schema_mode=schema_mode)
 
     def commit_files(
         self,
@@ -420,46 +256,19 @@ class Table:
         every file live in ``read_snapshot`` with them. ``lease``: the writer lease
         they were written under; ``app``: the app version they are (exactly-once:
         :class:`AppVersionCommittedError` if it is not newer than the recorded one)."""
-        snap = read_snapshot or self._snapshot
-        actions: list[Action] = list(adds)
-        if app is not None:
-            check_app_versions([app], snap.app_versions, snap.app_commits)
-            actions.append(app)
-        metrics = dict(metrics or {})
-        if mode == "overwrite":
-            now = int(time.time() * 1000)
-            removed = snap.files()
-            actions = [f.to_remove(deletion_ms=now) for f in removed] + actions
-            metrics["num_removed_files"] = len(removed)
-        return self.commit(
-            actions,
+        done = core.commit_files(
+            self.storage,
+            read_snapshot or self._snapshot,
+            adds,
+            mode=mode,
             operation=operation,
-            kind="overwrite" if mode == "overwrite" else "append",
-            read_snapshot=snap,
             parameters=parameters,
             metrics=metrics,
             lease=lease,
+            app=app,
         )
-
-    def _partition_scope(
-        self, partitions: Sequence[Mapping[str, Any]]
-    ) -> list[dict[str, str | None]]:
-        if not self.partition_by:
-            raise InvalidArgumentError(
-                "expected a partitioned table for overwrite(partitions=...), found an "
-                "unpartitioned one; call overwrite(data) to replace the whole table."
-            )
-        if isinstance(partitions, Mapping):
-            partitions = [partitions]
-        scope = []
-        for p in partitions:
-            if set(p) != set(self.partition_by):
-                raise InvalidArgumentError(
-                    f"expected values for exactly the partition columns {list(self.partition_by)}, "
-                    f"found {sorted(p)}"
-                )
-            scope.append({k: partition_string(p[k]) for k in self.partition_by})
-        return scope
+        self._advance(done.landed)
+        return done.result
 
     # -- row-level changes (see lakelog.changes) -----------------------------------
     def delete(self, where: Any, *, dry_run: bool = False) -> ChangeResult:
@@ -524,30 +333,7 @@ class Table:
         ``lakelog.*`` values are checked (see :mod:`lakelog.properties`); a bad value
         already stored does not block this, so setting a valid one fixes it.
         """
-        changed = validate_properties(properties)
-        snap = self.refresh()._snapshot
-        props = dict(snap.metadata.properties)
-        props.update(changed)
-        check_parquet_properties(changed, snap.schema, snap.partition_by)
-        if any(k.startswith("lakelog.clustering.c") for k in changed):
-            from .maintenance.clustering.spec import check_declared
-
-            check_declared(props, snap.schema, snap.partition_by)
-        md = Metadata(
-            table_id=snap.metadata.table_id,
-            schema=snap.metadata.schema,
-            partition_by=snap.metadata.partition_by,
-            properties=props,
-            format_version=snap.metadata.format_version,
-            created_ms=snap.metadata.created_ms,
-        )
-        return self.commit(
-            [md],
-            operation="SET PROPERTIES",
-            kind="metadata",
-            read_snapshot=snap,
-            parameters={"properties": changed},
-        )
+        return core.set_properties(self, properties)
 
     # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
@@ -645,22 +431,26 @@ class Table:
         self,
         plan_id: str,
         *,
+        execution: ExecutionOptions | None = None,
         max_concurrent_groups: int | None = None,
         max_bytes_per_second: float | None = None,
         partial_progress: bool = False,
     ) -> MaintenanceReport:
         """Finish the pending plan ``plan_id`` of a run that stopped (crashed, or failed):
         claim its pending groups again and rewrite only those; groups it landed are not
-        redone. Refused while the run's lease is live. Options as in :meth:`compact`."""
+        redone. Refused while the run's lease is live. ``execution`` and the keyword
+        arguments as in :meth:`compact`."""
+        from .maintenance.options import ExecutionOptions, with_keywords
         from .maintenance.resume import resume_plan
 
-        return resume_plan(
-            self,
-            plan_id,
+        execution = with_keywords(
+            execution or ExecutionOptions(),
+            argument="execution",
             max_concurrent_groups=max_concurrent_groups,
             max_bytes_per_second=max_bytes_per_second,
             partial_progress=partial_progress,
         )
+        return resume_plan(self, plan_id, execution)
 
     def set_clustering(
         self,
@@ -693,6 +483,8 @@ class Table:
     def optimize(
         self,
         *,
+        options: ClusteringOptions | None = None,
+        execution: ExecutionOptions | None = None,
         zorder_by: Sequence[str] | None = None,
         sort_by: Sequence[str] | None = None,
         curve: Literal["hilbert", "zorder"] = "hilbert",
@@ -720,12 +512,16 @@ class Table:
         in spilled runs and merged. Runs and commits like :meth:`compact`
         (``data_change=false``; ``max_concurrent_groups``, ``max_bytes_per_second``,
         ``partial_progress``, ``partition_filter`` and ``dry_run`` mean the same).
+        ``options`` (:class:`lakelog.ClusteringOptions`) and ``execution``
+        (:class:`lakelog.ExecutionOptions`) hold the same settings as objects; a keyword
+        argument beside them must agree with the object where both set a field.
         See ``docs/maintenance.md``.
         """
         from .maintenance.clustering.run import optimize_table
+        from .maintenance.options import ClusteringOptions, ExecutionOptions, with_keywords
 
-        return optimize_table(
-            self,
+        options = with_keywords(
+            options or ClusteringOptions(),
             zorder_by=zorder_by,
             sort_by=sort_by,
             curve=curve,
@@ -735,11 +531,15 @@ class Table:
             max_group_bytes=max_group_bytes,
             compression=compression,
             row_group_size=row_group_size,
+        )
+        execution = with_keywords(
+            execution or ExecutionOptions(),
+            argument="execution",
             max_concurrent_groups=max_concurrent_groups,
             max_bytes_per_second=max_bytes_per_second,
             partial_progress=partial_progress,
-            dry_run=dry_run,
         )
+        return optimize_table(self, options, execution, dry_run=dry_run)
 
     def clustering_report(
         self,
@@ -760,6 +560,8 @@ class Table:
     def compact(
         self,
         *,
+        options: CompactionOptions | None = None,
+        execution: ExecutionOptions | None = None,
         target_file_size: int | None = None,
         target_rows: int | None = None,
         min_file_size: int | None = None,
@@ -784,12 +586,16 @@ class Table:
         commit removed is abandoned and reported. ``partition_filter`` (DNF
         tuples or an Expression over partition columns) limits the work;
         ``dry_run=True`` only plans and writes nothing. Unset options come from
-        table properties. See ``docs/maintenance.md``.
+        table properties. ``options`` (:class:`lakelog.CompactionOptions`) and
+        ``execution`` (:class:`lakelog.ExecutionOptions`) hold the same settings as
+        objects; a keyword argument beside them must agree with the object where both
+        set a field. See ``docs/maintenance.md``.
         """
         from .maintenance.compaction.run import compact_table
+        from .maintenance.options import CompactionOptions, ExecutionOptions, with_keywords
 
-        return compact_table(
-            self,
+        options = with_keywords(
+            options or CompactionOptions(),
             target_file_size=target_file_size,
             target_rows=target_rows,
             min_file_size=min_file_size,
@@ -797,11 +603,15 @@ class Table:
             partition_filter=partition_filter,
             compression=compression,
             row_group_size=row_group_size,
+        )
+        execution = with_keywords(
+            execution or ExecutionOptions(),
+            argument="execution",
             max_concurrent_groups=max_concurrent_groups,
             max_bytes_per_second=max_bytes_per_second,
             partial_progress=partial_progress,
-            dry_run=dry_run,
         )
+        return compact_table(self, options, execution, dry_run=dry_run)
 
     # -- adopting files and metadata tables (lakelog.interop.convert, lakelog.inspect) --
     def add_files(self, paths: Sequence[str] | str) -> CommitResult:
@@ -822,15 +632,8 @@ class Table:
         return TableInspect(self)
 
 
-def _not_landed(error: BaseException) -> bool:
-    """Whether a failed write certainly committed nothing, so its new files can go.
-
-    lakelog's own errors (conflicts, bad arguments) are raised before or instead
-    of a commit; any other error (a timeout, an interrupt) may have hit after
-    the commit landed, and deleting the files then would break the table. Such
-    files are left for vacuum instead.
-    """
-    return isinstance(error, LakelogError)
+# entry points below the facade (convert, the Delta view, Spark) hand out Tables through it
+core.use_table_class(Table)
 
 
 def _storage(uri: str, storage_options: Mapping[str, Any] | None, single_writer: bool) -> Storage:
@@ -855,93 +658,35 @@ def create_table(
     sort by them."""
     storage = _storage(uri, storage_options, single_writer)
     if cluster_by is not None:
-        from .maintenance.clustering.spec import declaration_properties
-
-        if not isinstance(schema, pa.Schema):
-            raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
-        linear = cluster_curve == "linear"
-        declared = declaration_properties(
-            schema,
-            check_partition_columns(schema, partition_by),
-            zorder_by=None if linear else cluster_by,
-            sort_by=cluster_by if linear else None,
-            curve="hilbert" if linear else cluster_curve,
-        )
-        properties = {**(properties or {}), **declared}
-    return create_with_files(
+        properties = {
+            **(properties or {}),
+            **_clustering_properties(schema, partition_by, cluster_by, cluster_curve),
+        }
+    created = core.create_with_files(
         storage, schema, partition_by=partition_by, properties=properties, adds=None
     )
+    return Table(storage, created)
 
 
-def create_with_files(
-    storage: Storage,
+def _clustering_properties(
     schema: pa.Schema,
-    *,
     partition_by: Sequence[str],
-    properties: Mapping[str, Any] | None,
-    adds: list[AddFile] | None,
-    operation: str = "CREATE TABLE",
-    lease: Lease | None = None,
-    app: AppTransaction | None = None,
-) -> Table:
-    """Create a table whose first version may already hold files (``adds``), under the
-    writer ``lease`` and an optional ``app`` transaction. Library-internal: the Arrow and
-    Spark writers' "create the table with its first write" path (not in ``lakelog.__all__``)."""
+    cluster_by: Sequence[str],
+    cluster_curve: Literal["hilbert", "zorder", "linear"],
+) -> dict[str, str]:
+    """The properties declaring ``create_table``'s ``cluster_by``."""
+    from .maintenance.clustering.spec import declaration_properties
+
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
-    if not len(schema):
-        raise InvalidArgumentError("expected a schema with at least one column, found none")
-    if duplicate_columns(schema):
-        raise InvalidArgumentError(
-            f"expected distinct column names in the schema, found "
-            f"{duplicate_columns(schema)} more than once; rename the duplicates."
-        )
-    parts = check_partition_columns(schema, partition_by)
-    check_parquet_properties(validate_properties(properties or {}), schema, parts)
-    if properties and any(str(k).startswith("lakelog.clustering.c") for k in properties):
-        from .maintenance.clustering.spec import check_declared
-
-        check_declared(validate_properties(properties), schema, parts)
-    listing = list_log(storage)
-    if listing.commits or listing.manifests:
-        raise TableExistsError(
-            f"expected no table at {storage.uri}, found one (log versions up to "
-            f"{max(listing.commits[-1:] + listing.manifests[-1:])}); open it with "
-            f"lakelog.open_table() or choose another location."
-        )
-    now = int(time.time() * 1000)
-    md = Metadata(
-        table_id=uuid.uuid4().hex,
-        schema=encode_schema(schema.remove_metadata()),
-        partition_by=parts,
-        properties=validate_properties(properties or {}),
-        created_ms=now,
+    linear = cluster_curve == "linear"
+    return declaration_properties(
+        schema,
+        check_partition_columns(schema, partition_by),
+        zorder_by=None if linear else cluster_by,
+        sort_by=cluster_by if linear else None,
+        curve="hilbert" if linear else cluster_curve,
     )
-    ensure_put_if_absent(storage, md.properties, creating=True)
-    actions: list[Action] = [md, *(adds or [])]
-    if app is not None:  # exactly-once ingest: the first batch creates the table
-        actions.append(app)
-    txn = Transaction(
-        storage,
-        None,
-        operation=operation,
-        kind="metadata",
-        actions=actions,
-        parameters={"partition_by": list(parts)}
-        | ({} if app is None else {"app_id": app.app_id, "app_version": app.app_version}),
-        before_put=None if lease is None else lease.before_put(lambda: txn.actions),
-    )
-    try:
-        txn.commit()
-    except CommitConflictError as e:
-        raise TableExistsError(
-            f"expected no table at {storage.uri}, found one created concurrently; open it "
-            f"with lakelog.open_table()."
-        ) from e
-    record_created(storage)
-    if txn.landed_snapshot is not None:
-        return Table(storage, txn.landed_snapshot)
-    return Table(storage, load_snapshot(storage))
 
 
 def open_table(
@@ -969,104 +714,17 @@ def write_table(
     ``"error"`` refuses to write to an existing table. ``schema_mode="merge"``
     evolves an existing table's schema to take the data (see :meth:`Table.append`).
     """
-    if mode not in ("append", "overwrite", "error"):
-        raise InvalidArgumentError(
-            f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
-        )
-    from .changes.schema import check_schema_mode
-
-    check_schema_mode(schema_mode)
+    core.check_write_mode(mode)
+    core.check_schema_mode(schema_mode)
     props = validate_properties(properties or {})  # refused even if the table exists
     storage = _storage(uri, storage_options, single_writer)
     try:
-        table: Table | None = Table(storage, load_snapshot(storage))
+        table = Table(storage, load_snapshot(storage))
     except TableNotFoundError:
-        table = None
-    if table is None:
-        reader = to_reader(data)
-        check_data_columns(reader.schema)
-        schema = reader.schema.remove_metadata()
-        parts = check_partition_columns(schema, partition_by)
-        check_parquet_properties(props, schema, parts)
-        opts_table = write_options_from(props)
-        ensure_put_if_absent(storage, props, creating=True)  # before any data is written
-        batches = (conform(b, schema) for b in reader if b.num_rows)
-        lease = Lease.acquire(storage, operation="CREATE TABLE AS WRITE", properties=props)
-        with lease:
-            adds = write_files(
-                storage,
-                batches,
-                schema=schema,
-                partition_by=parts,
-                options=opts_table,
-                lease_id=lease.lease_id,
-            )
-            try:
-                created = create_with_files(
-                    storage,
-                    schema,
-                    partition_by=parts,
-                    properties=props,
-                    adds=adds,
-                    operation="CREATE TABLE AS WRITE",
-                    lease=lease,
-                )
-                return CommitResult(
-                    version=created.version, attempts=1, operation="CREATE TABLE AS WRITE"
-                )
-            except TableExistsError:
-                if mode == "error":
-                    storage.delete([a.path for a in adds])
-                    raise
-            except BaseException as e:
-                if _not_landed(e):  # e.g. a schema create_with_files refuses: no orphans left
-                    storage.delete([a.path for a in adds])
-                raise
-            # created concurrently: commit the files already written on top of it (the
-            # data may be a stream that cannot be read again)
-            try:
-                table = Table(storage, load_snapshot(storage))
-                check_schema(schema, table.schema)
-                if tuple(table.partition_by) != parts:
-                    raise SchemaMismatchError(
-                        f"expected partition_by {list(table.partition_by)} of the existing table, "
-                        f"found {list(parts)}"
-                    )
-                return table.commit_files(
-                    adds,
-                    mode=mode,
-                    operation="APPEND" if mode == "append" else "OVERWRITE",
-                    metrics={
-                        "num_files": len(adds),
-                        "num_rows": sum(a.num_rows for a in adds),
-                        "num_bytes": sum(a.size_bytes for a in adds),
-                    },
-                    lease=lease,
-                )
-            except BaseException as e:
-                if _not_landed(e):
-                    storage.delete([a.path for a in adds])
-                raise
-    if mode == "error":
-        raise TableExistsError(
-            f"expected no table at {storage.uri} (mode='error'), found one at version "
-            f"{table.version}; use mode='append' or 'overwrite'."
+        return core.write_new_table(
+            storage, data, mode=mode, partition_by=partition_by, properties=props
         )
-    if partition_by and tuple(partition_by) != tuple(table.partition_by):
-        raise SchemaMismatchError(
-            f"expected partition_by {list(table.partition_by)} of the existing table, found "
-            f"{list(partition_by)}; omit partition_by when writing to an existing table."
-        )
+    core.check_write_to(table._snapshot, mode=mode, partition_by=partition_by)
     if mode == "append":
         return table.append(data, schema_mode=schema_mode)
     return table.overwrite(data, schema_mode=schema_mode)
-
-
-def write_options_from(props: Mapping[str, str]) -> WriteOptions:
-    """The write options a table's properties give (library-internal: Arrow and Spark writers)."""
-    return WriteOptions(
-        target_file_size=get_int(props, "lakelog.target_file_size"),
-        row_group_size=get_int(props, "lakelog.row_group_size"),
-        compression=check_codec(get_str(props, "lakelog.compression")),
-        parquet=parquet_options(props),
-    )

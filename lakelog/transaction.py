@@ -10,6 +10,10 @@ Every transaction has a unique id in its header. After an error whose outcome
 is unknown (a timeout after the put), the retry looks for a commit carrying
 its own id before committing again, so a commit never lands twice.
 
+Restarts and rebases happen in one loop (:meth:`Transaction.commit`). Once the
+commit landed, the post-commit hooks of :mod:`lakelog.hooks` run (a manifest when
+due, the Delta view): they never change whether it landed.
+
 Conflict rules (``kind``):
 
 * ``append``: adds only; never conflicts with appends or rewrites.
@@ -69,8 +73,8 @@ from .errors import (
     LakelogError,
     LogGapError,
 )
+from .hooks import HOOKS, LARGE_COMMIT_BYTES, Landed, PostCommitHook, run_hooks
 from .log.actions import (
-    VECTORS_FORMAT_VERSION,
     Action,
     AddFile,
     AppTransaction,
@@ -78,18 +82,12 @@ from .log.actions import (
     CommitHeader,
     Metadata,
     RemoveFile,
-    required_format_version,
 )
 from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
 from .log.expiry_marks import marks_above, read_mark
-from .log.files import FILES_SCHEMA, replay
-from .log.snapshot import (
-    Snapshot,
-    advance,
-    load_snapshot,
-    oldest_readable_version,
-    write_checkpoint,
-)
+from .log.files import replay
+from .log.format import DELETION_VECTORS, commit_version, metadata_version
+from .log.snapshot import Snapshot, advance, load_snapshot, oldest_readable_version
 from .properties import get_bool, get_float, get_int
 from .storage import Storage
 
@@ -119,7 +117,18 @@ mapping updates the header's metrics with it (see ``Transaction._metrics``)."""
 
 @dataclass(frozen=True)
 class CommitResult:
-    """Outcome of a commit: the version it landed at and how many tries it took."""
+    """Outcome of a commit: the version it landed at and how many tries it took.
+
+    Attributes:
+        version: the version the commit landed at.
+        attempts: puts tried, 1 unless concurrent commits made it rebase.
+        txn_id: the transaction's id, recorded in the commit header.
+        operation: the operation recorded in the header (``WRITE``, ``DELETE``, ...).
+        actions: the actions committed.
+        skipped: nothing was committed: the work was already in the table (an app
+            version recorded before: ``version`` is then the commit that recorded it) or
+            there was nothing to change (``version`` is the latest).
+    """
 
     version: int
     attempts: int
@@ -127,19 +136,10 @@ class CommitResult:
     operation: str = ""
     actions: tuple[Action, ...] = field(default=(), repr=False)
     skipped: bool = False
-    """Nothing was committed: the work was already in the table (an app version
-    recorded before: ``version`` is then the commit that recorded it) or there was
-    nothing to change (``version`` is the latest)."""
 
 
 def _partition_key(partition: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
     return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
-
-
-LARGE_COMMIT_BYTES = 1 << 20
-"""A commit file this large gets a manifest at its version whatever the interval
-(``docs/format.md``, "Manifests (version 1)"): until the next manifest every cold open
-replays it (a claim of a million files is about 38 MiB of JSON, a second to decode)."""
 
 
 # -- app transactions (exactly-once ingest; docs/format.md, "App transactions") --------
@@ -376,8 +376,60 @@ def check_conflicts(
                 )
 
 
+class _Restart(Exception):
+    """This transaction's base (or the winners since) was expired: go on from the latest
+    version if the outcome is the same (:meth:`Transaction._restart`)."""
+
+
+@dataclass
+class _Base:
+    """Where the next put goes: the snapshot the winners apply to, the winners read
+    since (the landed snapshot is built from both), the version to put and the
+    timestamp of its parent."""
+
+    snapshot: Snapshot | None
+    winners: list[Commit]
+    version: int
+    parent_ms: int
+
+    @classmethod
+    def on(cls, snapshot: Snapshot | None) -> _Base:
+        if snapshot is None:
+            return cls(None, [], 0, 0)
+        return cls(snapshot, [], snapshot.version + 1, snapshot.timestamp_ms)
+
+    def after(self, winners: Sequence[Commit]) -> None:
+        """Put after ``winners`` (read from :attr:`version` on, in order)."""
+        self.winners.extend(winners)
+        if winners:
+            self.version = winners[-1].header.version + 1
+            self.parent_ms = winners[-1].header.timestamp_ms
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The attempts and time a commit may take (``lakelog.commit.*`` properties)."""
+
+    max_attempts: int
+    deadline: float
+    """On ``time.monotonic()``."""
+
+    def spent(self, attempt: int) -> bool:
+        return attempt >= self.max_attempts or time.monotonic() > self.deadline
+
+    def pause(self, attempt: int) -> None:
+        """Exponential backoff with full jitter, never past the deadline."""
+        cap = min(1.0, 0.005 * 2 ** min(attempt, 10))
+        pause = random.uniform(0, cap)
+        time.sleep(max(0.0, min(pause, self.deadline - time.monotonic())))
+
+
 class Transaction:
-    """One optimistic commit attempt sequence against a table."""
+    """One optimistic commit attempt sequence against a table.
+
+    ``hooks``: the post-commit hooks to run once the commit landed (default: every
+    registered one, :data:`lakelog.hooks.HOOKS`). ``clock``: the wall clock in seconds
+    that commit timestamps come from (default ``time.time``)."""
 
     def __init__(
         self,
@@ -394,6 +446,8 @@ class Transaction:
         engine: str | None = None,
         txn_id: str | None = None,
         before_put: Callable[[], None] | None = None,
+        hooks: Sequence[PostCommitHook] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.storage = storage
         self.read_snapshot = read_snapshot
@@ -410,14 +464,17 @@ class Transaction:
         self.txn_id = txn_id or uuid.uuid4().hex
         self.before_put = before_put
         """Called right before every put attempt (a writer's lease check); may raise."""
+        self.hooks: tuple[PostCommitHook, ...] = HOOKS if hooks is None else tuple(hooks)
+        self.clock = clock
         self._encoded_bytes = 0
         """Size of the commit file last encoded (the one that landed, once it did)."""
         self.landed_snapshot: Snapshot | None = None
+        """The table as of the landed commit, once it landed (None if it could not be built)."""
 
     def _header(self, version: int, parent_ts: int) -> CommitHeader:
-        now = int(time.time() * 1000)
+        now = int(self.clock() * 1000)
         return CommitHeader(
-            format_version=required_format_version(self.actions),
+            format_version=commit_version(self.actions),
             version=version,
             timestamp_ms=max(now, parent_ts + 1),
             operation=self.operation,
@@ -435,124 +492,131 @@ class Transaction:
         return {**self.metrics, **extra} if isinstance(extra, Mapping) else self.metrics
 
     def commit(self) -> CommitResult:
-        """Commit with rebases and retries; returns where it landed."""
+        """Commit with rebases and retries; returns where it landed, after the
+        post-commit hooks ran (they never change the outcome).
+
+        Each attempt puts the commit at the next version. A lost race reads the
+        winners and rebases over them (:meth:`_catch_up`); a base or winners expired
+        meanwhile, or a put an expiry made unreadable, restarts from the latest
+        version (:meth:`_restart`); a put whose outcome is unknown is looked for first.
+        """
         _check_views(self.actions, self.read_snapshot)
-        snap = self.read_snapshot
-        props = snap.properties if snap is not None else {}
-        max_attempts = get_int(props, "lakelog.commit.max_attempts")
-        deadline = time.monotonic() + get_float(props, "lakelog.commit.timeout_seconds")
-        version = snap.version + 1 if snap is not None else 0
-        parent_ts = snap.timestamp_ms if snap is not None else 0
-        base = snap  # the snapshot the winners apply to (the landed snapshot is built from it)
-        winners: list[Commit] = []
+        props = self.read_snapshot.properties if self.read_snapshot is not None else {}
+        budget = _Budget(
+            max_attempts=get_int(props, "lakelog.commit.max_attempts"),
+            deadline=time.monotonic() + get_float(props, "lakelog.commit.timeout_seconds"),
+        )
+        at = _Base.on(self.read_snapshot)
         attempt = 0
-        unknown_outcome: int | None = None
+        unknown: int | None = None  # the version of a put whose outcome is unknown
         while True:
             attempt += 1
-            self._check_budget(attempt, max_attempts, deadline, version)
-            if unknown_outcome is not None:
-                mine = self._find_own(unknown_outcome)
-                unknown_outcome = None
-                if mine is not None:
-                    if self._readable(mine):
-                        return self._landed(mine, base, winners, attempt)
-                    self._withdraw(mine.header.version)
-                    base, winners = self._restart(), []
-                    version, parent_ts = base.version + 1, base.timestamp_ms
+            self._check_budget(attempt, budget, at.version)
+            try:
+                mine = None if unknown is None else self._find_own(unknown)
+                unknown = None
+                if mine is None:
+                    put = self._put(at, attempt, budget)
+                    if isinstance(put, int):
+                        unknown = put
+                        budget.pause(attempt)
+                        continue
+                    mine = put
+                if mine is None:
+                    # lost the race: back off first, then read every winner so far and
+                    # rebase, so the next put targets the version after the newest winner
+                    # (backing off after reading would let a busy writer take that version
+                    # during the pause)
+                    budget.pause(attempt)
+                    mine = self._catch_up(at)
+                if mine is None:
                     continue
-            if not self._base_exists(version):
-                # the base was expired (and its commit deleted) while this transaction
-                # ran: continue from the latest version where the outcome is the same
-                base, winners = self._restart(), []
-                version, parent_ts = base.version + 1, base.timestamp_ms
-                continue
-            # a newer commit exists: this version exists too (a lost race: read the
-            # winners) or it is a hole, which reading the winners reports as damage
-            # rather than this put filling it
-            stale = self.storage.exists(commit_path(version + 1))
-            if self.before_put is not None and not stale:
-                self.before_put()
-            header = self._header(version, parent_ts)
-            data = encode_commit(header, self.actions)
-            self._encoded_bytes = len(data)
-            try:
-                if stale:
-                    raise FileExistsError(commit_path(version))
-                failpoint("commit:before-put", self.operation)
-                pausepoint("commit:before-put")
-                pausepoint(f"commit:before-put:{self.operation}")
-                self.storage.put_if_absent(commit_path(version), data)
-                failpoint("commit:after-put", self.operation)
-            except FileExistsError:
-                pass
-            except LakelogError:
-                raise
-            except Exception as e:
-                if attempt >= max_attempts or time.monotonic() > deadline:
-                    # out of attempts: if the put landed after all, that is success
-                    mine = self._find_own_quietly(version)
-                    if mine is not None and self._readable(mine):
-                        return self._landed(mine, base, winners, attempt)
-                    raise
-                log.warning(
-                    "commit of version %d failed with %r; checking and retrying", version, e
-                )
-                unknown_outcome = version
-                self._sleep(attempt, deadline)
-                continue
-            else:
-                landed = Commit(header, list(self.actions))
-                if self._readable(landed):
-                    return self._landed(landed, base, winners, attempt)
-                # the put filled a hole an expiry had just made below the oldest
-                # readable version: no reader would ever see it. Withdraw, go again.
-                self._withdraw(version)
-                base, winners = self._restart(), []
-                version, parent_ts = base.version + 1, base.timestamp_ms
-                continue
-            # lost the race: back off first, then read every winner so far and rebase,
-            # so the next put targets the version after the newest winner (backing off
-            # after reading would let a busy writer take that version during the pause)
-            self._sleep(attempt, deadline)
-            try:
-                new = self._read_winners(version)
-            except LogGapError as e:
-                if e.missing >= oldest_readable_version(self.storage):
-                    raise
-                base, winners = self._restart(), []  # winners were expired meanwhile
-                version, parent_ts = base.version + 1, base.timestamp_ms
-                continue
-            mine = next((c for c in new if c.header.txn_id == self.txn_id), None)
-            if mine is not None:  # an earlier put whose outcome was unknown did land
                 if self._readable(mine):
-                    before = [c for c in new if c.header.version < mine.header.version]
-                    return self._landed(mine, base, [*winners, *before], attempt)
+                    return self._landed(mine, at, attempt)
+                # the put filled a hole an expiry had just made below the oldest readable
+                # version: no reader would ever see it. Withdraw, go again.
                 self._withdraw(mine.header.version)
-                base, winners = self._restart(), []
-                version, parent_ts = base.version + 1, base.timestamp_ms
-                continue
-            winners.extend(new)
-            # the rebase callback first (it may drop actions, e.g. abandoned groups),
-            # then the conflict rules on what is left
-            if self.rebase is not None:
-                self.actions = self.rebase(new, self.actions)
-            check_conflicts(
-                kind=self.kind,
-                actions=self.actions,
-                winners=new,
-                replaced_partitions=self.replaced_partitions,
-                read_metadata=None if self.read_snapshot is None else self.read_snapshot.metadata,
-            )
-            if new:
-                version = new[-1].header.version + 1
-                parent_ts = new[-1].header.timestamp_ms
+                raise _Restart
+            except _Restart:
+                at = _Base.on(self._restart())
 
-    def _check_budget(self, attempt: int, max_attempts: int, deadline: float, version: int) -> None:
-        if attempt > 1 and (attempt > max_attempts or time.monotonic() > deadline):
+    def _put(self, at: _Base, attempt: int, budget: _Budget) -> Commit | int | None:
+        """Put the commit at ``at.version``: the commit if it landed, None if the version
+        was taken (or a newer one exists), the version if the outcome is unknown (an
+        error that may have come after the put; out of attempts, the error is raised
+        unless the commit is found). Raises :class:`_Restart` if the base was expired."""
+        if not self._base_exists(at.version):
+            # the base was expired (and its commit deleted) while this transaction ran:
+            # continue from the latest version where the outcome is the same
+            raise _Restart
+        # a newer commit exists: this version exists too (a lost race: read the winners)
+        # or it is a hole, which reading the winners reports as damage rather than this
+        # put filling it
+        stale = self.storage.exists(commit_path(at.version + 1))
+        if self.before_put is not None and not stale:
+            self.before_put()
+        header = self._header(at.version, at.parent_ms)
+        data = encode_commit(header, self.actions)
+        self._encoded_bytes = len(data)
+        if stale:
+            return None
+        try:
+            failpoint("commit:before-put", self.operation)
+            pausepoint("commit:before-put")
+            pausepoint(f"commit:before-put:{self.operation}")
+            self.storage.put_if_absent(commit_path(at.version), data)
+            failpoint("commit:after-put", self.operation)
+        except FileExistsError:
+            return None
+        except LakelogError:
+            raise
+        except Exception as e:
+            if budget.spent(attempt):
+                # out of attempts: if the put landed after all, that is success
+                mine = self._find_own_quietly(at.version)
+                if mine is not None and self._readable(mine):
+                    return mine
+                raise
+            log.warning("commit of version %d failed with %r; checking and retrying", at.version, e)
+            return at.version
+        return Commit(header, list(self.actions))
+
+    def _catch_up(self, at: _Base) -> Commit | None:
+        """After a lost race: read the winners since ``at.version``, then rebase over them
+        (the rebase callback, then the conflict rules) and move ``at`` after them. Returns
+        this transaction's own commit if an earlier put whose outcome was unknown is among
+        them. Raises :class:`CommitConflictError`, or :class:`_Restart` if winners were
+        expired meanwhile."""
+        try:
+            new = self._read_winners(at.version)
+        except LogGapError as e:
+            if e.missing >= oldest_readable_version(self.storage):
+                raise
+            raise _Restart from None  # winners were expired meanwhile
+        mine = next((c for c in new if c.header.txn_id == self.txn_id), None)
+        if mine is not None:
+            at.winners.extend(c for c in new if c.header.version < mine.header.version)
+            return mine
+        # the rebase callback first (it may drop actions, e.g. abandoned groups),
+        # then the conflict rules on what is left
+        if self.rebase is not None:
+            self.actions = self.rebase(new, self.actions)
+        check_conflicts(
+            kind=self.kind,
+            actions=self.actions,
+            winners=new,
+            replaced_partitions=self.replaced_partitions,
+            read_metadata=None if self.read_snapshot is None else self.read_snapshot.metadata,
+        )
+        at.after(new)
+        return None
+
+    def _check_budget(self, attempt: int, budget: _Budget, version: int) -> None:
+        if attempt > 1 and (attempt > budget.max_attempts or time.monotonic() > budget.deadline):
             raise CommitConflictError(
-                f"expected to commit {self.operation} within {max_attempts} attempts and "
-                f"the commit timeout, found the table changing faster (last tried version "
-                f"{version - 1}). Retry later or raise lakelog.commit.max_attempts.",
+                f"expected to commit {self.operation} within {budget.max_attempts} attempts "
+                f"and the commit timeout, found the table changing faster (last tried "
+                f"version {version - 1}). Retry later or raise lakelog.commit.max_attempts.",
                 winning_version=version - 1,
             )
 
@@ -634,7 +698,7 @@ class Transaction:
             lost = sorted(
                 a.path for a in self.actions if isinstance(a, RemoveFile) and a.path not in live
             )
-            if not lost and fresh.metadata.format_version >= VECTORS_FORMAT_VERSION:
+            if not lost and DELETION_VECTORS.declared_by(fresh.metadata.format_version):
                 lost = _vector_changed(self.actions, read, fresh)
             if lost:
                 raise CommitConflictError(
@@ -662,72 +726,41 @@ class Transaction:
             return None
         return c if c.header.txn_id == self.txn_id else None
 
-    @staticmethod
-    def _sleep(attempt: int, deadline: float) -> None:
-        cap = min(1.0, 0.005 * 2 ** min(attempt, 10))
-        pause = random.uniform(0, cap)
-        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
-
-    def _landed(
-        self, commit: Commit, base: Snapshot | None, winners: list[Commit], attempt: int
-    ) -> CommitResult:
-        version = commit.header.version
-        self.landed_snapshot = self._write_manifest_if_due(commit, base, winners)
-        self._update_views(commit)
+    def _landed(self, commit: Commit, at: _Base, attempt: int) -> CommitResult:
+        """The result of ``commit``, which landed, once the post-commit hooks ran on it."""
+        landed = Landed(
+            storage=self.storage,
+            commit=commit,
+            snapshot=self._snapshot_at(commit, at),
+            read_snapshot=self.read_snapshot,
+            encoded_bytes=self._encoded_bytes,
+        )
+        run_hooks(landed, self.hooks)
+        self.landed_snapshot = landed.snapshot
         return CommitResult(
-            version=version,
+            version=commit.header.version,
             attempts=attempt,
             txn_id=self.txn_id,
             operation=self.operation,
             actions=tuple(commit.actions),
         )
 
-    def _update_views(self, commit: Commit) -> None:
-        """After landing: the Delta view's entry of this version, if the table keeps a
-        view (``lakelog.delta_view``). It never fails the commit: an error is logged and
-        the next writer or ``lakelog delta-view sync`` writes the entry."""
-        snap = self.landed_snapshot
-        metadata = next((a for a in commit.actions if isinstance(a, Metadata)), None)
-        if snap is not None:
-            metadata = snap.metadata
-        elif metadata is None and self.read_snapshot is not None:
-            metadata = self.read_snapshot.metadata
-        if metadata is None or not get_bool(metadata.properties, "lakelog.delta_view"):
-            return
+    def _snapshot_at(self, commit: Commit, at: _Base) -> Snapshot | None:
+        """The table as of the landed ``commit``: the base with the winners before it and
+        the commit applied, no read needed. None if that fails (logged): it is a cache."""
         try:
-            from .interop.delta.view import after_commit
-
-            after_commit(self.storage, commit, snap)
-        except Exception as e:  # noqa: BLE001 - the commit landed; the view catches up later
-            log.warning(
-                "commit %d landed but writing its Delta view entry failed (the next writer "
-                "or `lakelog delta-view sync` writes it): %s",
-                commit.header.version,
-                e,
-            )
-
-    def _write_manifest_if_due(
-        self, commit: Commit, base: Snapshot | None, winners: list[Commit]
-    ) -> Snapshot | None:
-        """After landing: the new snapshot, and a manifest if this version is due one: every
-        ``lakelog.manifest_interval`` versions, and after a commit of
-        :data:`LARGE_COMMIT_BYTES` or more (every cold open would replay it until then)."""
-        try:
-            if base is None:
-                st = replay(None, FILES_SCHEMA.empty_table(), -1, 0, [commit])
+            if at.snapshot is None:
+                st = replay(None, None, -1, 0, [commit])
                 assert st.metadata is not None
-                snap = Snapshot(
+                return Snapshot(
                     self.storage,
                     version=st.version,
                     timestamp_ms=st.timestamp_ms,
                     metadata=st.metadata,
                     state=st,  # the whole replayed state (app versions too), not only files
                 )
-            else:
-                known = [w for w in winners if w.header.version < commit.header.version]
-                snap = advance(base, [*known, commit])
-                if snap.version != commit.header.version:
-                    return None
+            known = [w for w in at.winners if w.header.version < commit.header.version]
+            snap = advance(at.snapshot, [*known, commit])
         except Exception as e:  # noqa: BLE001 - the commit landed; the snapshot is a cache
             log.warning(
                 "commit %d landed but its snapshot could not be built: %r",
@@ -735,18 +768,7 @@ class Transaction:
                 e,
             )
             return None
-        due = snap.version % get_int(snap.properties, "lakelog.manifest_interval") == 0
-        if due or self._encoded_bytes >= LARGE_COMMIT_BYTES:
-            try:  # incremental: only what changed since the last manifest is written
-                leaf_files = get_int(snap.properties, "lakelog.manifest.leaf_files")
-                snap = write_checkpoint(snap, leaf_files=leaf_files)
-            except Exception as e:  # noqa: BLE001 - the commit landed; a manifest is an optimization
-                log.warning(
-                    "commit %d landed but writing its manifest failed: %r",
-                    commit.header.version,
-                    e,
-                )
-        return snap
+        return snap if snap.version == commit.header.version else None
 
 
 def _vector_changed(actions: Sequence[Action], read: Snapshot, fresh: Snapshot) -> list[str]:
@@ -760,16 +782,18 @@ def _vector_changed(actions: Sequence[Action], read: Snapshot, fresh: Snapshot) 
 
 
 def _declare_vectors(actions: Sequence[Action], read_format: int) -> list[Action]:
-    """``actions``, with a ``metadata`` action that turns deletion vectors on declaring
-    format version 5 (so older readers refuse the table; format.md, "Deletion
-    vectors"). Refuses one that would also keep the Delta view on."""
+    """``actions``, with a ``metadata`` action declaring the version the registry gives it
+    (:func:`~.log.format.metadata_version`: 5 once deletion vectors are turned on, so
+    older readers refuse the table; format.md, "Deletion vectors"). Refuses one that
+    would also keep the Delta view on."""
     out: list[Action] = []
     for a in actions:
-        if (
-            isinstance(a, Metadata)
-            and get_bool(a.properties, "lakelog.delta_view")
-            and max(a.format_version, read_format) >= VECTORS_FORMAT_VERSION
-        ):
+        if not isinstance(a, Metadata):
+            out.append(a)
+            continue
+        view = get_bool(a.properties, "lakelog.delta_view")
+        vectors = get_bool(a.properties, "lakelog.deletion_vectors")
+        if view and DELETION_VECTORS.declared_by(max(a.format_version, read_format)):
             raise InvalidArgumentError(
                 "expected a table without deletion vectors for lakelog.delta_view, found "
                 "one that declares format version 5 (lakelog.deletion_vectors was turned "
@@ -777,17 +801,19 @@ def _declare_vectors(actions: Sequence[Action], read_format: int) -> list[Action
                 "would see deleted rows. Read the table through lakelog's readers "
                 "(docs/reading.md) instead."
             )
-        if isinstance(a, Metadata) and get_bool(a.properties, "lakelog.deletion_vectors"):
-            if get_bool(a.properties, "lakelog.delta_view"):
-                raise InvalidArgumentError(
-                    "expected lakelog.deletion_vectors and lakelog.delta_view not both true, "
-                    "found both set: the Delta view cannot express deletion vectors yet. "
-                    "Turn one off (lakelog.delta_view=false, or "
-                    "lakelog.deletion_vectors=false) and try again."
-                )
-            if a.format_version < VECTORS_FORMAT_VERSION:
-                a = msgspec.structs.replace(a, format_version=VECTORS_FORMAT_VERSION)
-        out.append(a)
+        if view and vectors:
+            raise InvalidArgumentError(
+                "expected lakelog.deletion_vectors and lakelog.delta_view not both true, "
+                "found both set: the Delta view cannot express deletion vectors yet. "
+                "Turn one off (lakelog.delta_view=false, or "
+                "lakelog.deletion_vectors=false) and try again."
+            )
+        declared = metadata_version(a.format_version, deletion_vectors=vectors)
+        out.append(
+            a
+            if declared == a.format_version
+            else msgspec.structs.replace(a, format_version=declared)
+        )
     return out
 
 

@@ -1,7 +1,7 @@
 """Upgrading a table to the newest format version (``Table.upgrade``, ``lakelog upgrade``).
 
 A table declaring an older format version first gets a ``metadata`` commit declaring
-the newest one (:data:`~lakelog.log.actions.TABLE_FORMAT_VERSION`: version 3 lets maintenance
+the newest one (:data:`~lakelog.log.format.NEW_TABLE`: version 3 lets maintenance
 runs claim their files); like every metadata change it conflicts with concurrent
 commits, and is retried by running upgrade again. Then the latest version gets a
 version-2 manifest (root and leaves) unless it has one, replacing a version-1 manifest
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .errors import CorruptLogError
-from .log.actions import TABLE_FORMAT_VERSION
-from .log.manifests import ROOT_FORMAT, manifest_path, read_manifest_header, read_root
-from .log.snapshot import write_checkpoint
+from .log.checkpoint import write_checkpoint
+from .log.format import NEW_TABLE, ROOTS
+from .log.manifests import manifest_path, read_manifest_header, read_root
 from .properties import get_int
 
 if TYPE_CHECKING:
@@ -40,9 +40,9 @@ class UpgradeReport:
     """Whether this run wrote the root (False: it was there already)."""
     leaves: int
     files: int
-    declared_before: int = TABLE_FORMAT_VERSION
+    declared_before: int = NEW_TABLE
     """The format version the table declared before (its ``metadata`` action)."""
-    declared: int = TABLE_FORMAT_VERSION
+    declared: int = NEW_TABLE
     """The format version it declares now."""
 
     def summary(self) -> str:
@@ -56,7 +56,7 @@ class UpgradeReport:
     def _layout(self) -> str:
         if not self.written:
             return (
-                f"version {self.version} already has a format version {ROOT_FORMAT} manifest "
+                f"version {self.version} already has a format version {ROOTS.version} manifest "
                 f"({self.leaves} leaves, {self.files} files); nothing to do"
             )
         before = (
@@ -65,14 +65,14 @@ class UpgradeReport:
             else f"a format version {self.previous_format} manifest"
         )
         return (
-            f"version {self.version}: wrote a format version {ROOT_FORMAT} manifest "
+            f"version {self.version}: wrote a format version {ROOTS.version} manifest "
             f"({self.leaves} leaves, {self.files} files) in place of {before}"
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "format_version": ROOT_FORMAT,
+            "format_version": ROOTS.version,
             "previous_format": self.previous_format,
             "written": self.written,
             "declared_before": self.declared_before,
@@ -87,19 +87,19 @@ def upgrade_table(table: Table) -> UpgradeReport:
     version of ``table`` unless it has one."""
     snap = table.refresh().snapshot()
     declared_before = snap.metadata.format_version
-    if declared_before < TABLE_FORMAT_VERSION:
-        md = msgspec.structs.replace(snap.metadata, format_version=TABLE_FORMAT_VERSION)
+    if declared_before < NEW_TABLE:
+        md = msgspec.structs.replace(snap.metadata, format_version=NEW_TABLE)
         table.commit(
             [md],
             operation="UPGRADE",
             kind="metadata",
             read_snapshot=snap,
-            parameters={"format_version": TABLE_FORMAT_VERSION, "previous": declared_before},
+            parameters={"format_version": NEW_TABLE, "previous": declared_before},
         )
         snap = table.snapshot()
     storage = table.storage
     before = read_manifest_header(storage, snap.version)
-    if before is not None and before.format_version >= ROOT_FORMAT:
+    if before is not None and ROOTS.declared_by(before.format_version):
         root = read_root(storage, snap.version)
         if root is not None:
             return UpgradeReport(
@@ -111,7 +111,7 @@ def upgrade_table(table: Table) -> UpgradeReport:
                 declared_before=declared_before,
             )
     leaf_files = get_int(snap.properties, "lakelog.manifest.leaf_files")
-    write_checkpoint(snap, leaf_files=leaf_files, format_version=ROOT_FORMAT)
+    write_checkpoint(snap, leaf_files=leaf_files, format_version=ROOTS.version)
     root = read_root(storage, snap.version)
     if root is None:
         raise CorruptLogError(

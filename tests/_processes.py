@@ -15,10 +15,11 @@ REPO = str(Path(__file__).resolve().parents[1])
 
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment with the checkout importable, without any
-    ``LAKELOG_CRASH_AT``/``LAKELOG_PAUSE_AT`` of the parent, plus ``extra``."""
+    ``LAKELOG_CRASH_AT``/``LAKELOG_PAUSE_AT``/``LAKELOG_FAULT_AT`` of the parent, plus
+    ``extra``."""
     env = {**os.environ, "PYTHONPATH": REPO}
-    env.pop("LAKELOG_CRASH_AT", None)
-    env.pop("LAKELOG_PAUSE_AT", None)
+    for armed in ("LAKELOG_CRASH_AT", "LAKELOG_PAUSE_AT", "LAKELOG_FAULT_AT"):
+        env.pop(armed, None)
     env.update(extra)
     return env
 

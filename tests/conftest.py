@@ -4,6 +4,9 @@ Both are started lazily by the first test that asks for them, bound to
 127.0.0.1, and stopped at the end of the session. Under pytest-xdist each
 worker is its own session; Spark tests carry ``xdist_group("spark")`` so one
 worker runs them all and only one SparkSession starts.
+
+Every test that reaches the moto server carries the ``s3`` marker (added here at
+collection), so ``-m "not s3"`` (``make test-fast``) never starts it.
 """
 
 from __future__ import annotations
@@ -72,6 +75,25 @@ def memory_backend() -> Iterator[Backend]:
 @pytest.fixture
 def local_backend(tmp_path: Path) -> Backend:
     return Backend("local", str(tmp_path / "table"))
+
+
+S3_FIXTURES = frozenset({"moto_server", "s3_bucket", "s3_backend"})
+
+
+def _uses_s3(item: pytest.Item) -> bool:
+    """Whether ``item`` reaches the moto server: through one of its fixtures, or through a
+    backend chosen by a parameter named ``s3`` (``request.getfixturevalue(f"{name}_backend")``)."""
+    if S3_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return any(isinstance(v, str) and v == "s3" for v in params)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _uses_s3(item):
+            item.add_marker(pytest.mark.s3)
 
 
 @pytest.fixture(params=["local", "memory", "s3"])

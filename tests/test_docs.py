@@ -111,15 +111,26 @@ PLAIN = [p for p in DOCS if any(not b.spark for b in _python(p))]
 SPARK = [p for p in DOCS if any(b.spark for b in _python(p))]
 
 
-@pytest.mark.parametrize("path", PLAIN, ids=_ids(PLAIN))
-def test_doc_blocks_run(path: Path, workdir: Path) -> None:
-    """The blocks that need no Spark, in order; then the README's command lines."""
+def _run_plain(path: Path) -> None:
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for block in _python(path):
         if not block.spark:
             _run(block, namespace)
-    if path.name == "README.md":
-        _run_command_lines(path, workdir)
+
+
+@pytest.mark.parametrize("path", PLAIN, ids=_ids(PLAIN))
+def test_doc_blocks_run(path: Path, workdir: Path) -> None:
+    """The blocks that need no Spark, in order."""
+    _run_plain(path)
+
+
+@pytest.mark.slow  # a dozen real `lakelog` processes
+def test_readme_command_lines_run(workdir: Path) -> None:
+    """The README's blocks that need no Spark, then its command lines against the table
+    they made."""
+    readme = ROOT / "README.md"
+    _run_plain(readme)
+    _run_command_lines(readme, workdir)
 
 
 @pytest.mark.spark

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..core import write_options_from
 from ..errors import InvalidArgumentError
 from .merge import MergeChange
 from .predicate import DeleteChange, OverwriteChange, UpdateChange, Where
@@ -35,6 +36,7 @@ from .result import ChangeResult, FileChange, MergeReport
 from .run import run_change
 
 if TYPE_CHECKING:
+    from ..filters import FilterLike
     from ..table import Table
 
 __all__ = [
@@ -54,7 +56,7 @@ def _dry_run(value: object) -> bool:
     return value
 
 
-def delete_rows(table: Table, where: Any, *, dry_run: bool = False) -> ChangeResult:
+def delete_rows(table: Table, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:
     """Delete the rows matching ``where`` (see :meth:`lakelog.Table.delete`)."""
     dry = _dry_run(dry_run)
     snap = table.snapshot()
@@ -63,7 +65,7 @@ def delete_rows(table: Table, where: Any, *, dry_run: bool = False) -> ChangeRes
 
 
 def update_rows(
-    table: Table, where: Any, assignments: Mapping[str, Any], *, dry_run: bool = False
+    table: Table, where: FilterLike, assignments: Mapping[str, Any], *, dry_run: bool = False
 ) -> ChangeResult:
     """Set columns of the rows matching ``where`` (see :meth:`lakelog.Table.update`)."""
     dry = _dry_run(dry_run)
@@ -72,7 +74,7 @@ def update_rows(
     return run_change(table, change, snap, dry_run=dry)
 
 
-def overwrite_rows(table: Table, data: Any, where: Any) -> ChangeResult:
+def overwrite_rows(table: Table, data: Any, where: FilterLike) -> ChangeResult:
     """Replace the rows matching ``where`` by ``data`` (see :meth:`lakelog.Table.overwrite`)."""
     snap = table.snapshot()
     change = OverwriteChange(
@@ -80,7 +82,7 @@ def overwrite_rows(table: Table, data: Any, where: Any) -> ChangeResult:
         snap.schema,
         snap.partition_by,
         data,
-        table.write_options(),
+        write_options_from(snap.properties),
     )
     return run_change(table, change, snap)
 
@@ -108,7 +110,7 @@ def merge_rows(
         when_not_matched=when_not_matched,
         when_not_matched_by_source=when_not_matched_by_source,
         duplicates=duplicates,
-        options=table.write_options(),
+        options=write_options_from(snap.properties),
     )
     result = run_change(table, change, snap, dry_run=dry)
     assert isinstance(result, MergeReport)

@@ -75,7 +75,7 @@ class RowChange(ABC):
         """What was asked, for the commit header (JSON values)."""
 
     @abstractmethod
-    def candidates(self, snapshot: Snapshot) -> list[DataFile]:
+    def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         """The files of ``snapshot`` that may hold a row this change touches (its read set)."""
 
     @abstractmethod

@@ -24,18 +24,21 @@ import dataclasses
 import itertools
 import os
 import threading
-from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import threads
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import AddFile, DataFile
 from ..log.deletion_vectors import MAX_BITMAP_BYTES, union_vector
+from ..properties import get_bool, get_int
 from ..storage import Storage
 from .base import Counts, RowChange
 from .read import read_positions, read_rows
@@ -47,7 +50,8 @@ MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
 SAMPLE_ROWS = 4096
 """Rows of a change's first rewritten batch that decide its dictionary columns."""
 SINK_BYTES = 64 * 1024 * 1024
-"""Updated rows a :class:`RowSink` buffers before it writes them."""
+"""Default of ``lakelog.deletion_vectors.update_buffer_bytes``: updated rows a
+:class:`RowSink` buffers before it writes them."""
 PROBE_SAMPLE = 8
 """Files a change probes before it may stop probing (:class:`ProbeGuide`)."""
 PROBE_WORTH = 0.1
@@ -113,9 +117,9 @@ class RowSink:
     Without it each marked file would get a file of its own for a few updated rows
     (an update of 1% of the rows of 400 files: 400 tiny files, and a quarter of the
     change's time spent opening and closing them). Rows are kept until
-    :data:`SINK_BYTES` are buffered, then written in one pass (files cut by partition
+    ``ctx.sink_bytes`` are buffered, then written in one pass (files cut by partition
     and target size as any write); :meth:`flush` writes the rest. Thread-safe; memory
-    stays below :data:`SINK_BYTES` plus one batch per worker.
+    stays below ``ctx.sink_bytes`` plus one batch per worker.
     """
 
     def __init__(self, ctx: Context) -> None:
@@ -129,7 +133,7 @@ class RowSink:
         with self._lock:
             self._batches.extend(batches)
             self._bytes += sum(b.nbytes for b in batches)
-            if self._bytes >= SINK_BYTES:
+            if self._bytes >= self._ctx.sink_bytes:
                 self._write()
 
     def flush(self) -> list[AddFile]:
@@ -173,8 +177,23 @@ class Context:
     vectors: bool = False
     """Mark changed rows in deletion vectors instead of rewriting files
     (``lakelog.deletion_vectors``)."""
+    max_vector_bytes: int = MAX_BITMAP_BYTES
+    """A file whose vector would encode larger is rewritten instead
+    (``lakelog.deletion_vectors.max_vector_bytes``)."""
+    sink_bytes: int = SINK_BYTES
+    """Updated rows the :class:`RowSink` buffers before it writes them
+    (``lakelog.deletion_vectors.update_buffer_bytes``)."""
     sink: RowSink | None = None
     """Where marked files' updated rows go (None: a new file per marked file)."""
+
+    @staticmethod
+    def vector_settings(properties: Mapping[str, str]) -> dict[str, Any]:
+        """The deletion-vector fields of a context for a table with ``properties``."""
+        return {
+            "vectors": get_bool(properties, "lakelog.deletion_vectors"),
+            "max_vector_bytes": get_int(properties, "lakelog.deletion_vectors.max_vector_bytes"),
+            "sink_bytes": get_int(properties, "lakelog.deletion_vectors.update_buffer_bytes"),
+        }
 
     def write_options(self, sample: pa.RecordBatch) -> WriteOptions:
         chosen = self.encoding.get("dictionary")
@@ -232,7 +251,7 @@ def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
     """The change as a deletion vector on ``f`` (format.md, "Deletion vectors"): the
     positions of its deleted and updated rows join the file's vector, and updated rows
     go, with their new values, to a new file. A file left with no row is removed; one
-    whose vector would encode past :data:`MAX_BITMAP_BYTES` is rewritten instead."""
+    whose vector would encode past ``ctx.max_vector_bytes`` is rewritten instead."""
     counts = Counts()
     gone: list[np.ndarray] = []
     sink = ctx.sink
@@ -273,7 +292,7 @@ def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
         ctx.storage.delete([a.path for a in adds])
         return FileOutcome(f, counts)
     vector = union_vector(f.deleted, np.concatenate(gone), f.num_rows, path=f.path)
-    if vector is not None and len(vector.bitmap) > MAX_BITMAP_BYTES:
+    if vector is not None and len(vector.bitmap) > ctx.max_vector_bytes:
         ctx.storage.delete([a.path for a in adds])
         return _rewrite(ctx, change, f)
     if sink is not None and kept:
@@ -382,7 +401,7 @@ def run_files(
             _discard(ctx.storage, done)
             raise
         return done
-    with ThreadPoolExecutor(workers, thread_name_prefix="lakelog-change") as pool:
+    with threads.pool("lakelog-change", workers) as pool:
         futures: list[Future[FileOutcome]] = [
             pool.submit(process_file, ctx, change, f, write=write) for f in files
         ]

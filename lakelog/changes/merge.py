@@ -427,7 +427,7 @@ class MergeChange(RowChange):
             "num_inserted_rows": self.inserted,
         }
 
-    def candidates(self, snapshot: Snapshot) -> list[DataFile]:
+    def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         if self.noop:
             return []
         files = snapshot.files()

@@ -9,7 +9,7 @@ them hold a matching row, and only those are rewritten.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,15 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
-from ..filters import Const, FileStatsColumns, Predicate, parse_filter, prune_mask, to_expression
+from ..filters import (
+    Const,
+    FileStatsColumns,
+    FilterLike,
+    Predicate,
+    parse_filter,
+    prune_mask,
+    to_expression,
+)
 from ..filters.bind import cast_value
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
@@ -35,7 +43,7 @@ __all__ = ["DeleteChange", "OverwriteChange", "UpdateChange", "Where", "check_as
 class Where:
     """A required row predicate, parsed once against the table schema."""
 
-    def __init__(self, where: Any, schema: pa.Schema, *, operation: str) -> None:
+    def __init__(self, where: FilterLike, schema: pa.Schema, *, operation: str) -> None:
         pred = parse_filter(where, schema, argument="where")
         if pred is None:
             raise InvalidArgumentError(
@@ -55,7 +63,7 @@ class Where:
         """Whether the predicate is the constant false (nothing can match)."""
         return isinstance(self.predicate, Const) and not self.predicate.value
 
-    def candidates(self, snapshot: Snapshot) -> list[DataFile]:
+    def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         if self.never:
             return []
         return snapshot.files(self.predicate)
@@ -77,7 +85,7 @@ class _PredicateChange(RowChange):
     def parameters(self) -> dict[str, Any]:
         return {"predicate": self.where.text}
 
-    def candidates(self, snapshot: Snapshot) -> list[DataFile]:
+    def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         return self.where.candidates(snapshot)
 
     def prune(self, files: FileStatsColumns) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Row helpers of the changes: expressions over a batch, and (from
-:mod:`lakelog.io.rows`) reading a data file's live rows with their positions."""
+:mod:`lakelog.scan.rows`) reading a data file's live rows with their positions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import InvalidArgumentError
-from ..io.rows import BATCH_ROWS, missing_file, read_positions, read_rows
+from ..scan.rows import BATCH_ROWS, missing_file, read_positions, read_rows
 
 __all__ = ["BATCH_ROWS", "evaluate", "matched", "missing_file", "read_positions", "read_rows"]
 

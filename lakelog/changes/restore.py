@@ -13,11 +13,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .. import threads
 from ..errors import CommitConflictError, DataFileMissingError, InvalidArgumentError
 from ..log.actions import Action, Commit, DataFile, ExpireVersions, Metadata
 from ..log.snapshot import Snapshot
@@ -112,7 +112,7 @@ def _check_exist(storage: Storage, files: Sequence[DataFile], version: int) -> N
     if len(files) <= _SERIAL or storage.protocol in ("file", "local", "memory"):
         present = [storage.exists(f.path) for f in files]  # a stat each: threads cost more
     else:  # one request each on object stores: in parallel
-        with ThreadPoolExecutor(max_workers=min(_EXISTS_WORKERS, len(files))) as pool:
+        with threads.pool("lakelog-exists", min(_EXISTS_WORKERS, len(files))) as pool:
             present = list(pool.map(lambda f: storage.exists(f.path), files))
     missing = [f.path for f, ok in zip(files, present, strict=True) if not ok]
     if not missing:

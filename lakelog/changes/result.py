@@ -18,24 +18,42 @@ __all__ = ["ChangeResult", "FileChange", "MergeReport"]
 
 @dataclass(frozen=True)
 class FileChange:
-    """One data file a change rewrites (or, in a dry run, would rewrite)."""
+    """One data file a change rewrites (or, in a dry run, would rewrite).
+
+    Attributes:
+        path: the file's path, relative to the table root.
+        num_rows: rows in the file before the change.
+        deleted_rows: rows of the file the change deletes.
+        updated_rows: rows of the file the change updates.
+    """
 
     path: str
     num_rows: int
-    """rows in the file before the change"""
     deleted_rows: int = 0
     updated_rows: int = 0
 
 
 @dataclass(frozen=True)
 class ChangeResult(CommitResult):
-    """Outcome of ``delete``, ``update`` or ``overwrite(data, where=...)``.
+    """Outcome of ``delete``, ``update`` or ``overwrite(data, where=...)``; the fields of
+    :class:`~lakelog.CommitResult` plus:
 
-    Row counts: ``deleted_rows`` left the table, ``updated_rows`` got new values,
-    ``inserted_rows`` are new (``overwrite``), ``copied_rows`` were written again
-    unchanged beside them. File counts: ``files_scanned`` were read (pruning kept
-    them), ``files_removed`` rewritten or dropped, ``files_marked`` kept with a
-    deletion vector (``lakelog.deletion_vectors``), ``files_added`` written.
+    Attributes:
+        committed: whether a commit landed (False for a dry run or when no row matched).
+        dry_run: the change was only planned.
+        read_version: the version the change read.
+        deleted_rows: rows that left the table.
+        updated_rows: rows that got new values.
+        inserted_rows: new rows (``overwrite``, ``merge``).
+        copied_rows: rows written again unchanged beside the changed ones.
+        files_scanned: files read (those pruning kept).
+        files_removed: files rewritten or dropped.
+        files_marked: files kept with a deletion vector (``lakelog.deletion_vectors``).
+        files_added: files written.
+        bytes_removed: bytes of the files removed.
+        bytes_added: bytes of the files written.
+        duration_s: wall time of the change, in seconds.
+        files: the files rewritten (or that would be, in a dry run), in table order.
     """
 
     committed: bool = False
@@ -53,7 +71,6 @@ class ChangeResult(CommitResult):
     bytes_added: int = 0
     duration_s: float = 0.0
     files: tuple[FileChange, ...] = ()
-    """The files rewritten (or that would be, in a dry run), in table order."""
 
     def to_dict(self, *, files: bool = False) -> dict[str, Any]:
         """A JSON-ready dict; the per-file list only with ``files=True``."""
@@ -87,11 +104,13 @@ class ChangeResult(CommitResult):
 
 @dataclass(frozen=True)
 class MergeReport(ChangeResult):
-    """Outcome of ``merge``: a :class:`ChangeResult` plus the source's figures.
+    """Outcome of ``merge``: a :class:`ChangeResult` plus the source's figures
+    (``deleted_rows`` counts target rows deleted by ``when_matched="delete"`` and by
+    ``when_not_matched_by_source="delete"``).
 
-    ``source_rows`` were given, ``source_duplicates`` of them dropped by
-    ``duplicates="first"``/``"last"``; ``deleted_rows`` counts target rows deleted
-    by ``when_matched="delete"`` and by ``when_not_matched_by_source="delete"``.
+    Attributes:
+        source_rows: rows of the source given.
+        source_duplicates: source rows dropped by ``duplicates="first"``/``"last"``.
     """
 
     source_rows: int = 0

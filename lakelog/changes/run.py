@@ -23,10 +23,9 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from .._failpoints import failpoint
-from ..errors import LakelogError
+from ..core import staged, write_options_from
 from ..leases import Lease
 from ..log.actions import Action, AddFile
-from ..properties import get_bool
 from .base import RowChange, Written
 from .conflicts import RowLevelRebase
 from .execute import Context, FileOutcome, RowSink, run_files
@@ -63,9 +62,9 @@ def run_change(
         schema=snapshot.schema,
         partition_by=snapshot.partition_by,
         version=snapshot.version,
-        options=table.write_options(),
+        options=write_options_from(snapshot.properties),
         lease_id=None,
-        vectors=get_bool(snapshot.properties, "lakelog.deletion_vectors"),
+        **Context.vector_settings(snapshot.properties),
     )
     if dry_run:
         outcomes = run_files(ctx, change, candidates, write=False)
@@ -86,55 +85,40 @@ def run_change(
         if lease is not None
         else Lease.acquire(storage, operation=change.operation, properties=snapshot.properties)
     )
-    with held as lease:
+    with held as lease, staged(storage) as files:
         ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
         if ctx.vectors:  # updated rows of marked files, written together
-            ctx = dataclasses.replace(ctx, sink=RowSink(ctx))
-        written: list[str] = []
-        rebase: RowLevelRebase | None = None
-        committing = False
-        try:
+            sink = RowSink(ctx)
+            ctx = dataclasses.replace(ctx, sink=sink)
+            files.track(sink.written)
+        with files.before_commit():
             before = change.before(storage, lease.lease_id)
-            written += [a.path for a in before.adds]
+            files.add(before.adds)
             outcomes = run_files(ctx, change, candidates, write=True)
-            written += [p for o in outcomes for p in o.written]
+            files.add_paths(p for o in outcomes for p in o.written)
             updated = ctx.sink.flush() if ctx.sink is not None else []
             after = change.after(storage, lease.lease_id)
-            written += [a.path for a in after.adds]
+            files.add(after.adds)
             new = Written((*before.adds, *updated, *after.adds), before.rows + after.rows)
             rewritten = [o for o in outcomes if o.rewritten]
             if not rewritten and not new.adds and not extra_actions:
                 return _result(change, snapshot, outcomes, new, None, start, dry=False)
             metrics = _metrics_of(change, snapshot, outcomes, new, start)
             rebase = RowLevelRebase(ctx, change, metrics)
+            files.track(rebase.written)  # rewrites of files a rebase found changed
             failpoint("change:before-commit")
-            committing = True
-            committed = _commit(
-                table,
-                change,
-                snapshot,
-                _actions(rewritten, new, extra_actions),
-                metrics,
-                rebase,
-                lease,
-            )
-            return _result(
-                change, snapshot, [*outcomes, *rebase.extra], new, committed, start, dry=False
-            )
-        except BaseException as e:
-            if rebase is not None:
-                written += rebase.written()
-            if ctx.sink is not None:
-                written = list(dict.fromkeys([*written, *ctx.sink.written()]))
-            # before the commit, or refused by it (lakelog's own errors are raised before
-            # or instead of a put): certainly not committed. Other errors during the commit
-            # (a timeout) may follow a landed put: the files are then left to vacuum.
-            if written and (not committing or isinstance(e, LakelogError)):
-                try:
-                    storage.delete(written)
-                except Exception:  # noqa: BLE001 - vacuum removes what this cannot
-                    pass
-            raise
+        committed = _commit(
+            table,
+            change,
+            snapshot,
+            _actions(rewritten, new, extra_actions),
+            metrics,
+            rebase,
+            lease,
+        )
+        return _result(
+            change, snapshot, [*outcomes, *rebase.extra], new, committed, start, dry=False
+        )
 
 
 RebaseFactory = Callable[
@@ -169,19 +153,13 @@ def commit_outcomes(
         return _result(change, snapshot, outcomes, new, None, start, dry=False)
     metrics = _metrics_of(change, snapshot, outcomes, new, start)
     checker = rebase(dataclasses.replace(ctx, lease_id=lease.lease_id), change, metrics)
-    try:
+    with staged(table.storage) as files:
+        files.add_paths(p for o in outcomes for p in o.written)
+        files.add(new.adds)
+        files.track(checker.written)
         committed = _commit(
             table, change, snapshot, _actions(rewritten, new, ()), metrics, checker, lease
         )
-    except BaseException as e:
-        if isinstance(e, LakelogError):
-            written = [p for o in outcomes for p in o.written]
-            written += [a.path for a in new.adds] + checker.written()
-            try:
-                table.storage.delete(list(dict.fromkeys(written)))
-            except Exception:  # noqa: BLE001 - vacuum removes what this cannot
-                pass
-        raise
     return _result(change, snapshot, [*outcomes, *checker.extra], new, committed, start, dry=False)
 
 

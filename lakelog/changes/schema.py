@@ -1,11 +1,11 @@
-"""Schema evolution: add, drop and widen columns, and the schema a ``merge`` write takes.
+"""Schema evolution: add, drop and widen columns.
 
 Data files are never rewritten: a schema change is one ``metadata`` commit, and readers
 read each file through the version's schema (missing columns as nulls, narrower types
 converted; see ``docs/format.md``, "Schema evolution", and :mod:`lakelog.io.schema` for
 the rules). A change is checked against the latest version and, when a concurrent commit
 wins the race, checked again on the new latest version and retried: nothing was written,
-so a retry is free.
+so a retry is free. The schema a ``merge`` write takes is :func:`lakelog.core.schema.plan_write`.
 
 Dropped columns keep their values in older files, so a dropped name is listed in the
 schema (:data:`~lakelog.io.schema.DROPPED_KEY`) and added back only once no live file
@@ -18,24 +18,15 @@ import io
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..core.schema import evolved_metadata, readd_dropped
 from ..errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
-from ..io.parquet_settings import check_parquet_properties
-from ..io.schema import (
-    check_schema,
-    dropped_columns,
-    merge_schema,
-    widens,
-    with_dropped,
-)
-from ..log.actions import Metadata, encode_schema
+from ..io.schema import dropped_columns, widens, with_dropped
+from ..log.actions import Metadata
 from ..log.snapshot import Snapshot
 from ..properties import get_float, get_int
 from ..transaction import CommitResult
@@ -43,77 +34,10 @@ from ..transaction import CommitResult
 if TYPE_CHECKING:
     from ..table import Table
 
-__all__ = [
-    "SchemaMode",
-    "WritePlan",
-    "add_columns",
-    "check_schema_mode",
-    "drop_columns",
-    "plan_write",
-    "widen_column",
-]
+__all__ = ["add_columns", "drop_columns", "widen_column"]
 
-SchemaMode = Literal["strict", "merge"]
-SCHEMA_MODES = ("strict", "merge")
-_FOOTER_WORKERS = 16
 _BLOOM = "lakelog.parquet.bloom_filter_columns"
 _CLUSTERING = "lakelog.clustering.columns"
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    """How a write's data goes into the table: the schema its files are written with,
-    and the ``metadata`` action that evolves the table to it (None: unchanged)."""
-
-    schema: pa.Schema
-    metadata: Metadata | None = None
-    added: tuple[str, ...] = ()
-    widened: tuple[str, ...] = ()
-
-    def parameters(self) -> dict[str, Any]:
-        """What the commit header records about the schema change (empty: none)."""
-        if self.metadata is None:
-            return {}
-        out: dict[str, Any] = {"schema_mode": "merge"}
-        if self.added:
-            out["added_columns"] = list(self.added)
-        if self.widened:
-            out["widened_columns"] = list(self.widened)
-        return out
-
-
-def check_schema_mode(schema_mode: Any) -> SchemaMode:
-    if schema_mode not in SCHEMA_MODES:
-        raise InvalidArgumentError(
-            f"expected schema_mode 'strict' (the data must match the table) or 'merge' "
-            f"(add new nullable columns, widen types), found {schema_mode!r}"
-        )
-    return schema_mode  # type: ignore[no-any-return]
-
-
-def plan_write(snapshot: Snapshot, data_schema: pa.Schema, schema_mode: SchemaMode) -> WritePlan:
-    """Check incoming data against the table and decide the schema to write it with.
-
-    ``strict``: the data must match (types that widen to the table's are converted).
-    ``merge``: new columns are added (nullable), columns whose data type widens the
-    table's are widened, and columns the data lacks (nullable) are written as nulls.
-    """
-    check_schema_mode(schema_mode)
-    table_schema = snapshot.schema
-    if schema_mode == "strict":
-        check_schema(data_schema, table_schema)
-        return WritePlan(table_schema)
-    merged = merge_schema(table_schema, data_schema, partition_by=snapshot.partition_by)
-    if merged is table_schema:
-        return WritePlan(table_schema)
-    added = tuple(n for n in merged.names if n not in table_schema.names)
-    widened = tuple(
-        f.name
-        for f in table_schema
-        if f.name in merged.names and merged.field(f.name).type != f.type
-    )
-    merged = _readd(snapshot, merged, added)
-    return WritePlan(merged, _metadata(snapshot, merged), added, widened)
 
 
 # -- explicit changes -------------------------------------------------------------------
@@ -134,9 +58,9 @@ def add_columns(table: Table, columns: Any) -> CommitResult:
                 f"a column's type."
             )
         evolved = pa.schema([*schema, *fields], metadata=schema.metadata)
-        evolved = _readd(snap, evolved, tuple(names))
+        evolved = readd_dropped(snap, evolved, tuple(names))
         params = {"columns": [f"{f.name}: {f.type}" for f in fields]}
-        return _metadata(snap, evolved), params
+        return evolved_metadata(snap, evolved), params
 
     return _commit_change(table, build, operation="ADD COLUMNS")
 
@@ -186,7 +110,7 @@ def drop_columns(table: Table, names: str | Sequence[str]) -> CommitResult:
                 props[_BLOOM] = ",".join(left)
             else:
                 props.pop(_BLOOM)
-        return _metadata(snap, evolved, props), {"columns": list(wanted)}
+        return evolved_metadata(snap, evolved, props), {"columns": list(wanted)}
 
     return _commit_change(table, build, operation="DROP COLUMNS")
 
@@ -228,7 +152,8 @@ def widen_column(table: Table, name: str, type: pa.DataType) -> CommitResult:
             )
         i = schema.get_field_index(name)
         evolved = schema.set(i, field.with_type(type))
-        return _metadata(snap, evolved), {"column": name, "from": str(field.type), "to": str(type)}
+        params = {"column": name, "from": str(field.type), "to": str(type)}
+        return evolved_metadata(snap, evolved), params
 
     return _commit_change(table, build, operation="WIDEN COLUMN")
 
@@ -275,16 +200,6 @@ def _commit_change(
             ):
                 raise
             time.sleep(random.uniform(0, min(1.0, 0.01 * 2 ** min(attempt, 6))))
-
-
-def _metadata(
-    snap: Snapshot, schema: pa.Schema, properties: Mapping[str, str] | None = None
-) -> Metadata:
-    """The table's metadata with ``schema`` (and ``properties``) instead."""
-    md = snap.metadata
-    props = dict(md.properties if properties is None else properties)
-    check_parquet_properties(props, schema, snap.partition_by)
-    return msgspec.structs.replace(md, schema=encode_schema(schema), properties=props)
 
 
 def _fields(columns: Any) -> list[pa.Field]:
@@ -345,45 +260,3 @@ def _names(names: str | Sequence[str], *, what: str) -> list[str]:
             f"expected column names for {what}, found {names!r}; for example {what}(['col'])"
         )
     return list(dict.fromkeys(listed))
-
-
-def _readd(snap: Snapshot, schema: pa.Schema, added: Sequence[str]) -> pa.Schema:
-    """``schema`` with ``added`` names taken off its dropped list, after checking that no
-    live file still holds a column of a dropped name being added back."""
-    dropped = dropped_columns(schema)
-    again = [n for n in added if n in dropped]
-    if not again:
-        return schema
-    holding = _files_holding(snap, again)
-    if holding:
-        example = ", ".join(f"{n!r} in {paths[0]}" for n, paths in holding.items())
-        count = len({p for paths in holding.values() for p in paths})
-        raise SchemaMismatchError(
-            f"expected no live data file to hold a column named {sorted(holding)}, which "
-            f"was dropped from the table, found {count} file(s) still holding its old "
-            f"values ({example}); adding it back would bring them back. Choose another "
-            f"name, or first rewrite those files (e.g. optimize(incremental=False) rewrites "
-            f"every file without the dropped column)."
-        )
-    return with_dropped(schema, [n for n in dropped if n not in again])
-
-
-def _files_holding(snap: Snapshot, names: Sequence[str]) -> dict[str, list[str]]:
-    """Live files (by path) whose Parquet schema holds a column of each of ``names``."""
-    storage = snap.storage
-    wanted = set(names)
-
-    def columns(path: str) -> set[str]:
-        try:
-            with storage.open_input(path) as fh:
-                return set(pq.read_schema(fh).names) & wanted
-        except FileNotFoundError:  # deleted outside lakelog: no values to bring back
-            return set()
-
-    paths = snap.paths()
-    out: dict[str, list[str]] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(_FOOTER_WORKERS, len(paths)))) as pool:
-        for path, found in zip(paths, pool.map(columns, paths), strict=True):
-            for n in found:
-                out.setdefault(n, []).append(path)
-    return out

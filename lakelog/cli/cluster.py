@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..maintenance.clustering.planner import ClusterPlan
-from ..maintenance.clustering.run import execute_cluster_plan, optimize_report, prepare_optimize
-from ..maintenance.options import execution_options
+from ..maintenance.clustering.run import CLUSTERING, prepare_clustering
+from ..maintenance.options import ClusteringOptions
+from ..maintenance.pipeline import prepare_plan
+from ..maintenance.report import MaintenanceReport
 from .common import (
     add_run_args,
     add_table_args,
@@ -26,14 +27,17 @@ from .common import (
 )
 from .inspect import add_inspect_files_args, cmd_inspect_files
 from .maintenance import (
+    execution_of,
     partition_filter_of,
-    progress_bar,
     read_plan_file,
     refuse_planning_options,
-    save_plan_file,
+    run_rewrite_command,
 )
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = ["clustering_options_of", "register"]
 
 
 def _columns(text: str) -> list[str]:
@@ -126,66 +130,38 @@ _PLANNING_OPTIONS = (
 )
 
 
+def clustering_options_of(table: Table, args: argparse.Namespace) -> ClusteringOptions:
+    """The planning flags of ``lakelog optimize`` as the library's object."""
+    return ClusteringOptions(
+        zorder_by=args.zorder_by,
+        sort_by=args.sort_by,
+        curve=args.curve or "hilbert",
+        target_file_size=args.target_file_size,
+        partition_filter=partition_filter_of(table, args.partition),
+        incremental=not args.full,
+        max_group_bytes=args.max_group_bytes,
+        compression=args.compression,
+        row_group_size=args.row_group_size,
+    )
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     table = open_from_args(args)
-    started = time.monotonic()
-    execution = execution_options(
-        table.properties,
-        max_concurrent_groups=args.max_concurrent_groups,
-        max_bytes_per_second=args.max_bytes_per_second,
-        partial_progress=args.partial_progress,
-    )
-    read_snapshot = None
+    execution = execution_of(args)
     if args.plan:
         refuse_planning_options(args, _PLANNING_OPTIONS)
         plan = ClusterPlan.from_json(read_plan_file(args.plan))
+        prepared = prepare_plan(table, CLUSTERING, plan, execution, dry_run=args.dry_run)
     else:
-        prep = prepare_optimize(
-            table,
-            zorder_by=args.zorder_by,
-            sort_by=args.sort_by,
-            curve=args.curve or "hilbert",
-            target_file_size=args.target_file_size,
-            partition_filter=partition_filter_of(table, args.partition),
-            incremental=not args.full,
-            max_group_bytes=args.max_group_bytes,
-            compression=args.compression,
-            row_group_size=args.row_group_size,
-            dry_run=args.dry_run,
-        )
-        plan, read_snapshot, started = prep.plan, prep.snapshot, prep.started
-    if args.plan_out:
-        save_plan_file(args.plan_out, plan.to_json())
-    if args.dry_run or not plan.groups:
-        report = optimize_report(
-            plan, committed=[], commits=[], abandoned=[], started=started, dry_run=args.dry_run
-        )
-        report.emit()
-        if args.json:
-            print_json({**report.to_dict(), "plan": plan.describe().splitlines()})
-        elif args.dry_run:
-            print(plan.describe(files=args.verbose))
-            print(report.summary())
-        else:
-            print(report.summary())
-        return 0
-    bar = progress_bar()
-    try:
-        report = execute_cluster_plan(
-            table,
-            plan,
-            execution=execution,
-            progress=bar,
-            read_snapshot=read_snapshot,
-            started=started,
-        )
-    finally:
-        if bar is not None:
-            bar.close()
-    if args.json:
-        print_json(report.to_dict())
-        return 0
+        options = clustering_options_of(table, args)
+        prepared = prepare_clustering(table, options, execution, dry_run=args.dry_run)
+    return run_rewrite_command(args, prepared, show=_show)
+
+
+def _show(report: MaintenanceReport) -> None:
     print(report.summary())
+    if not report.planned_groups:
+        return
     d = report.to_dict()
     cols = d["zorder_columns"] or d["sort_columns"]
     landed = f"commits {report.commits}" if report.commits else "nothing committed"
@@ -200,7 +176,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             "  abandoned groups (claimed by another run, or sources removed concurrently): "
             f"{report.abandoned_groups}"
         )
-    return 0
 
 
 def cmd_clustering(args: argparse.Namespace) -> int:

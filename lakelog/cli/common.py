@@ -14,6 +14,7 @@ from ..errors import InvalidArgumentError
 from ..table import Table, open_table
 
 __all__ = [
+    "add_execution_args",
     "add_run_args",
     "add_table_args",
     "count_arg",
@@ -153,9 +154,9 @@ def size_arg(text: str) -> int:
     return value
 
 
-def add_run_args(p: argparse.ArgumentParser, *, verb: str) -> None:
-    """The execution and plan options every rewrite command (compact, optimize) takes;
-    ``verb`` says what happens to a group ("rewritten", "clustered")."""
+def add_execution_args(p: argparse.ArgumentParser, *, verb: str) -> None:
+    """The flags of :class:`lakelog.ExecutionOptions`, for every command that runs a
+    plan (compact, optimize, resume); ``verb`` says what happens to a group."""
     g = p.add_argument_group("execution")
     g.add_argument(
         "--max-concurrent-groups",
@@ -174,6 +175,12 @@ def add_run_args(p: argparse.ArgumentParser, *, verb: str) -> None:
         action="store_true",
         help="commit every lakelog.compaction.groups_per_commit groups",
     )
+
+
+def add_run_args(p: argparse.ArgumentParser, *, verb: str) -> None:
+    """The execution and plan options every rewrite command (compact, optimize) takes;
+    ``verb`` says what happens to a group ("rewritten", "clustered")."""
+    add_execution_args(p, verb=verb)
     g = p.add_argument_group("plans")
     g.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
     g.add_argument("--plan-out", metavar="FILE", help="save the plan as JSON")

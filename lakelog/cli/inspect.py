@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..io.footers import FileLayout, describe_files
-from ..io.skipping import SkipStats, collect_skip_stats
+from ..scan.skipping import SkipStats, collect_skip_stats
 from .common import human_bytes, open_from_args, print_json, print_rows
 
 

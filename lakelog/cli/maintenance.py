@@ -1,4 +1,11 @@
-"""``lakelog compact`` (and the other maintenance commands as they arrive)."""
+"""``lakelog compact``, and what every rewrite command shares.
+
+Flags map onto the library's options objects (:func:`execution_of`,
+:func:`compaction_options_of`; ``lakelog optimize`` has its own in
+:mod:`lakelog.cli.cluster`), and :func:`run_rewrite_command` runs a prepared plan
+through the library's one flow (:func:`lakelog.maintenance.pipeline.run_prepared`)
+and prints its report.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +13,19 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
-from ..maintenance.claims import claimed_files
-from ..maintenance.compaction.planner import CompactionPlan, plan_compaction
-from ..maintenance.compaction.run import dry_run_report, execute_plan
+from ..maintenance.compaction.planner import CompactionPlan
+from ..maintenance.compaction.run import COMPACTION, prepare_compaction
 from ..maintenance.executor import Progress
-from ..maintenance.options import execution_options
+from ..maintenance.options import CompactionOptions, ExecutionOptions
+from ..maintenance.pipeline import Prepared, prepare_plan, run_prepared
+from ..maintenance.report import MaintenanceReport
 from ..partitioning import typed_partition_value
 from .common import (
     add_run_args,
@@ -35,11 +43,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ProgressBar",
+    "compaction_options_of",
+    "execution_of",
     "partition_filter_of",
     "progress_bar",
     "read_plan_file",
     "refuse_planning_options",
     "register",
+    "run_rewrite_command",
     "save_plan_file",
 ]
 
@@ -207,57 +218,67 @@ class ProgressBar:
             self.stream.flush()
 
 
-def cmd_compact(args: argparse.Namespace) -> int:
-    table = open_from_args(args)
-    started = time.monotonic()
-    execution = execution_options(
-        table.properties,
+def execution_of(args: argparse.Namespace) -> ExecutionOptions:
+    """The execution flags (``--max-concurrent-groups``, ``--max-bytes-per-second``,
+    ``--partial-progress``) as the library's object."""
+    return ExecutionOptions(
         max_concurrent_groups=args.max_concurrent_groups,
         max_bytes_per_second=args.max_bytes_per_second,
         partial_progress=args.partial_progress,
     )
-    if args.plan:
-        refuse_planning_options(args, _PLANNING_OPTIONS)
-        plan = CompactionPlan.from_json(read_plan_file(args.plan))
-    else:
-        snap = table.snapshot()
-        plan = plan_compaction(
-            snap,
-            target_file_size=args.target_file_size,
-            target_rows=args.target_rows,
-            min_file_size=args.min_file_size,
-            min_input_files=args.min_input_files,
-            partition_filter=partition_filter_of(table, args.partition),
-            compression=args.compression,
-            row_group_size=args.row_group_size,
-            exclude=() if args.dry_run else claimed_files(table.storage, snap),
-        )
+
+
+def compaction_options_of(table: Table, args: argparse.Namespace) -> CompactionOptions:
+    """The planning flags of ``lakelog compact`` as the library's object."""
+    return CompactionOptions(
+        target_file_size=args.target_file_size,
+        target_rows=args.target_rows,
+        min_file_size=args.min_file_size,
+        min_input_files=args.min_input_files,
+        partition_filter=partition_filter_of(table, args.partition),
+        compression=args.compression,
+        row_group_size=args.row_group_size,
+    )
+
+
+def run_rewrite_command(
+    args: argparse.Namespace,
+    prepared: Prepared[Any],
+    *,
+    show: Callable[[MaintenanceReport], None],
+) -> int:
+    """The rest of a rewrite command once its run is prepared: save the plan
+    (``--plan-out``), run it (a dry run, or with a progress bar on a terminal) and print
+    the report: the plan with it when nothing ran, ``show`` for a text report."""
+    plan = prepared.plan
     if args.plan_out:
         save_plan_file(args.plan_out, plan.to_json())
-    if args.dry_run:
-        report = dry_run_report(plan, duration_s=time.monotonic() - started)
-        report.emit()
-        if args.json:
-            print_json({**report.to_dict(), "plan": plan.describe().splitlines()})
-        else:
-            print(plan.describe(files=args.verbose))
-            print(report.summary())
-        return 0
-    bar = progress_bar()
+    bar = None if prepared.dry_run or not plan.groups else progress_bar()
     try:
-        report = execute_plan(
-            table,
-            plan,
-            execution=execution,
-            progress=bar,
-            read_snapshot=None,
-            started=started,
-        )
+        report = run_prepared(prepared, progress=bar)
     finally:
         if bar is not None:
             bar.close()
     if args.json:
-        print_json(report.to_dict())
+        ran = not prepared.dry_run and plan.groups
+        extra = {} if ran else {"plan": plan.describe().splitlines()}
+        print_json({**report.to_dict(), **extra})
+    elif args.dry_run:
+        print(plan.describe(files=args.verbose))
+        print(report.summary())
     else:
-        print(report)
+        show(report)
     return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    table = open_from_args(args)
+    execution = execution_of(args)
+    if args.plan:
+        refuse_planning_options(args, _PLANNING_OPTIONS)
+        plan = CompactionPlan.from_json(read_plan_file(args.plan))
+        prepared = prepare_plan(table, COMPACTION, plan, execution, dry_run=args.dry_run)
+    else:
+        options = compaction_options_of(table, args)
+        prepared = prepare_compaction(table, options, execution, dry_run=args.dry_run)
+    return run_rewrite_command(args, prepared, show=print)

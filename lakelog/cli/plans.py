@@ -8,8 +8,8 @@ from typing import Any
 
 from ..maintenance.claims import PlanStatus
 from ..maintenance.resume import resume_plan
-from .common import add_table_args, count_arg, open_from_args, print_json, print_rows, size_arg
-from .maintenance import progress_bar
+from .common import add_execution_args, add_table_args, open_from_args, print_json, print_rows
+from .maintenance import execution_of, progress_bar
 
 
 def register(sub: Any) -> None:
@@ -37,21 +37,7 @@ def register(sub: Any) -> None:
     )
     add_table_args(p)
     p.add_argument("plan_id", metavar="PLAN_ID", help="the plan's id, from `lakelog plans URI`")
-    g = p.add_argument_group("execution")
-    g.add_argument(
-        "--max-concurrent-groups", type=count_arg, metavar="N", help="groups rewritten at once"
-    )
-    g.add_argument(
-        "--max-bytes-per-second",
-        type=size_arg,
-        metavar="SIZE",
-        help="pace reads to this rate in total, e.g. 50MiB",
-    )
-    g.add_argument(
-        "--partial-progress",
-        action="store_true",
-        help="commit every lakelog.compaction.groups_per_commit groups",
-    )
+    add_execution_args(p, verb="rewritten")
     p.set_defaults(func=cmd_resume)
 
 
@@ -82,14 +68,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     table = open_from_args(args)
     bar = progress_bar()
     try:
-        report = resume_plan(
-            table,
-            args.plan_id,
-            max_concurrent_groups=args.max_concurrent_groups,
-            max_bytes_per_second=args.max_bytes_per_second,
-            partial_progress=args.partial_progress,
-            progress=bar,
-        )
+        report = resume_plan(table, args.plan_id, execution_of(args), progress=bar)
     finally:
         if bar is not None:
             bar.close()

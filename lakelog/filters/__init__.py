@@ -48,7 +48,7 @@ Modules:
 [True, False]
 """
 
-from .parse import parse_filter
+from .parse import DNF, DNFTerm, FilterLike, PartitionFilterLike, parse_filter
 from .prune import prune_mask
 from .tree import (
     And,
@@ -69,11 +69,15 @@ __all__ = [
     "And",
     "Compare",
     "Const",
+    "DNF",
+    "DNFTerm",
     "FileStatsColumns",
+    "FilterLike",
     "In",
     "IsNull",
     "Not",
     "Or",
+    "PartitionFilterLike",
     "Predicate",
     "Unknown",
     "parse_filter",

@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +43,21 @@ from .sql import parse_sql
 from .tree import NODES, And, Compare, Const, In, IsNull, Not, Or, Predicate, Unknown, to_expression
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+DNFTerm: TypeAlias = tuple[str, str, Any]
+"""One DNF term as pyarrow.parquet takes it: ``(column, operator, value)``."""
+
+DNF: TypeAlias = Sequence[DNFTerm] | Sequence[Sequence[DNFTerm]]
+"""DNF tuples: a list of terms (AND-ed), or a list of such lists (OR-ed)."""
+
+FilterLike: TypeAlias = pc.Expression | str | DNF | Predicate | None
+"""Every form of filter lakelog takes (:func:`parse_filter`): a pyarrow Expression, a
+SQL-like string (``"day = '2026-11-02' and n > 5"``), :data:`DNF` tuples, a parsed
+:data:`Predicate`, or None (no filter)."""
+
+PartitionFilterLike: TypeAlias = pc.Expression | DNF | None
+"""What a maintenance ``partition_filter`` takes: a pyarrow Expression or :data:`DNF`
+tuples over partition columns only, or None (the whole table)."""
 
 
 def parse_filter(

@@ -91,7 +91,7 @@ class Unknown:
     expression: pc.Expression | None = field(default=None, compare=False, repr=False)
 
 
-Predicate: TypeAlias = "Compare | In | IsNull | And | Or | Not | Const | Unknown"
+Predicate: TypeAlias = Compare | In | IsNull | And | Or | Not | Const | Unknown
 NODES = (Compare, In, IsNull, And, Or, Not, Const, Unknown)
 """Every node class (a value of :data:`Predicate` is an instance of one)."""
 

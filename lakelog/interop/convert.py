@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import functools
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..core import OPEN_HINT, create_with_files, table_of
 from ..errors import (
     AdoptedFilesMissingError,
     CommitConflictError,
@@ -43,15 +43,13 @@ from ..errors import (
 )
 from ..io.parquet_settings import check_parquet_properties
 from ..leases import Lease
-from ..log.actions import Action, AddFile, Commit, Metadata, encode_schema
+from ..log.actions import Action, AddFile, Commit
 from ..log.commits import list_log
-from ..log.snapshot import load_snapshot
 from ..partitioning import check_partition_columns
 from ..paths import bad_data_path
 from ..properties import get_float, validate_properties
 from ..storage import FileInfo, Storage
-from ..storage_check import ensure_put_if_absent, record_created
-from ..transaction import CommitResult, Transaction
+from ..transaction import CommitResult
 from .footers import (
     Footer,
     Unreadable,
@@ -98,8 +96,19 @@ def convert(
     that also gives their types). File schemas are unified (missing columns and
     widening types are fine); anything else, or a file that is not Parquet, is one
     error listing the files, and nothing is committed. No data file is moved or
-    rewritten. ``properties``, ``storage_options`` and ``single_writer`` mean what they
-    mean for :func:`lakelog.create_table`. Returns the new table.
+    rewritten.
+
+    Args:
+        uri: the folder of Parquet files, which becomes the table's root.
+        partition_by: partition column names, or a schema that also gives their types;
+            default None infers them from the ``k=v`` folders.
+        properties: ``lakelog.*`` table properties, validated; default none.
+        storage_options: passed to the fsspec filesystem; default none.
+        single_writer: allow a store without put-if-absent, promising that no other
+            process writes the table; default False.
+
+    Returns:
+        The new table, at version 0.
     """
     storage = Storage(uri, storage_options, single_writer=single_writer)
     props, infos = convert_listing(storage, properties)
@@ -163,8 +172,6 @@ def convert_files(
     every check of the files (readable, one partition layout, no partition column inside,
     schemas that unify), statistics over the table's types, and one put-if-absent commit.
     Returns the new table."""
-    from ..table import Table
-
     nothing = "nothing was committed."
     footers = readable_footers(read(infos, None), nothing=nothing)
     fields, partitions = partition_layout(footers, partition_by)
@@ -183,35 +190,17 @@ def convert_files(
     check_partition_columns(schema, parts)
     check_parquet_properties(props, schema, tuple(parts))
     adds = add_actions(footers, partitions)
-    md = Metadata(
-        table_id=uuid.uuid4().hex,
-        schema=encode_schema(schema),
-        partition_by=tuple(parts),
-        properties=props,
-        created_ms=int(time.time() * 1000),
-    )
-    ensure_put_if_absent(storage, props, creating=True)
-    actions: list[Action] = [md, *adds]
-    txn = Transaction(
+    snap = create_with_files(
         storage,
-        None,
+        schema,
+        partition_by=parts,
+        properties=props,
+        adds=adds,
         operation="CONVERT",
-        kind="metadata",
-        actions=actions,
-        parameters={"partition_by": parts},
         metrics=_metrics(adds),
+        hint=f"{OPEN_HINT} and adopt files with table.add_files() (`lakelog add-files`)",
     )
-    try:
-        txn.commit()
-    except CommitConflictError as e:
-        raise TableExistsError(
-            f"expected no table at {storage.uri}, found one created concurrently; open it "
-            f"with lakelog.open_table() and adopt files with table.add_files() "
-            f"(`lakelog add-files`)."
-        ) from e
-    record_created(storage)
-    snap = txn.landed_snapshot or load_snapshot(storage)
-    return Table(storage, snap)
+    return table_of(storage, snap)
 
 
 def _metrics(adds: Sequence[AddFile]) -> dict[str, int]:

@@ -10,10 +10,10 @@ collects all the files concerned into one error (naming up to :data:`SHOWN`).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ import pyarrow._parquet as _parquet
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from .. import threads
 from ..errors import InvalidArgumentError, SchemaMismatchError
 from ..io.schema import duplicate_columns, readable_as, widens
 from ..log.actions import AddFile, FileStats
@@ -47,6 +48,8 @@ __all__ = [
     "readable_footers",
     "unify_schemas",
 ]
+
+log = logging.getLogger("lakelog")
 
 MAX_WORKERS = 16
 """Footers read at once (threads) from remote stores; local disk and memory read them
@@ -161,6 +164,7 @@ def _read_footer(
     """The footer of one file (one read of its last 64 KiB; a second if it is larger);
     statistics over the column types of ``types`` (default: the file's own)."""
     path, size = info.path, info.size
+    log.debug("reading the footer of %s", path)  # which process reads footers (Spark convert)
     try:
         data = _tail(storage, path, size, _TAIL)
         if len(data) < 12 or data[-4:] != b"PAR1":
@@ -202,7 +206,7 @@ def read_footers(
     workers = min(_workers(storage), len(chunks))
     if workers <= 1:
         return [r for c in chunks for r in run(c)]
-    with ThreadPoolExecutor(workers) as pool:
+    with threads.pool("lakelog-footers", workers) as pool:
         return [r for part in pool.map(run, chunks) for r in part]
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 import pyarrow.parquet as pq
 
+from .. import threads
 from ..log.actions import DataFile
 from ..storage import Storage
 
@@ -135,5 +135,5 @@ def describe_files(
     """:func:`describe_file` of each file, in order, ``max_workers`` footers at a time."""
     if len(files) <= 1:
         return [describe_file(storage, f) for f in files]
-    with ThreadPoolExecutor(min(max_workers, len(files))) as pool:
+    with threads.pool("lakelog-footers", min(max_workers, len(files))) as pool:
         return list(pool.map(lambda f: describe_file(storage, f), files))

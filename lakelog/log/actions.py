@@ -1,24 +1,21 @@
 """The persisted actions of the log, as frozen msgspec Structs.
 
 Schema evolution follows msgspec's rules: new fields get defaults, nothing is
-reordered or renamed. A reader refuses a ``format_version`` newer than
-:data:`FORMAT_VERSION`. See ``docs/format.md``.
+reordered or renamed. Which format version each action needs, and what a reader
+refuses, is decided in :mod:`lakelog.log.format`. See ``docs/format.md``.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
 from typing import Any, ClassVar, TypeAlias
 
 import msgspec
 import pyarrow as pa
 
+from . import format as fmt
+
 __all__ = [
-    "BASE_FORMAT_VERSION",
-    "FORMAT_VERSION",
-    "TABLE_FORMAT_VERSION",
-    "VECTORS_FORMAT_VERSION",
     "Action",
     "AddFile",
     "AppTransaction",
@@ -35,29 +32,16 @@ __all__ = [
     "RemoveFile",
     "decode_schema",
     "encode_schema",
-    "required_format_version",
 ]
-
-FORMAT_VERSION = 5
-"""The newest format version this library reads and writes (see ``docs/format.md``)."""
-
-TABLE_FORMAT_VERSION = 3
-"""The version new tables declare (their ``metadata`` action; what ``lakelog upgrade``
-moves a table to): version 4 changes only manifests (plans files), which a writer uses
-on any table of version 3; a table declares :data:`VECTORS_FORMAT_VERSION` from the
-``metadata`` action that turns deletion vectors on."""
-
-VECTORS_FORMAT_VERSION = 5
-"""The format version of deletion vectors (``docs/format.md``, "Deletion vectors")."""
-
-BASE_FORMAT_VERSION = 1
-"""What an absent ``format_version`` means: the first version of the format. A header
-omits the field only when it is 1, so a version-1 reader never mistakes a version-2
-commit for one of its own."""
 
 
 class FileStats(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """Per-column statistics of one data file, from its Parquet footer.
+
+    Attributes:
+        min: each column's smallest value.
+        max: each column's largest value.
+        null_count: each column's number of nulls.
 
     Values are JSON scalars: integers and floats as numbers, strings as
     strings, booleans as booleans, dates, times and timestamps as their
@@ -83,7 +67,7 @@ class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
     """Arrow IPC serialization of the full table schema, base64."""
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = {}
-    format_version: int = TABLE_FORMAT_VERSION
+    format_version: int = fmt.NEW_TABLE
     created_ms: int = 0
 
     def arrow_schema(self) -> pa.Schema:
@@ -91,22 +75,36 @@ class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
 
 
 class DeletionVector(msgspec.Struct, frozen=True, gc=False):
-    """The rows of a data file that are deleted (format version 5): ``rows`` of them, at
-    the positions ``bitmap`` encodes (:mod:`lakelog.log.deletion_vectors`)."""
+    """The rows of a data file that are deleted (the deletion vectors of format version
+    5): ``rows`` of them, at the positions ``bitmap`` encodes
+    (:mod:`lakelog.log.deletion_vectors`)."""
 
     rows: int
     bitmap: str
 
 
-class AddFile(msgspec.Struct, tag="add", frozen=True, kw_only=True, omit_defaults=True):
-    """A data file becomes part of the table (``deleted``: its deletion vector)."""
+class FileEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The facts the log records about one data file: the fields an ``add`` action and
+    a snapshot's live file share (declared once, here).
+
+    Attributes:
+        path: the file's path, relative to the table root.
+        size_bytes: the file's size.
+        num_rows: rows in the file, deleted ones included (see :attr:`live_rows`).
+        partition: partition columns to their string form (``None`` for null), as in
+            the folder name.
+        stats: per-column statistics from the footer (None: none recorded).
+        modification_ms: when the file was written, in ms since the epoch.
+        tags: facts writers record about the file (its clustering key range, whether
+            its column chunks are single pages).
+        deleted: its deletion vector (format version 5): rows of the file that are gone.
+    """
 
     path: str
     size_bytes: int
     num_rows: int
     partition: dict[str, str | None] = {}
     stats: FileStats | None = None
-    data_change: bool = True
     modification_ms: int = 0
     tags: dict[str, str] = {}
     deleted: DeletionVector | None = None
@@ -115,6 +113,17 @@ class AddFile(msgspec.Struct, tag="add", frozen=True, kw_only=True, omit_default
     def live_rows(self) -> int:
         """Rows not deleted by the file's vector."""
         return self.num_rows - (self.deleted.rows if self.deleted is not None else 0)
+
+    def entry_fields(self) -> dict[str, Any]:
+        """The shared fields by name (to build the other kind of entry)."""
+        return {f: getattr(self, f) for f in FileEntry.__struct_fields__}
+
+
+class AddFile(FileEntry, tag="add", frozen=True, kw_only=True, omit_defaults=True):
+    """A data file becomes part of the table (``deleted``: its deletion vector).
+    ``data_change=False``: the rows were already in the table (a rewrite)."""
+
+    data_change: bool = True
 
 
 class RemoveFile(msgspec.Struct, tag="remove", frozen=True, kw_only=True, omit_defaults=True):
@@ -145,7 +154,7 @@ class AppTransaction(msgspec.Struct, tag="app_txn", frozen=True, kw_only=True):
     recorded for ``app_id`` (exactly-once ingest; ``docs/format.md``, "App transactions").
     """
 
-    FORMAT: ClassVar[int] = 2
+    FORMAT: ClassVar[int] = fmt.APP_TRANSACTIONS.version
     app_id: str
     app_version: int
     timestamp_ms: int = 0
@@ -167,7 +176,7 @@ class PlanClaim(msgspec.Struct, tag="claim", frozen=True, kw_only=True):
     "Maintenance plans and claims").
     """
 
-    FORMAT: ClassVar[int] = 3
+    FORMAT: ClassVar[int] = fmt.CLAIMS.version
     plan_id: str
     operation: str
     owner: str
@@ -181,7 +190,7 @@ class PlanRelease(msgspec.Struct, tag="release", frozen=True, kw_only=True):
 
     Version 3 (``docs/format.md``, "Maintenance plans and claims")."""
 
-    FORMAT: ClassVar[int] = 3
+    FORMAT: ClassVar[int] = fmt.CLAIMS.version
     plan_id: str
     group_ids: list[str] = []
     done: bool = False
@@ -196,9 +205,9 @@ class CommitHeader(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     """Who committed what, when, on top of which version.
 
     ``format_version`` is the newest format version the commit's actions need
-    (:func:`required_format_version`); absent means 1."""
+    (:func:`lakelog.log.format.commit_version`); absent means 1."""
 
-    format_version: int = BASE_FORMAT_VERSION
+    format_version: int = fmt.BASE
     version: int
     timestamp_ms: int
     operation: str
@@ -216,53 +225,16 @@ class Commit(msgspec.Struct, frozen=True):
     actions: list[Action]
 
 
-class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
-    """A live data file of a snapshot.
-
-    ``path`` is relative to the table root; ``partition`` maps partition
-    columns to their string form (``None`` for null), as in the folder name.
-    """
-
-    path: str
-    size_bytes: int
-    num_rows: int
-    partition: dict[str, str | None] = {}
-    stats: FileStats | None = None
-    modification_ms: int = 0
-    tags: dict[str, str] = {}
-    deleted: DeletionVector | None = None
-    """Its deletion vector (format version 5): rows of the file that are gone."""
-
-    @property
-    def live_rows(self) -> int:
-        """Rows not deleted by the file's vector."""
-        return self.num_rows - (self.deleted.rows if self.deleted is not None else 0)
+class DataFile(FileEntry, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """A live data file of a snapshot (the fields of :class:`FileEntry`). Untracked by
+    the garbage collector: a snapshot may hand out millions."""
 
     @classmethod
     def from_add(cls, add: AddFile) -> DataFile:
-        return cls(
-            path=add.path,
-            size_bytes=add.size_bytes,
-            num_rows=add.num_rows,
-            partition=add.partition,
-            stats=add.stats,
-            modification_ms=add.modification_ms,
-            tags=add.tags,
-            deleted=add.deleted,
-        )
+        return cls(**add.entry_fields())
 
     def to_add(self, *, data_change: bool = True) -> AddFile:
-        return AddFile(
-            path=self.path,
-            size_bytes=self.size_bytes,
-            num_rows=self.num_rows,
-            partition=self.partition,
-            stats=self.stats,
-            data_change=data_change,
-            modification_ms=self.modification_ms,
-            tags=self.tags,
-            deleted=self.deleted,
-        )
+        return AddFile(**self.entry_fields(), data_change=data_change)
 
     def to_remove(self, *, deletion_ms: int, data_change: bool = True) -> RemoveFile:
         return RemoveFile(
@@ -272,27 +244,6 @@ class DataFile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
             partition=self.partition,
             size_bytes=self.size_bytes,
         )
-
-
-def required_format_version(actions: Iterable[Action]) -> int:
-    """The format version a commit of ``actions`` needs: the highest any action needs.
-
-    An action type added in version 2 or later says so with a class-level ``FORMAT``;
-    a ``metadata`` action needs the table format version it declares. Plain adds,
-    removes and expiries need version 1 (an add with a deletion vector needs 5), so a
-    version-1 table stays readable by version-1 readers until it is upgraded
-    (``docs/format.md``, "Versioning")."""
-    need = BASE_FORMAT_VERSION
-    for a in actions:
-        need = max(need, a.format_version if isinstance(a, Metadata) else _format_of(a))
-    return need
-
-
-def _format_of(action: Action) -> int:
-    if isinstance(action, AddFile) and action.deleted is not None:
-        return VECTORS_FORMAT_VERSION
-    value = getattr(type(action), "FORMAT", BASE_FORMAT_VERSION)
-    return value if isinstance(value, int) else BASE_FORMAT_VERSION
 
 
 def encode_schema(schema: pa.Schema) -> str:

@@ -10,6 +10,7 @@ change, not the table; only the root, one row per leaf, is rewritten whole.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,18 +22,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._failpoints import failpoint, pausepoint
-from ..errors import ManifestLeafError
+from ..errors import CorruptLogError, ManifestLeafError
 from ..storage import Storage
-from .actions import VECTORS_FORMAT_VERSION
+from .commits import list_log
 from .files import ReplayState, live_row_count, no_plans
-from .fileset import FileSet
+from .fileset import FileSet, conform_struct, to_current
+from .format import ROOTS, manifest_layout, manifest_version
 from .leaves import (
     CACHE,
     LEAF_DIR,
     Leaf,
-    entries_from_files,
     leaf_path,
-    leaf_schema,
     leaf_version,
     load_leaves,
     plans_path,
@@ -40,24 +40,28 @@ from .leaves import (
     struct_fields,
 )
 from .manifests import (
-    ROOT_FORMAT,
     ManifestHeader,
     Root,
     read_hint,
     read_manifest_header,
     read_root,
     replace_root,
+    root_leaves,
     root_schema,
     summary_types,
     write_manifest,
     write_root,
 )
-from .plans import PLANS_FORMAT
+from .snapshot import Snapshot, load_snapshot, snapshot_of
+
+log = logging.getLogger("lakelog")
 
 __all__ = [
-    "WRITE_FORMAT",
-    "carried_fields",
     "checkpoint",
+    "keep_whole",
+    "rebuild_root",
+    "repair_roots",
+    "write_checkpoint",
     "header_for",
     "missing_leaves",
     "plan_root",
@@ -66,74 +70,76 @@ __all__ = [
     "snapshot_state",
 ]
 
-WRITE_FORMAT = 2
-"""Layout of the manifests this process writes. Tests set 1 to write version-1
-manifests (the flat layout older lakelog versions wrote); nothing else changes it."""
-
 _FRAGMENTED = 4
 """A leaf with more than 1/_FRAGMENTED of its rows removed is rewritten."""
 _TIER_BASE = 4
 _TIER_CROWD = 4
 """Small leaves of one size tier are merged once there are this many."""
 
-_OWN_FIELDS = {"metadata", "version", "timestamp_ms", "oldest_version"}
-_PLANS_FIELDS = {"plans", "plans_file"}
-"""Written by :func:`header_for` itself: plans stay JSON until asked, large ones in a file."""
 PLANS_INLINE_BYTES = 65_536
 """Pending plans whose JSON is longer go to a plans file (format.md, "Pending plans in a
-file (version 4)")."""
-PLANS_FILE_FORMAT = 4
+file (version 4)"), unless the table property ``lakelog.manifest.plans_inline_bytes``
+(validated where properties are set) says otherwise."""
 
 
-def carried_fields() -> list[str]:
-    """Fields other features added to both :class:`ReplayState` and
-    :class:`ManifestHeader`: carried from the replayed state into every header written,
-    and from a header read back into the state."""
-    state = set(ReplayState.__struct_fields__)
-    return [
-        f
-        for f in ManifestHeader.__struct_fields__
-        if f in state and f not in _OWN_FIELDS and f not in _PLANS_FIELDS
-    ]
+def _plans_inline_bytes(state: ReplayState) -> int:
+    props = state.metadata.properties if state.metadata is not None else {}
+    try:
+        return int(props.get("lakelog.manifest.plans_inline_bytes", PLANS_INLINE_BYTES))
+    except ValueError:
+        return PLANS_INLINE_BYTES
 
 
 def header_for(
-    state: ReplayState, *, base_plans_file: str | None = None, **counts: Any
+    state: ReplayState,
+    *,
+    num_files: int,
+    num_rows: int | None = None,
+    num_bytes: int | None = None,
+    num_leaves: int | None = None,
+    layout: int = ROOTS.version,
+    base_plans_file: str | None = None,
 ) -> ManifestHeader:
-    """The header of a manifest of ``state`` (its version, metadata, carried fields).
+    """The header of a manifest of ``state`` in ``layout`` (1 flat, 2 root and leaves):
+    its version, metadata, counts, plans, the fields it carries for the state read back
+    from it (:func:`~.manifests.carry_into_state`), and the format version all that
+    needs (:func:`~.format.manifest_version`).
 
     Plans unchanged since the state's own base root (``state.plans_file``) are named, not
     written again: by the plans file of the root this manifest is built on
     (``base_plans_file``, at or after the state's base, so the same plans), which expiry
-    keeps as long as it keeps that root's leaves; never by an older root's file."""
+    keeps as long as it keeps that root's leaves; never by an older root's file. A flat
+    manifest holds its plans inline."""
     assert state.metadata is not None
-    extra: dict[str, Any] = {f: getattr(state, f) for f in carried_fields()}
-    flat = counts.get("format_version") == 1
+    flat = layout < ROOTS.version
+    plans, plans_file = msgspec.Raw(b"{}"), None
     if state.plans_file is not None and base_plans_file is not None and not flat:
-        extra["plans"], extra["plans_file"] = msgspec.Raw(b"{}"), base_plans_file
+        plans_file = base_plans_file
     else:
-        plans = state.plans_as_json()
-        if len(memoryview(plans)) > PLANS_INLINE_BYTES and not flat:
-            extra["plans"], extra["plans_file"] = msgspec.Raw(b"{}"), plans_path(state.version)
+        blob = state.plans_as_json()
+        if len(memoryview(blob)) > _plans_inline_bytes(state) and not flat:
+            plans_file = plans_path(state.version)
         else:
-            extra["plans"] = plans
-    if "format_version" not in counts:  # the layout's version, 3 with plans, 4 in a file
-        counts["format_version"] = (
-            PLANS_FILE_FORMAT
-            if extra.get("plans_file")
-            else ROOT_FORMAT
-            if no_plans(extra["plans"])
-            else PLANS_FORMAT
-        )
-        if state.metadata.format_version >= VECTORS_FORMAT_VERSION:  # older readers refuse it
-            counts["format_version"] = max(counts["format_version"], VECTORS_FORMAT_VERSION)
+            plans = blob
     return ManifestHeader(
+        format_version=manifest_version(
+            layout=layout,
+            declared=state.metadata.format_version,
+            plans=not no_plans(plans),
+            plans_file=plans_file is not None,
+        ),
         version=state.version,
         timestamp_ms=state.timestamp_ms,
+        num_files=num_files,
         metadata=state.metadata,
         oldest_version=state.oldest_version,
-        **counts,
-        **extra,
+        num_rows=num_rows,
+        num_bytes=num_bytes,
+        num_leaves=num_leaves,
+        app_versions=state.app_versions,
+        app_commits=state.app_commits,
+        plans=plans,
+        plans_file=plans_file,
     )
 
 
@@ -174,7 +180,6 @@ def _tier(live: int) -> int:
 def plan_root(fs: FileSet, state: ReplayState, *, leaf_files: int) -> tuple[Root, list[Leaf]]:
     """The root of ``state.version`` over ``fs`` (in memory) and the new leaves it lists
     (not yet written)."""
-    schema, partition_by = fs.schema, fs.partition_by
     version = state.version
     kept: list[_Kept] = []
     fresh: list[pa.Table] = []
@@ -208,10 +213,10 @@ def plan_root(fs: FileSet, state: ReplayState, *, leaf_files: int) -> tuple[Root
         live = fs.flat_live()
         table = fs.flat.table if live is None else fs.flat.table.filter(pa.array(live))
         if table.num_rows:
-            fresh.append(entries_from_files(table, schema, partition_by))
+            fresh.append(_to_current(fs, table))
     tail = fs.tail()
     if tail is not None:
-        fresh.append(entries_from_files(tail.table, schema, partition_by))
+        fresh.append(tail.table)
     # fragmented leaves: rewritten from their live rows
     fragmented = [k for k in kept if len(k.removed) * _FRAGMENTED > k.leaf_files]
     if fragmented:
@@ -254,45 +259,8 @@ def _live_rows(fs: FileSet, root: Root, items: Sequence[_Kept]) -> list[pa.Table
 
 
 def _to_current(fs: FileSet, entries: pa.Table) -> pa.Table:
-    """Leaf rows written under an older schema, in the current leaf schema (fields by
-    name; what does not cast is unknown)."""
-    target = leaf_schema(fs.schema, fs.partition_by)
-    if entries.schema.equals(target):
-        return entries
-    n = entries.num_rows
-    cols = []
-    for f in target:
-        if f.name not in entries.column_names:
-            cols.append(pa.nulls(n, f.type))
-            continue
-        col = entries.column(f.name).combine_chunks()
-        if pa.types.is_struct(f.type):
-            cols.append(_conform_struct(col, f.type))
-        else:
-            try:
-                cols.append(col.cast(f.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                cols.append(pa.nulls(n, f.type))
-    return pa.table(cols, schema=target)
-
-
-def _conform_struct(values: pa.Array, t: pa.StructType) -> pa.StructArray:
-    """A struct array in struct type ``t``: fields by name, cast, or null."""
-    n = len(values)
-    src = values if isinstance(values, pa.StructArray) else None
-    fields = []
-    for f in t:
-        got = None
-        if src is not None and src.type.get_field_index(f.name) >= 0:
-            got = src.field(f.name)
-            if got.type != f.type:
-                try:
-                    got = got.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                    got = None
-        fields.append(pa.nulls(n, f.type) if got is None else got)
-    mask = None if src is None else pc.invert(src.is_valid())
-    return pa.StructArray.from_arrays(fields, fields=list(t), mask=mask)
+    """Leaf rows written under an older schema, in the current leaf schema."""
+    return to_current(entries, fs.schema, fs.partition_by)
 
 
 def _merge_tiers(fs: FileSet, items: list[_Kept | _New], leaf_files: int) -> list[_Kept | _New]:
@@ -384,7 +352,7 @@ def _root_entries(fs: FileSet, kept: Sequence[_Kept], new: Sequence[Leaf]) -> pa
                     if name in old.column_names
                     else pa.nulls(len(kept))
                 )
-                cols[name] = _conform_struct(src, t)
+                cols[name] = conform_struct(src, t)
         parts.append(pa.table([cols[f.name] for f in target], schema=target))
     if new:
         rows = [_summary(leaf.table) for leaf in new]
@@ -418,10 +386,14 @@ def checkpoint(
 ) -> Root | None:
     """Write the manifest of ``state.version`` (the live files ``fs``): a version-2 root
     and the leaves it needs, built on the newest root at or below the version. Returns
-    the root the version now has (None when version-1 manifests are written)."""
+    the root the version now has (None when version-1 manifests are written).
+
+    ``format_version``: the manifest layout, 1 (flat) or 2 (root and leaves); by
+    default :func:`~.format.manifest_layout`, roots."""
     version = state.version
-    if (format_version or WRITE_FORMAT) < ROOT_FORMAT:
-        header = header_for(state, num_files=fs.counts()[0], format_version=1)
+    layout = manifest_layout() if format_version is None else format_version
+    if layout < ROOTS.version:
+        header = header_for(state, num_files=fs.counts()[0], layout=layout)
         write_manifest(storage, header, fs.file_table())
         return None
     existing = _usable_root(storage, version)
@@ -467,7 +439,7 @@ def rewrite_root(storage: Storage, fs: FileSet, state: ReplayState, *, leaf_file
 
 def _usable_root(storage: Storage, version: int) -> Root | None:
     header = read_manifest_header(storage, version)
-    if header is None or header.format_version < ROOT_FORMAT:
+    if header is None or not ROOTS.declared_by(header.format_version):
         return None
     return read_root(storage, version)
 
@@ -532,3 +504,124 @@ def snapshot_state(state: ReplayState, root: Root | None) -> ReplayState:
     if root.header.plans_file is not None:  # the state's plans, as just written
         out.plans_file = root.header.plans_file
     return out
+
+
+# -- writing a checkpoint for a snapshot, and repairing roots ---------------------
+
+
+def write_checkpoint(
+    snapshot: Snapshot, *, leaf_files: int, format_version: int | None = None
+) -> Snapshot:
+    """Write the manifest of the snapshot's version (a version-2 root and the leaves it
+    needs, built incrementally: ``lakelog.log.checkpoint``) and return the same snapshot
+    resolved from it, so that later commits advance from the new root.
+
+    A base root found listing a missing leaf while the new root is planned (published
+    by a writer that has not rebuilt it yet, or was killed first) is not built on: the
+    version is resolved again without it. Once the root is there (written here or
+    found), its leaves are checked against a listing: an expiry or vacuum may have
+    deleted a leaf it reused from an older root meanwhile (``docs/format.md``, "Leaves
+    in expiry and vacuum"). Then the root is written again on a whole base
+    (:func:`rebuild_root`)."""
+    storage = snapshot.storage
+    snap = snapshot
+    avoid: set[int] = set()
+    for attempt in range(8):
+        try:
+            root = checkpoint(
+                storage,
+                snap._files(),
+                snap._state,
+                leaf_files=leaf_files,
+                format_version=format_version,
+            )
+            break
+        except ManifestLeafError as e:
+            # the root this snapshot was resolved from lists a leaf deleted meanwhile (its
+            # writer has not rebuilt it yet, or was killed first): resolve the version
+            # again without it (format.md, "Writing a checkpoint", step 1)
+            base = snap._state.base
+            if not isinstance(base, Root) or attempt == 7:
+                raise
+            log.warning(
+                "manifest of version %d of %s is unusable (%s); writing the manifest of "
+                "version %d on an older one",
+                base.version,
+                storage.uri,
+                e,
+                snapshot.version,
+            )
+            avoid.add(base.version)
+            snap = load_snapshot(storage, snapshot.version, avoid=frozenset(avoid))
+    if root is None:
+        return snap
+    root = keep_whole(storage, root, leaf_files=leaf_files)
+    return snapshot_of(storage, snapshot_state(snap._state, root))
+
+
+def keep_whole(storage: Storage, root: Root, *, leaf_files: int) -> Root:
+    """``root`` if every leaf and plans file it names is in storage now (one listing),
+    else the root of its version written again on a whole base (:func:`rebuild_root`)."""
+    gone = missing_leaves(storage, root)
+    if not gone:
+        return root
+    log.warning(
+        "the manifest of version %d of %s lists leaves deleted meanwhile (%s); "
+        "writing it again on a whole manifest",
+        root.version,
+        storage.uri,
+        ", ".join(gone),
+    )
+    return rebuild_root(storage, root.version, leaf_files=leaf_files)
+
+
+def rebuild_root(storage: Storage, version: int, *, leaf_files: int) -> Root:
+    """Write the root of ``version`` again, replacing the one there, on the newest older
+    root whose leaves are all in storage (or by replay from the first commit), and
+    check the result the same way. :class:`CorruptLogError` when no such base is left
+    (the commits since one are gone)."""
+    avoid = {version}
+    for _ in range(8):
+        snap = load_snapshot(storage, version, avoid=frozenset(avoid))
+        base = snap._state.base
+        if isinstance(base, Root) and missing_leaves(storage, base):
+            avoid.add(base.version)
+            continue
+        try:
+            root = rewrite_root(storage, snap._files(), snap._state, leaf_files=leaf_files)
+        except ManifestLeafError:  # a leaf of the base went between the listing and now
+            if not isinstance(base, Root):
+                raise
+            avoid.add(base.version)
+            continue
+        if not missing_leaves(storage, root):
+            return root
+        if isinstance(base, Root):  # its leaves went while we built on them: go older
+            avoid.add(base.version)
+    raise CorruptLogError(
+        f"expected to write the manifest of version {version} of {storage.uri} again on a "
+        f"whole older manifest, found leaves deleted under each one tried (versions "
+        f"{sorted(avoid)}): an expiry or vacuum of a lakelog without cleanup leases may be "
+        f"running beside this one. Let it finish, then run this again."
+    )
+
+
+def repair_roots(
+    storage: Storage, deleted: Sequence[str], *, oldest: int, leaf_files: int
+) -> list[int]:
+    """After ``deleted`` leaves were deleted: write again every root at or above
+    ``oldest`` that lists one of them (a checkpoint published after the deleter listed
+    the roots, and checked before it deleted). Returns the versions repaired."""
+    gone = set(deleted)
+    if not gone:
+        return []
+    retained = [m for m in list_log(storage).manifests if m >= oldest]
+    damaged = [v for v, paths in root_leaves(storage, retained).items() if gone.intersection(paths)]
+    for v in sorted(damaged):
+        log.warning(
+            "the manifest of version %d of %s lists a leaf just deleted; writing it again",
+            v,
+            storage.uri,
+        )
+        rebuild_root(storage, v, leaf_files=leaf_files)
+    return sorted(damaged)

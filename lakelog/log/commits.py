@@ -18,15 +18,8 @@ from .._failpoints import pausepoint
 from ..errors import CorruptLogError, InvalidArgumentError, LogGapError, UnsupportedFormatError
 from ..paths import LOG_FOLDER, first_bad_data_path
 from ..storage import Storage
-from .actions import (
-    BASE_FORMAT_VERSION,
-    FORMAT_VERSION,
-    Action,
-    AddFile,
-    Commit,
-    CommitHeader,
-    RemoveFile,
-)
+from .actions import Action, AddFile, Commit, CommitHeader, RemoveFile
+from .format import BASE, CURRENT, check_readable, readable
 
 __all__ = [
     "LOG_DIR",
@@ -56,7 +49,7 @@ class _HeaderOnly(msgspec.Struct):
 
 class _FormatProbe(msgspec.Struct):
     class _H(msgspec.Struct):
-        format_version: int = BASE_FORMAT_VERSION
+        format_version: int = BASE
 
     header: _H
 
@@ -88,7 +81,7 @@ def encode_commit(header: CommitHeader, actions: Sequence[Action]) -> bytes:
     return b'{"header":' + _ENCODER.encode(header) + b',"actions":[\n' + body + b"\n]}\n"
 
 
-def _check_format(data: bytes, version: int) -> None:
+def _check_format(data: bytes, version: int, reader_version: int) -> None:
     try:
         probe = _PROBE_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -97,20 +90,22 @@ def _check_format(data: bytes, version: int) -> None:
             f"bytes ({e}). The file was damaged outside lakelog; restore "
             f"{commit_path(version)} from a backup or remove it if no data depends on it."
         ) from e
-    if probe.header.format_version > FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"expected log format version <= {FORMAT_VERSION}, found "
-            f"{probe.header.format_version} in commit {version}; upgrade lakelog to read "
-            f"this table."
-        )
+    check_readable(
+        probe.header.format_version,
+        what="log",
+        where=f"commit {version}",
+        reader_version=reader_version,
+    )
 
 
-def decode_commit(data: bytes, version: int) -> Commit:
-    """Decode a commit file; typed errors for damage or a newer format."""
+def decode_commit(data: bytes, version: int, *, reader_version: int = CURRENT) -> Commit:
+    """Decode a commit file; typed errors for damage or a newer format.
+
+    ``reader_version``: the newest format version to read (this lakelog's)."""
     try:
         commit = _COMMIT_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        _check_format(data, version)
+        _check_format(data, version, reader_version)
         if isinstance(e, msgspec.ValidationError) and "`$.actions" in str(e):
             raise UnsupportedFormatError(
                 f"expected only known actions in commit {version}, found {e}; the table "
@@ -121,8 +116,8 @@ def decode_commit(data: bytes, version: int) -> Commit:
             f"file {commit_path(version)} was damaged outside lakelog; restore it from a "
             f"backup."
         ) from e
-    if commit.header.format_version > FORMAT_VERSION:
-        _check_format(data, version)
+    if not readable(commit.header.format_version, reader_version=reader_version):
+        _check_format(data, version, reader_version)
     if commit.header.version != version:
         raise CorruptLogError(
             f"expected the header of {commit_path(version)} to say version {version}, "
@@ -157,9 +152,11 @@ def outside_root_error(where: str, kind: str, path: str) -> CorruptLogError:
     )
 
 
-def read_commit(storage: Storage, version: int) -> Commit:
+def read_commit(storage: Storage, version: int, *, reader_version: int = CURRENT) -> Commit:
     """Read one commit; :class:`FileNotFoundError` if it does not exist."""
-    return decode_commit(storage.read_bytes(commit_path(version)), version)
+    return decode_commit(
+        storage.read_bytes(commit_path(version)), version, reader_version=reader_version
+    )
 
 
 def read_header(storage: Storage, version: int) -> CommitHeader:
@@ -172,8 +169,8 @@ def decode_header(data: bytes, version: int) -> CommitHeader:
         header = _HEADER_DECODER.decode(data).header
     except (msgspec.DecodeError, msgspec.ValidationError):
         return decode_commit(data, version).header
-    if header.format_version > FORMAT_VERSION:
-        _check_format(data, version)
+    if not readable(header.format_version):
+        _check_format(data, version, CURRENT)
     return header
 
 

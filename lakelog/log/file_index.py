@@ -42,6 +42,8 @@ __all__ = [
 log = logging.getLogger("lakelog")
 
 _BLOCK = 1 << 24
+_THREADS_FROM = 1 << 20
+"""JSON shorter than this is parsed in the calling thread."""
 
 
 def bounds_type(t: pa.DataType) -> pa.DataType | None:
@@ -83,7 +85,9 @@ def parse_json_column(column: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     return pj.read_json(
         pa.BufferReader(data),
-        read_options=pj.ReadOptions(block_size=_BLOCK),
+        # threads only for large inputs: a small tail is parsed in the calling thread, so
+        # reading a table starts no pool thread that could outlive the interpreter
+        read_options=pj.ReadOptions(block_size=_BLOCK, use_threads=len(data) > _THREADS_FROM),
         parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
     )
 

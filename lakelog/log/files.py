@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pyarrow as pa
@@ -30,10 +30,14 @@ from .actions import (
 )
 from .plans import PendingPlan, apply_plan_actions
 
+if TYPE_CHECKING:
+    from .leaves import Leaf
+    from .manifests import Root
+
 __all__ = [
+    "MAX_DEFERRED_PLAN_COMMITS",
     "FILES_SCHEMA",
     "ReplayState",
-    "data_files",
     "files_from_adds",
     "live_row_count",
     "replay",
@@ -81,42 +85,6 @@ def files_from_adds(adds: Sequence[AddFile | DataFile]) -> pa.Table:
     )
 
 
-def data_files(table: pa.Table) -> list[DataFile]:
-    """Decode the columnar file set into :class:`DataFile` objects.
-
-    The hot path of ``Snapshot.files()`` (100,000 files and more): JSON is
-    decoded from bytes (faster in msgspec than from str), and the partition
-    and tags columns are skipped when they hold only ``{}``.
-    """
-    stats = table.column("stats").cast(pa.binary()).to_pylist()
-    parts = _json_objects(table.column("partition"), _PART_DEC)
-    tags = _json_objects(table.column("tags"), _TAGS_DEC)
-    vectors = vectors_of(table)
-    return [
-        DataFile(
-            path=path,
-            size_bytes=size,
-            num_rows=rows,
-            partition=part or {},
-            stats=_STATS_DEC.decode(st) if st else None,
-            modification_ms=mtime,
-            tags=tag or {},
-            deleted=dv,
-        )
-        for path, size, rows, part, st, mtime, tag, dv in zip(
-            table.column("path").to_pylist(),
-            table.column("size_bytes").to_pylist(),
-            table.column("num_rows").to_pylist(),
-            parts,
-            stats,
-            table.column("modification_ms").fill_null(0).to_pylist(),
-            tags,
-            vectors,
-            strict=True,
-        )
-    ]
-
-
 def vectors_of(table: pa.Table) -> list[DeletionVector | None]:
     """The deletion vector of each row of a file table or leaf (``deleted_rows`` and
     ``deleted_bitmap``; None where absent)."""
@@ -143,21 +111,11 @@ def live_row_count(table: pa.Table) -> int:
     return total
 
 
-def _json_objects(column: pa.ChunkedArray, decoder: msgspec.json.Decoder[Any]) -> list[Any]:
-    """Decoded JSON objects of a column, None where null or ``{}``."""
-    if pc.all(pc.fill_null(pc.equal(column, _EMPTY_JSON), True)).as_py():
-        return [None] * len(column)
-    return [
-        decoder.decode(raw) if raw and raw != b"{}" else None
-        for raw in column.cast(pa.binary()).to_pylist()
-    ]
-
-
 class ReplayState(msgspec.Struct):
     """Mutable accumulator used while replaying commits over a base file set.
 
-    The base is a version-1 file table (:data:`FILES_SCHEMA`) or a version-2 root
-    (``lakelog.log.manifests.Root``, whose leaves are read only when needed). The
+    The base is a version-2 root (``lakelog.log.manifests.Root``, whose leaves are read
+    only when needed) or the typed entries of a version-1 manifest. The
     commits since the base are summarized as the *tail*: ``added`` (files added and
     live, by path) and ``removed`` (paths removed since, with the partition the remove
     named): a base row is live unless its path is in either. Advancing a snapshot
@@ -166,8 +124,9 @@ class ReplayState(msgspec.Struct):
     """
 
     metadata: Metadata | None
-    base: Any
-    """A :data:`FILES_SCHEMA` table, or a version-2 root."""
+    base: Root | Leaf | None
+    """A version-2 root (leaves read when needed), the typed entries of a version-1
+    manifest, or None: nothing before the first commit replayed."""
     added: dict[str, AddFile]
     removed: dict[str, dict[str, str | None]]
     """Paths removed since the base (not added again), with the remove's partition."""
@@ -196,7 +155,7 @@ class ReplayState(msgspec.Struct):
     def start(
         cls,
         metadata: Metadata | None,
-        base: Any,
+        base: Root | Leaf | None,
         version: int,
         timestamp_ms: int,
         oldest_version: int = 0,
@@ -235,7 +194,7 @@ class ReplayState(msgspec.Struct):
             if changes:
                 self.plans_todo.append(commit)
                 self.plans_file = None
-                if len(self.plans_todo) >= _MAX_DEFERRED:  # a long-lived reader: bounded
+                if len(self.plans_todo) >= MAX_DEFERRED_PLAN_COMMITS:  # long-lived readers
                     self.pending_plans()
         elif self.plans or claims:
             apply_plan_actions(self.plans, commit)
@@ -282,34 +241,6 @@ class ReplayState(msgspec.Struct):
                 return self.plans_json
         return msgspec.Raw(msgspec.json.encode(self.pending_plans()))
 
-    def dead(self) -> dict[str, dict[str, str | None]]:
-        """Paths whose base row (if any) is no longer live, with a partition hint."""
-        out = {path: a.partition for path, a in self.added.items()}
-        out.update(self.removed)
-        return out
-
-    def files(self) -> pa.Table:
-        """The live file set (of a :data:`FILES_SCHEMA` base): the base's rows still
-        live, then the files added."""
-        return self.split()[0]
-
-    def split(self) -> tuple[pa.Table, pa.BooleanArray | None, pa.Table | None]:
-        """The live file set (of a :data:`FILES_SCHEMA` base), the mask of the base rows
-        it keeps (None: all), and the added files' table (None: none)."""
-        base = self.base
-        if not isinstance(base, pa.Table):
-            raise TypeError("split() needs a version-1 base; resolve a Snapshot instead")
-        keep: pa.BooleanArray | None = None
-        drop = self.removed.keys() | self.added.keys()
-        if drop and base.num_rows:
-            hit = pc.is_in(base.column("path"), value_set=pa.array(list(drop), pa.string()))
-            keep = pc.invert(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit)
-            base = base.filter(keep)
-        if not self.added:
-            return base, keep, None
-        added = files_from_adds(list(self.added.values()))
-        return pa.concat_tables([base, added]), keep, added
-
 
 _PLANS_DECODER = msgspec.json.Decoder(dict[str, PendingPlan])
 
@@ -319,14 +250,14 @@ def no_plans(raw: msgspec.Raw) -> bool:
     return len(memoryview(raw)) < 8 and bytes(raw).strip() in (b"", b"{}")
 
 
-_MAX_DEFERRED = 32
+MAX_DEFERRED_PLAN_COMMITS = 32
 """Commits changing undecoded plans kept before decoding them anyway: a process that
 advances one snapshot for days must not hold (and copy at every advance) them all."""
 
 
 def replay(
     metadata: Metadata | None,
-    base: Any,
+    base: Root | Leaf | None,
     version: int,
     timestamp_ms: int,
     commits: Iterable[Commit],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,80 +23,80 @@ import pyarrow.compute as pc
 
 from ..filters import FileStatsColumns, Predicate, prune_mask
 from ..storage import Storage
-from .actions import AddFile, DataFile, Metadata
+from .actions import AddFile, Metadata
 from .file_index import (
     cast_lenient,
     concat_stats_columns,
     filter_stats_columns,
     stats_columns,
 )
-from .files import FILES_SCHEMA, data_files, files_from_adds, live_row_count
-from .leaves import Leaf, RowBlock, load_leaves
+from .filelist import FileList
+from .files import FILES_SCHEMA, files_from_adds
+from .leaves import Leaf, leaf_schema, load_leaves
 from .manifests import Root
 
-__all__ = ["Block", "FileSet", "FlatBlock"]
+__all__ = ["Block", "FileSet", "conform_struct", "entries_block", "to_current"]
 
 _LOAD_BATCH = 16
 """Leaves read (and held) at once by an operation over many leaves."""
 
 
-class Block(Protocol):
-    """Rows of file entries with typed columns: a leaf or a version-1 file table."""
-
-    def __len__(self) -> int: ...
-
-    def paths(self) -> pa.Array: ...
-
-    def column(self, name: str) -> pa.Array: ...
-
-    def stats_columns(
-        self,
-        schema: pa.Schema,
-        partition_by: tuple[str, ...],
-        names: frozenset[str] | None,
-        key: str,
-    ) -> FileStatsColumns: ...
-
-    def data_files(self, mask: Any = None) -> list[DataFile]: ...
+Block = Leaf
+"""A block of file entries in typed columns: a manifest leaf, the entries of a version-1
+manifest, or the tail's adds. One representation for every source of live files."""
 
 
-class FlatBlock(RowBlock):
-    """A :data:`FILES_SCHEMA` table (a version-1 manifest, a replay, or the tail's adds)
-    whose typed columns are built from its JSON on demand, cached per column set."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-        self._cols: dict[Any, FileStatsColumns] = {}
-        self._paths: pa.Array | None = None
-        self._lock = threading.Lock()
-
-    def stats_columns(
-        self,
-        schema: pa.Schema,
-        partition_by: tuple[str, ...],
-        names: frozenset[str] | None,
-        key: str,
-    ) -> FileStatsColumns:
-        with self._lock:
-            got = self._cols.get((key, names)) or self._cols.get((key, None))
-            if got is not None:
-                return got
-        built = stats_columns(self.table, schema, partition_by, columns=names)
-        with self._lock:
-            if len(self._cols) >= 8:
-                self._cols.clear()
-            self._cols[(key, names)] = built
-        return built
-
-    def data_files(self, mask: Any = None) -> list[DataFile]:
-        return data_files(self.table if mask is None else self.table.filter(mask))
+def entries_block(files: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> Leaf:
+    """A block of typed entries from a :data:`FILES_SCHEMA` table (a version-1 manifest,
+    or the adds since a base), converted in one vectorized pass."""
+    return Leaf.of_files(files, schema, partition_by)
 
 
 def _table_of(block: Block, mask: Any) -> pa.Table:
     """The live rows of a block as a :data:`FILES_SCHEMA` table."""
-    if isinstance(block, FlatBlock):
-        return block.table if mask is None else block.table.filter(mask)
     return files_from_adds(block.data_files(mask))
+
+
+def to_current(entries: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> pa.Table:
+    """Leaf rows written under an older schema, in the current leaf schema (fields by
+    name; what does not cast is unknown)."""
+    target = leaf_schema(schema, partition_by)
+    if entries.schema.equals(target):
+        return entries
+    n = entries.num_rows
+    cols = []
+    for f in target:
+        if f.name not in entries.column_names:
+            cols.append(pa.nulls(n, f.type))
+            continue
+        col = entries.column(f.name).combine_chunks()
+        if pa.types.is_struct(f.type):
+            cols.append(conform_struct(col, f.type))
+        else:
+            try:
+                cols.append(col.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                cols.append(pa.nulls(n, f.type))
+    return pa.table(cols, schema=target)
+
+
+def conform_struct(values: pa.Array, t: pa.StructType) -> pa.StructArray:
+    """A struct array in struct type ``t``: fields by name, cast, or null."""
+    n = len(values)
+    src = values if isinstance(values, pa.StructArray) else None
+    fields = []
+    for f in t:
+        got = None
+        if src is not None and src.type.get_field_index(f.name) >= 0:
+            got = src.field(f.name)
+            if got.type != f.type:
+                try:
+                    got = got.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                    got = None
+        fields.append(pa.nulls(n, f.type) if got is None else got)
+    mask = None if src is None else pc.invert(src.is_valid())
+    return pa.StructArray.from_arrays(fields, fields=list(t), mask=mask)
 
 
 def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
@@ -113,7 +113,7 @@ class FileSet:
         storage: Storage,
         metadata: Metadata,
         schema: pa.Schema,
-        base: Root | FlatBlock,
+        base: Root | Leaf,
         added: dict[str, AddFile],
         removed: dict[str, dict[str, str | None]],
     ) -> None:
@@ -124,10 +124,10 @@ class FileSet:
         self.key = metadata.schema
         self.base = base
         self.root = base if isinstance(base, Root) else None
-        self.flat = base if isinstance(base, FlatBlock) else None
+        self.flat = base if isinstance(base, Leaf) else None
         self.added = added
         self.removed = removed
-        self._tail: FlatBlock | None = None
+        self._tail: Leaf | None = None
         self._located: dict[int, np.ndarray] | None = None
         self._dead: np.ndarray | None = None
         self._lock = threading.RLock()
@@ -138,12 +138,14 @@ class FileSet:
         out.update(self.removed)
         return out
 
-    def tail(self) -> FlatBlock | None:
+    def tail(self) -> Leaf | None:
+        """The files added since the base, as typed entries in the current schema."""
         if not self.added:
             return None
         with self._lock:
             if self._tail is None:
-                self._tail = FlatBlock(files_from_adds(list(self.added.values())))
+                adds = files_from_adds(list(self.added.values()))
+                self._tail = entries_block(adds, self.schema, self.partition_by)
             return self._tail
 
     def flat_live(self) -> np.ndarray | None:
@@ -309,10 +311,12 @@ class FileSet:
         if tail is not None:
             yield tail, None
 
-    def files(self, pred: Predicate | None, names: frozenset[str] | None) -> list[DataFile]:
+    def files(self, pred: Predicate | None, names: frozenset[str] | None) -> FileList:
         """Live files, pruned by ``pred`` (None: all): leaves by the root's summaries,
-        then files by their typed columns. ``names``: the columns ``pred`` refers to."""
-        out: list[DataFile] = []
+        then files by their typed columns. ``names``: the columns ``pred`` refers to.
+        The result holds the blocks' columns; :class:`DataFile` values are built only
+        for the files a caller takes."""
+        parts: list[tuple[Block, np.ndarray | None]] = []
         leaf_filter = None
         if pred is not None:
 
@@ -326,10 +330,10 @@ class FileSet:
                 cols = block.stats_columns(self.schema, self.partition_by, names, self.key)
                 mask = _and(np.asarray(prune_mask(pred, cols)), live)
             if mask is None:
-                out.extend(block.data_files())
+                parts.append((block, None))
             elif mask.any():
-                out.extend(block.data_files(pa.array(mask)))
-        return out
+                parts.append((block, np.flatnonzero(mask)))
+        return FileList(parts)
 
     def paths(self) -> list[str]:
         out: list[str] = []
@@ -356,17 +360,18 @@ class FileSet:
                     files -= len(located[i])
                     rows -= leaf.live_rows(pos)
                     size -= int(pc.sum(leaf.column("size_bytes").take(pos)).as_py() or 0)
-        extra: list[tuple[FlatBlock, np.ndarray | None]] = []
+        extra: list[tuple[Leaf, np.ndarray | None]] = []
         if self.flat is not None:
             extra.append((self.flat, self.flat_live()))
         tail = self.tail()
         if tail is not None:
             extra.append((tail, None))
         for block, live in extra:
-            t = block.table if live is None else block.table.filter(pa.array(live))
-            files += t.num_rows
-            rows += live_row_count(t)
-            size += int(pc.sum(t.column("size_bytes")).as_py() or 0)
+            pos = None if live is None else pa.array(np.flatnonzero(live))
+            sizes = block.column("size_bytes")
+            files += len(block) if pos is None else len(pos)
+            rows += block.live_rows(pos)
+            size += int(pc.sum(sizes if pos is None else sizes.take(pos)).as_py() or 0)
         return files, rows, size
 
     def file_table(self) -> pa.Table:
@@ -375,6 +380,21 @@ class FileSet:
             _table_of(b, None if live is None else pa.array(live)) for b, live in self.blocks()
         ]
         return pa.concat_tables(parts) if parts else FILES_SCHEMA.empty_table()
+
+    def entries(self) -> pa.Table:
+        """Every live file as one table of typed entries (the leaf schema of the current
+        table schema), in :meth:`file_table` order."""
+        parts = [
+            to_current(
+                b.table if live is None else b.table.filter(pa.array(live)),
+                self.schema,
+                self.partition_by,
+            )
+            for b, live in self.blocks()
+        ]
+        if not parts:
+            return leaf_schema(self.schema, self.partition_by).empty_table()
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def stats_columns(self, names: frozenset[str] | None) -> FileStatsColumns:
         """Typed columns of every live file, in :meth:`file_table` order."""

@@ -31,14 +31,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import CorruptLogError, ManifestLeafError, UnsupportedFormatError
+from ..errors import CorruptLogError, ManifestLeafError
 from ..filters import FileStatsColumns
 from ..paths import check_manifest_paths, check_read_paths
 from ..storage import Storage
-from .actions import FORMAT_VERSION, DataFile, FileStats
+from .actions import DataFile, FileStats
 from .commits import LOG_DIR
 from .file_index import bounded_columns, typed_partitions, typed_stats
-from .files import live_row_count, vectors_of
+from .files import vectors_of
+from .format import CURRENT, ROOTS, check_readable
 
 __all__ = [
     "CACHE",
@@ -58,7 +59,6 @@ __all__ = [
 ]
 
 LEAF_DIR = f"{LOG_DIR}/_leaves"
-LEAF_FORMAT = 2
 META_KEY = b"lakelog"
 """The key of the lakelog header in the Parquet key-value metadata of every log file
 (version-1 manifests, roots, leaves)."""
@@ -76,31 +76,6 @@ def read_log_parquet(data: bytes) -> tuple[pa.Table, bytes]:
     if raw is None:
         raise ValueError("no lakelog header in the Parquet metadata")
     return table, raw
-
-
-class RowBlock:
-    """Rows of the file set as one Arrow table: what leaves and flat blocks share."""
-
-    __slots__ = ("_paths", "table")
-    table: pa.Table
-    _paths: pa.Array | None
-
-    def __len__(self) -> int:
-        return int(self.table.num_rows)
-
-    def paths(self) -> pa.Array:
-        if self._paths is None:
-            self._paths = self.table.column("path").combine_chunks()
-        return self._paths
-
-    def column(self, name: str) -> pa.Array:
-        return self.table.column(name).combine_chunks()
-
-    def live_rows(self, positions: pa.Array | None = None) -> int:
-        """Rows not deleted (``num_rows`` less ``deleted_rows``) of the entries at
-        ``positions`` (None: of every entry)."""
-        t = self.table if positions is None else self.table.take(positions)
-        return live_row_count(t)
 
 
 _TAGS_DEC = msgspec.json.Decoder(dict[str, str])
@@ -310,18 +285,79 @@ def _dicts(fields: dict[str, pa.Array], n: int) -> list[dict[str, Any]]:
     return out
 
 
-class Leaf(RowBlock):
-    """The rows of one leaf in memory (immutable)."""
+_FLAT_COLUMNS = frozenset(
+    {"path", "size_bytes", "num_rows", "modification_ms", "deleted_rows", "deleted_bitmap"}
+)
+"""Columns a version-1 file table and typed entries hold alike (name and type)."""
 
-    __slots__ = ("_cols", "_lock", "nbytes", "path")
+
+class Leaf:
+    """File entries in typed columns (immutable): the rows of one manifest leaf, of a
+    version-1 manifest, or of the files added since a manifest. The one in-memory form
+    of live files (``docs/format.md``, "Leaves").
+
+    Entries from a version-1 file table (:meth:`of_files`) are typed on first use of
+    their partition values, statistics or tags: counts and paths read the columns both
+    forms share, so resolving a version does not parse every file's statistics."""
+
+    __slots__ = ("_cols", "_files", "_lock", "_paths", "_table", "nbytes", "path")
 
     def __init__(self, table: pa.Table, path: str | None = None) -> None:
-        self.table = table.combine_chunks()
+        self._table: pa.Table | None = table.combine_chunks()
+        self._files: tuple[pa.Table, pa.Schema, tuple[str, ...]] | None = None
         self.path = path
-        self.nbytes = int(self.table.nbytes)
+        self.nbytes = int(table.nbytes)
         self._paths: pa.Array | None = None
         self._cols: dict[Any, FileStatsColumns] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def of_files(cls, files: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> Leaf:
+        """Entries of a version-1 file table (JSON columns), typed when first needed."""
+        out = cls(pa.table({}))
+        out._table = None
+        out._files = (files.combine_chunks(), schema, tuple(partition_by))
+        out.nbytes = int(files.nbytes)
+        return out
+
+    @property
+    def table(self) -> pa.Table:
+        """The entries as one table of the leaf schema."""
+        with self._lock:
+            if self._table is None:
+                assert self._files is not None
+                files, schema, partition_by = self._files
+                self._table = entries_from_files(files, schema, partition_by).combine_chunks()
+                self._files = None
+            return self._table
+
+    def _flat(self, name: str) -> pa.Table | None:
+        """The version-1 file table when it holds ``name`` and is not typed yet."""
+        got = self._files
+        return got[0] if got is not None and name in _FLAT_COLUMNS else None
+
+    def __len__(self) -> int:
+        got = self._files
+        return int(got[0].num_rows if got is not None else self.table.num_rows)
+
+    def paths(self) -> pa.Array:
+        if self._paths is None:
+            self._paths = self.column("path")
+        return self._paths
+
+    def column(self, name: str) -> pa.Array:
+        flat = self._flat(name)
+        return (flat if flat is not None else self.table).column(name).combine_chunks()
+
+    def live_rows(self, positions: pa.Array | None = None) -> int:
+        """Rows not deleted (``num_rows`` less ``deleted_rows``) of the entries at
+        ``positions`` (None: of every entry)."""
+        rows = self.column("num_rows")
+        deleted = self.column("deleted_rows")
+        if positions is not None:
+            rows, deleted = rows.take(positions), deleted.take(positions)
+        total = int(pc.sum(rows).as_py() or 0)
+        return total - int(pc.sum(deleted).as_py() or 0)
 
     def stats_columns(
         self,
@@ -444,7 +480,7 @@ class Leaf(RowBlock):
     # -- encoding ---------------------------------------------------------------------
     def encode(self) -> bytes:
         check_manifest_paths(self.paths(), f"manifest leaf {self.path or '(new)'}")
-        header = msgspec.json.encode(_LeafHeader(LEAF_FORMAT, len(self)))
+        header = msgspec.json.encode(_LeafHeader(ROOTS.version, len(self)))
         table = self.table.replace_schema_metadata({META_KEY: header})
         buf = io.BytesIO()
         pq.write_table(
@@ -457,8 +493,9 @@ class Leaf(RowBlock):
         return buf.getvalue()
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> Leaf:
-        """A leaf from its bytes; :class:`ManifestLeafError` if damaged."""
+    def decode(cls, data: bytes, path: str, *, reader_version: int = CURRENT) -> Leaf:
+        """A leaf from its bytes; :class:`ManifestLeafError` if damaged,
+        :class:`UnsupportedFormatError` if newer than ``reader_version``."""
         try:
             table, raw = read_log_parquet(data)
             header = msgspec.json.decode(raw, type=_LeafHeader)
@@ -466,11 +503,9 @@ class Leaf(RowBlock):
             raise ManifestLeafError(
                 f"expected a readable manifest leaf at {path}, found {e}", leaf=path
             ) from e
-        if header.format_version > FORMAT_VERSION:
-            raise UnsupportedFormatError(
-                f"expected manifest leaf format version <= {FORMAT_VERSION}, found "
-                f"{header.format_version} in {path}; upgrade lakelog."
-            )
+        check_readable(
+            header.format_version, what="manifest leaf", where=path, reader_version=reader_version
+        )
         missing = {"path", "size_bytes", "num_rows", "modification_ms", "tags", "partition_text"}
         missing -= set(table.column_names)
         if header.num_files != table.num_rows or missing:

@@ -25,23 +25,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import CorruptLogError, UnsupportedFormatError
+from ..errors import CorruptLogError
 from ..filters import FileStatsColumns
 from ..paths import check_manifest_paths, check_read_paths
 from ..storage import Storage
-from .actions import FORMAT_VERSION, Metadata
+from .actions import Metadata
 from .commits import LOG_DIR
 from .file_index import bounded_columns
-from .files import FILES_SCHEMA
+from .files import FILES_SCHEMA, ReplayState
+from .format import BASE, CURRENT, ROOTS, check_readable, readable
 from .leaves import META_KEY as _META_KEY
 from .leaves import conform, read_log_parquet, struct_fields
 
 __all__ = [
     "LAST_MANIFEST",
-    "ROOT_FORMAT",
     "Manifest",
     "ManifestHeader",
     "Root",
+    "carry_into_state",
     "encode_manifest",
     "encode_root",
     "manifest_path",
@@ -60,8 +61,6 @@ __all__ = [
 ]
 
 LAST_MANIFEST = f"{LOG_DIR}/_last_manifest"
-ROOT_FORMAT = 2
-"""Manifest layout version of roots (version 1 is the flat layout)."""
 _V2_FIELDS = ("num_rows", "num_bytes", "num_leaves")
 
 
@@ -69,7 +68,7 @@ class ManifestHeader(msgspec.Struct, frozen=True, kw_only=True):
     """The header of a manifest. New fields get defaults (format.md, "The root"); a
     writer fills them from the state it replayed (see ``lakelog.log.checkpoint``)."""
 
-    format_version: int = FORMAT_VERSION
+    format_version: int = CURRENT
     version: int
     timestamp_ms: int
     num_files: int
@@ -115,7 +114,7 @@ def manifest_path(version: int) -> str:
 
 def _v1_header(header: ManifestHeader) -> bytes:
     raw = msgspec.json.decode(msgspec.json.encode(header))
-    raw["format_version"] = 1
+    raw["format_version"] = BASE
     for name in _V2_FIELDS:
         raw.pop(name, None)
     return msgspec.json.encode(raw)
@@ -143,7 +142,9 @@ def write_hint(storage: Storage, version: int, oldest_version: int) -> None:
         storage.write_bytes(LAST_MANIFEST, msgspec.json.encode(_Hint(version, oldest_version)))
 
 
-def _read_parquet(storage: Storage, version: int) -> tuple[pa.Table, ManifestHeader]:
+def _read_parquet(
+    storage: Storage, version: int, reader_version: int
+) -> tuple[pa.Table, ManifestHeader]:
     data = storage.read_bytes(manifest_path(version))
     try:
         table, raw = read_log_parquet(data)
@@ -152,11 +153,12 @@ def _read_parquet(storage: Storage, version: int) -> tuple[pa.Table, ManifestHea
         raise CorruptLogError(
             f"expected a readable manifest at {manifest_path(version)}, found {e}"
         ) from e
-    if header.format_version > FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"expected manifest format version <= {FORMAT_VERSION}, found "
-            f"{header.format_version} in {manifest_path(version)}; upgrade lakelog."
-        )
+    check_readable(
+        header.format_version,
+        what="manifest",
+        where=manifest_path(version),
+        reader_version=reader_version,
+    )
     if header.version != version:
         raise CorruptLogError(
             f"expected manifest {manifest_path(version)} to hold version {version}, found "
@@ -165,14 +167,16 @@ def _read_parquet(storage: Storage, version: int) -> tuple[pa.Table, ManifestHea
     return table.replace_schema_metadata(None), header
 
 
-def read_manifest(storage: Storage, version: int) -> Manifest | Root:
+def read_manifest(
+    storage: Storage, version: int, *, reader_version: int = CURRENT
+) -> Manifest | Root:
     """Read and check one manifest: a :class:`Manifest` (version 1) or a :class:`Root`.
 
     :class:`FileNotFoundError` if absent, :class:`CorruptLogError` if damaged,
-    :class:`UnsupportedFormatError` if newer than this reader.
+    :class:`UnsupportedFormatError` if newer than ``reader_version`` (this lakelog's).
     """
-    table, header = _read_parquet(storage, version)
-    if header.format_version >= ROOT_FORMAT:
+    table, header = _read_parquet(storage, version, reader_version)
+    if ROOTS.declared_by(header.format_version):
         return Root.check(header, table, manifest_path(version))
     if header.num_files != table.num_rows:
         raise CorruptLogError(
@@ -211,7 +215,7 @@ def read_manifest_header(storage: Storage, version: int) -> ManifestHeader | Non
         header = msgspec.json.decode(raw, type=ManifestHeader)
     except (FileNotFoundError, pa.ArrowException, ValueError, msgspec.DecodeError, OSError):
         return None
-    if header.format_version > FORMAT_VERSION or header.version != version:
+    if not readable(header.format_version) or header.version != version:
         return None
     return header
 
@@ -385,7 +389,9 @@ def encode_root(header: ManifestHeader, entries: pa.Table) -> bytes:
     file (``ParquetFile.read``) gives the key-value header, as before; readers that look
     only at the Arrow schema's (``root_leaves`` of older lakelog versions) get every
     field they use."""
-    header = msgspec.structs.replace(header, format_version=max(ROOT_FORMAT, header.format_version))
+    header = msgspec.structs.replace(
+        header, format_version=max(ROOTS.version, header.format_version)
+    )
     stub = msgspec.structs.replace(header, plans=msgspec.Raw(b"{}"))
     table = entries.replace_schema_metadata({_META_KEY: msgspec.json.encode(stub)})
     buf = io.BytesIO()
@@ -404,7 +410,7 @@ def write_root(storage: Storage, root: Root) -> bool:
         storage.put_if_absent(path, data)
     except FileExistsError:
         existing = read_manifest_header(storage, root.version)
-        if existing is not None and existing.format_version >= ROOT_FORMAT:
+        if existing is not None and ROOTS.declared_by(existing.format_version):
             return False
         storage.write_bytes(path, data)
     write_hint(storage, root.version, root.header.oldest_version)
@@ -428,7 +434,7 @@ def root_leaves(storage: Storage, versions: Sequence[int]) -> dict[int, list[str
                 # the Arrow schema's copy of the header: all but the plans, not needed here
                 raw = (f.schema_arrow.metadata or {}).get(_META_KEY)
                 header = None if raw is None else msgspec.json.decode(raw, type=ManifestHeader)
-                if header is None or header.format_version < ROOT_FORMAT:
+                if header is None or not ROOTS.declared_by(header.format_version):
                     continue
                 leaves = f.read(columns=["leaf"], use_threads=False).column("leaf").to_pylist()
                 out[v] = leaves + ([header.plans_file] if header.plans_file else [])
@@ -440,3 +446,14 @@ def root_leaves(storage: Storage, versions: Sequence[int]) -> dict[int, list[str
 def replace_root(storage: Storage, root: Root) -> None:
     """Overwrite the root at its version (a writer repairing its own root)."""
     storage.write_bytes(manifest_path(root.version), encode_root(root.header, root.entries))
+
+
+def carry_into_state(header: ManifestHeader, state: ReplayState) -> None:
+    """Set on ``state``, resolved from a manifest, the fields its header carries beyond
+    version, time, metadata, oldest version and plans (which the caller sets).
+
+    Each field by name, so that renaming one on either side is a type error; the
+    checkpoint's ``header_for`` writes the same fields from the state, and
+    ``tests/log/test_format.py`` checks that every field the two share goes both ways."""
+    state.app_versions = dict(header.app_versions)
+    state.app_commits = dict(header.app_commits)

@@ -16,11 +16,7 @@ import msgspec
 
 from .actions import Commit, PlanClaim, PlanRelease, RemoveFile
 
-__all__ = ["PLANS_FORMAT", "PendingPlan", "apply_plan_actions", "claimed_paths"]
-
-PLANS_FORMAT = 3
-"""The format version that introduced claims: tables declaring a lower version take none,
-and a manifest whose header holds pending plans says this version."""
+__all__ = ["PendingPlan", "apply_plan_actions", "claimed_paths"]
 
 
 class PendingPlan(msgspec.Struct, kw_only=True):

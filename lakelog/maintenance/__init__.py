@@ -2,7 +2,13 @@
 
 Rewrites (compaction, clustering) share one pipeline, each step in its own module here:
 
-1. the entry point resolves every option once (:mod:`.options`);
+1. the entry point (``Table``, Spark, the CLI) takes the public options objects
+   (:mod:`.options`: ``CompactionOptions``, ``ClusteringOptions``, ``ExecutionOptions``)
+   and resolves them once against the table, in one ``prepare_*`` per operation
+   (:func:`.compaction.run.prepare_compaction`, :func:`.clustering.run.prepare_clustering`;
+   a saved plan: :func:`.pipeline.prepare_plan`); from there one flow
+   (:func:`.pipeline.run_prepared`) reports a dry run or runs steps 3 to 5 with the
+   executor plugged in;
 2. a pure planner turns a snapshot into a plan: a read version and
    :class:`~lakelog.maintenance.groups.FileGroup`\\ s (:mod:`.compaction.planner`,
    :mod:`.clustering.planner`), leaving out files another run claimed

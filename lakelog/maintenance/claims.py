@@ -30,7 +30,8 @@ from ..errors import CommitConflictError, InvalidArgumentError, LakelogError
 from ..leases import Lease, LeaseRecord, holder_gone, read_leases
 from ..log.actions import Action, ClaimGroup, Commit, PlanClaim, PlanRelease, RemoveFile
 from ..log.commits import LOG_DIR, read_commit
-from ..log.plans import PLANS_FORMAT, PendingPlan, claimed_paths
+from ..log.format import CLAIMS
+from ..log.plans import PendingPlan, claimed_paths
 from ..log.snapshot import Snapshot
 from ..properties import get_bool
 from ..storage import Storage
@@ -66,7 +67,7 @@ def plan_path(plan_id: str) -> str:
 def claims_enabled(snapshot: Snapshot) -> bool:
     """Whether runs on this table claim their files: the table declares format version 3
     or later and ``lakelog.maintenance.claims`` is on."""
-    return snapshot.metadata.format_version >= PLANS_FORMAT and get_bool(
+    return CLAIMS.declared_by(snapshot.metadata.format_version) and get_bool(
         snapshot.properties, "lakelog.maintenance.claims"
     )
 

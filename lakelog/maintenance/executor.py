@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import threads
 from .._failpoints import failpoint, pausepoint
 from ..errors import DataFileMissingError, InvalidArgumentError, LakelogError, VersionExpiredError
 from ..leases import Lease
@@ -41,7 +42,7 @@ from ..transaction import CommitResult
 from .claims import Claim, claim_groups, claims_enabled, release_rest
 from .commit import commit_rewrite, delete_outputs
 from .groups import FileGroup, GroupResult, RewritePlan, changed_sources, stale_groups
-from .options import ExecutionOptions
+from .options import ExecutionSettings
 from .pacing import Pacer, TokenBucket
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def run_groups(
     plan: RewritePlan,
     run_group: GroupRunner,
     *,
-    execution: ExecutionOptions,
+    execution: ExecutionSettings,
     read_snapshot: Snapshot,
     progress: ProgressCallback | None = None,
     operation: str = "COMPACT",
@@ -267,7 +268,7 @@ def run_groups(
         return result
 
     workers = max(1, min(execution.max_concurrent_groups, len(todo)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakelog-rewrite") as pool:
+    with threads.pool("lakelog-rewrite", workers) as pool:
         futures: dict[Future[GroupResult], FileGroup] = {pool.submit(run, g): g for g in todo}
         try:
             remaining = set(futures)
@@ -364,7 +365,7 @@ def execute_groups(
     plan: RewritePlan,
     make_runner: Callable[[str], GroupRunner],
     *,
-    execution: ExecutionOptions,
+    execution: ExecutionSettings,
     operation: str,
     parameters: Mapping[str, Any] | None = None,
     progress: ProgressCallback | None = None,

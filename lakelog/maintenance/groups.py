@@ -15,8 +15,9 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..log.actions import VECTORS_FORMAT_VERSION, AddFile, DataFile
+from ..log.actions import AddFile, DataFile
 from ..log.files import vectors_of
+from ..log.format import DELETION_VECTORS
 from ..log.snapshot import Snapshot
 
 __all__ = ["FileGroup", "GroupResult", "RewritePlan", "changed_sources", "stale_groups"]
@@ -95,11 +96,11 @@ def changed_sources(snapshot: Snapshot, files: Iterable[DataFile]) -> set[str]:
     want = {f.path: f.deleted for f in files}
     if not want:
         return set()
-    vectors = snapshot.metadata.format_version >= VECTORS_FORMAT_VERSION
+    vectors = DELETION_VECTORS.declared_by(snapshot.metadata.format_version)
     if not vectors and all(v is None for v in want.values()):
         live = set(snapshot.paths())
         return {p for p in want if p not in live}
-    table = snapshot.file_table
+    table = snapshot.entries
     hit = table.filter(pc.is_in(table.column("path"), value_set=pa.array(list(want))))
     have = dict(zip(hit.column("path").to_pylist(), vectors_of(hit), strict=True))
     return {p for p, v in want.items() if p not in have or have[p] != v}

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
+from ..filters import PartitionFilterLike
 from ..partitioning import typed_partition_value
 
 __all__ = ["partition_matcher"]
@@ -59,7 +60,7 @@ def _typed_dnf(filter: Sequence[Any], schema: pa.Schema) -> list[Any]:
 
 
 def partition_matcher(
-    schema: pa.Schema, partition_by: Sequence[str], partition_filter: Any
+    schema: pa.Schema, partition_by: Sequence[str], partition_filter: PartitionFilterLike
 ) -> Callable[[Sequence[Mapping[str, str | None]]], list[bool]]:
     """A function telling which partitions (string values) a filter selects.
 

@@ -16,11 +16,12 @@ import msgspec
 from ..errors import CorruptLogError
 from .claims import pending_plan, plan_path
 from .clustering.planner import ClusterPlan
-from .clustering.run import execute_cluster_plan
+from .clustering.run import CLUSTERING
 from .compaction.planner import CompactionPlan
-from .compaction.run import execute_plan
+from .compaction.run import COMPACTION
 from .executor import ProgressCallback
-from .options import execution_options
+from .options import ExecutionOptions
+from .pipeline import prepare_plan, run_prepared
 from .report import MaintenanceReport
 
 if TYPE_CHECKING:
@@ -32,21 +33,13 @@ __all__ = ["resume_plan"]
 def resume_plan(
     table: Table,
     plan_id: str,
+    execution: ExecutionOptions | None = None,
     *,
-    max_concurrent_groups: int | None = None,
-    max_bytes_per_second: float | None = None,
-    partial_progress: bool = False,
     progress: ProgressCallback | None = None,
 ) -> MaintenanceReport:
     """Rewrite the pending groups of plan ``plan_id`` (see the module doc)."""
     snap = table.snapshot()
     pending = pending_plan(table.storage, snap, plan_id)
-    execution = execution_options(
-        snap.properties,
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-    )
     try:
         raw = table.storage.read_bytes(plan_path(plan_id))
     except FileNotFoundError as e:
@@ -60,11 +53,12 @@ def resume_plan(
         cplan = msgspec.structs.replace(
             cplan, groups=tuple(g for g in cplan.groups if g.group_id in pending.groups)
         )
-        return execute_cluster_plan(
-            table, cplan, execution=execution, progress=progress, plan_id=plan_id
-        )
+        prepared = prepare_plan(table, CLUSTERING, cplan, execution, plan_id=plan_id)
+        return run_prepared(prepared, progress=progress)
     plan = CompactionPlan.from_json(raw)
     plan = msgspec.structs.replace(
         plan, groups=tuple(g for g in plan.groups if g.group_id in pending.groups)
     )
-    return execute_plan(table, plan, execution=execution, progress=progress, plan_id=plan_id)
+    return run_prepared(
+        prepare_plan(table, COMPACTION, plan, execution, plan_id=plan_id), progress=progress
+    )

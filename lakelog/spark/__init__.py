@@ -9,7 +9,10 @@
   commits it as one atomic lakelog commit.
 * :func:`compact` and :func:`optimize` run compaction and clustering as Spark
   jobs: plan on the driver, rewrite groups in executor tasks, commit once
-  (see ``docs/spark-maintenance.md``).
+  (see ``docs/spark-maintenance.md``); they take the options objects of
+  :meth:`lakelog.Table.compact` and :meth:`lakelog.Table.optimize`
+  (:class:`CompactionOptions`, :class:`ClusteringOptions`, :class:`ExecutionOptions`,
+  exported here too).
 * :func:`convert` turns a folder of Parquet files into a table in place, as
   :func:`lakelog.convert` does, with the footers read by Spark tasks.
 * :func:`merge`, :func:`delete` and :func:`update` are the row-level changes of
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .changes import delete, merge, update
 from .convert import convert
 from .maintenance import compact, optimize
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STAGING_DIR",
+    "ClusteringOptions",
+    "CompactionOptions",
+    "ExecutionOptions",
     "ReadPlan",
     "compact",
     "convert",
@@ -51,7 +58,11 @@ __all__ = [
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``lakelog`` format: ``spark.read.format("lakelog").load(uri)``."""
+    """Register the ``lakelog`` format: ``spark.read.format("lakelog").load(uri)``.
+
+    Args:
+        spark: the session to register the Python data source with.
+    """
     from .datasource import register as _register
 
     _register(spark)

@@ -64,20 +64,19 @@ from ..changes.predicate import DeleteChange, UpdateChange, Where, check_assignm
 from ..changes.read import evaluate, matched, read_rows
 from ..changes.result import ChangeResult, MergeReport
 from ..changes.run import commit_outcomes
+from ..core import load_table, write_options_from
 from ..errors import InvalidArgumentError, LakelogError
-from ..filters import FileStatsColumns
+from ..filters import FileStatsColumns, FilterLike
 from ..io.schema import conform
 from ..io.writer import WriteOptions, write_files
 from ..leases import Lease
 from ..log.actions import AddFile, DataFile
 from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
-from ..log.snapshot import Snapshot, load_snapshot
+from ..log.snapshot import Snapshot
 from ..partitioning import STAGING_DIR
-from ..properties import get_bool
 from ..stats import referenced_columns
 from ..storage import Storage
-from ..table import Table
 from .jobs import short_error
 from .read import columns_of, spark_url
 from .schema import check_dataframe_schema
@@ -85,6 +84,8 @@ from .write import discard_staging
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from ..table import Table
 
 __all__ = ["delete", "merge", "update"]
 
@@ -147,7 +148,8 @@ class _Job:
     version: int
     options: WriteOptions
     lease_id: str
-    vectors: bool
+    vectors: dict[str, Any]
+    """:meth:`Context.vector_settings` of the table."""
     files: dict[int, DataFile] = dataclasses.field(default_factory=dict)
     slots: tuple[tuple[int, ...], ...] = ()
 
@@ -159,9 +161,9 @@ class _Job:
             version=self.version,
             options=self.options,
             lease_id=self.lease_id,
-            vectors=self.vectors,
+            **self.vectors,
         )
-        return dataclasses.replace(ctx, sink=RowSink(ctx)) if self.vectors else ctx
+        return dataclasses.replace(ctx, sink=RowSink(ctx)) if ctx.vectors else ctx
 
 
 def _discard(ctx: Context, outcomes: Sequence[FileOutcome], extra: Sequence[str] = ()) -> None:
@@ -202,15 +204,23 @@ def _predicate_task(
 def delete(
     spark: SparkSession,
     uri: str,
-    where: Any,
+    where: FilterLike,
     *,
     storage_options: Mapping[str, Any] | None = None,
 ) -> ChangeResult:
     """:meth:`lakelog.Table.delete` with the candidate files read and rewritten (or marked,
     with deletion vectors) by Spark tasks; one commit on the driver.
 
-    ``where`` is a lakelog filter, as for the embedded delete: a SQL-like string
-    (``"day = '2026-11-02' and amount > 25"``), DNF tuples or a pyarrow Expression.
+    Args:
+        spark: the session that runs the tasks.
+        uri: the table's URI.
+        where: the rows to delete, a lakelog filter as for the embedded delete: a SQL-like
+            string (``"day = '2026-11-02' and amount > 25"``), DNF tuples or a pyarrow
+            Expression.
+        storage_options: fsspec options for the table; default none.
+
+    Returns:
+        The change's figures and commit.
     """
     table = _open(uri, storage_options)
     snap = table.snapshot()
@@ -221,15 +231,23 @@ def delete(
 def update(
     spark: SparkSession,
     uri: str,
-    where: Any,
+    where: FilterLike,
     *,
     set: Mapping[str, Any],
     storage_options: Mapping[str, Any] | None = None,
 ) -> ChangeResult:
     """:meth:`lakelog.Table.update` run by Spark tasks (see :func:`delete`).
 
-    ``set`` maps columns to a literal or a pyarrow Expression over the row's current
-    values, exactly as the embedded update takes it.
+    Args:
+        spark: the session that runs the tasks.
+        uri: the table's URI.
+        where: the rows to update, a lakelog filter (see :func:`delete`).
+        set: columns to a literal or a pyarrow Expression over the row's current values,
+            exactly as the embedded update takes it.
+        storage_options: fsspec options for the table; default none.
+
+    Returns:
+        The change's figures and commit.
     """
     table = _open(uri, storage_options)
     snap = table.snapshot()
@@ -672,7 +690,7 @@ class _DriverMerge(RowChange):
             "engine": "spark",
         }
 
-    def candidates(self, snapshot: Snapshot) -> list[DataFile]:
+    def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         files = snapshot.files()
         if self.spec.by_source == "delete":
             return files
@@ -781,19 +799,29 @@ def merge(
     """:meth:`lakelog.Table.merge` of a Spark DataFrame, run by Spark tasks (see the
     module doc); the driver never collects the source or the target rows.
 
-    ``source`` has the table's columns and types. ``when_matched``: ``"update"`` (every
-    column from the source row), ``"delete"``, ``None`` (or ``"ignore"``), or a mapping
-    of columns to new values, each a literal, a pyarrow Expression over the target row
-    (its column names) and the source row (``pc.field("source.<col>")``), or a Spark
-    Column over the source DataFrame's columns (computed by Spark, e.g.
-    ``F.col("amount") * 2`` or ``F.expr("amount * 2")``). ``matched_condition``: only
-    matched rows where it is true are updated or deleted (the others stay, and count as
-    matched: they are not inserted); a lakelog filter string (``"status != 'closed'"``),
-    a pyarrow Expression over target and ``source.<col>`` columns, or a Spark Column over
-    the source. ``when_not_matched``: ``"insert"`` or ``None``;
-    ``when_not_matched_by_source``: ``"delete"`` or ``None``. ``duplicates``: what several
-    source rows with one key mean, ``"error"`` (before anything is written), ``"last"`` or
-    ``"first"`` (in the DataFrame's order).
+    Args:
+        spark: the session that runs the tasks.
+        uri: the target table's URI.
+        source: the rows to merge, with the table's columns and types.
+        on: the key column(s) matching source rows to target rows.
+        when_matched: ``"update"`` (default: every column from the source row),
+            ``"delete"``, None (or ``"ignore"``), or a mapping of columns to new values,
+            each a literal, a pyarrow Expression over the target row (its column names)
+            and the source row (``pc.field("source.<col>")``), or a Spark Column over the
+            source DataFrame's columns (computed by Spark, e.g. ``F.col("amount") * 2``).
+        when_not_matched: ``"insert"`` (default) or None.
+        when_not_matched_by_source: ``"delete"`` or None (default).
+        matched_condition: only matched rows where it is true are updated or deleted (the
+            others stay, and count as matched: they are not inserted); a lakelog filter
+            string (``"status != 'closed'"``), a pyarrow Expression over target and
+            ``source.<col>`` columns, or a Spark Column over the source. Default None.
+        duplicates: what several source rows with one key mean: ``"error"`` (default,
+            before anything is written), ``"last"`` or ``"first"`` (in the DataFrame's
+            order).
+        storage_options: fsspec options for the table; default none.
+
+    Returns:
+        The merge's figures and commit.
     """
     start = time.monotonic()
     from pyspark.sql import Column
@@ -1013,7 +1041,7 @@ def _run_merge(
     table: Table,
     snap: Snapshot,
     change: _DriverMerge,
-    candidates: list[DataFile],
+    candidates: Sequence[DataFile],
     deduped: DataFrame,
     insert: bool,
     start: float,
@@ -1143,7 +1171,7 @@ def _probe(
 def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
     storage = Storage(uri, storage_options)
     spark_url(storage)  # refuses filesystems the executors cannot reach
-    return Table(storage, load_snapshot(storage))
+    return load_table(storage)
 
 
 def _parallelism(spark: SparkSession) -> int:
@@ -1197,9 +1225,9 @@ def _job(table: Table, snap: Snapshot, lease: Lease, files: Sequence[DataFile], 
         schema=snap.schema,
         partition_by=tuple(snap.partition_by),
         version=snap.version,
-        options=table.write_options(),
+        options=write_options_from(snap.properties),
         lease_id=lease.lease_id,
-        vectors=get_bool(snap.properties, "lakelog.deletion_vectors"),
+        vectors=Context.vector_settings(snap.properties),
         files=dict(enumerate(files)),
         slots=_slots(files, TASKS_PER_CORE * cores) if files else (),
     )
@@ -1212,9 +1240,9 @@ def _driver_context(table: Table, snap: Snapshot) -> Context:
         schema=snap.schema,
         partition_by=snap.partition_by,
         version=snap.version,
-        options=table.write_options(),
+        options=write_options_from(snap.properties),
         lease_id=None,
-        vectors=get_bool(snap.properties, "lakelog.deletion_vectors"),
+        **Context.vector_settings(snap.properties),
     )
 
 

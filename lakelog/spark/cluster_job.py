@@ -49,7 +49,7 @@ import pyarrow as pa
 from ..errors import CorruptLogError, LakelogError
 from ..io.writer import WriteOptions
 from ..log.actions import AddFile, DataFile, encode_schema
-from ..maintenance.clustering.planner import ClusterOptions
+from ..maintenance.clustering.planner import ClusterSettings
 from ..maintenance.clustering.sort import Segment, file_cuts
 from ..maintenance.clustering.spec import (
     ROW_SAMPLE,
@@ -84,7 +84,7 @@ _STAGED_ROW_GROUP_BYTES = 32 * 1024 * 1024
 """Row-group size of the staged files, so the finalizing pass holds one small row group."""
 
 
-def is_large(group: FileGroup, options: ClusterOptions) -> bool:
+def is_large(group: FileGroup, options: ClusterSettings) -> bool:
     """Whether a group would not fit ``max_group_bytes`` in memory (about 3x its bytes)."""
     return 3 * group.total_bytes > options.max_group_bytes
 
@@ -141,7 +141,7 @@ def _segments_for_size(
     segments: Sequence[Segment],
     spec: ClusterSpec,
     file_schema: pa.Schema,
-    options: ClusterOptions,
+    options: ClusterSettings,
 ) -> list[Segment]:
     """Base segments re-counted in files of the target size, from the encoded size of a
     sample of the rows ordered by key, as the embedded executor does."""
@@ -240,7 +240,7 @@ def cluster_large_group(
     segments: Sequence[Segment],
     spec: ClusterSpec,
     spec_json: str,
-    options: ClusterOptions,
+    options: ClusterSettings,
     *,
     storage_options: Mapping[str, Any] | None = None,
     lease_id: str | None = None,

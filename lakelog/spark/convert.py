@@ -226,12 +226,21 @@ def convert(
     :func:`lakelog.convert` does, with the footers read by Spark tasks.
 
     The listing, the checks (and their errors), the statistics and the one commit on the
-    driver are :func:`lakelog.convert`'s; ``partition_by``, ``properties``,
-    ``storage_options`` and ``single_writer`` mean what they mean there. The executors
-    read the files through fsspec with ``storage_options`` (not through Spark's Hadoop
-    filesystems). ``files_per_task``: files whose footers one task reads (default:
-    about two tasks per core of the application, from 256 to 2,000 files each).
-    Needs a classic SparkSession. Returns the new table.
+    driver are :func:`lakelog.convert`'s. Needs a classic SparkSession.
+
+    Args:
+        spark: the session whose tasks read the footers.
+        uri: the folder of Parquet files, which becomes the table's root.
+        partition_by: as for :func:`lakelog.convert`; default None infers partitions.
+        properties: table properties; default none.
+        storage_options: fsspec options, used by the driver and by the executors, which
+            read the files through fsspec (not Spark's Hadoop filesystems); default none.
+        single_writer: as for :func:`lakelog.convert`; default False.
+        files_per_task: files whose footers one task reads; default None, about two
+            tasks per core of the application, from 256 to 2,000 files each.
+
+    Returns:
+        The new table, at version 0.
     """
     if files_per_task is not None and (
         isinstance(files_per_task, bool)

@@ -43,16 +43,15 @@ from pyspark.sql.datasource import (
 )
 
 from ..changes.predicate import Where
-from ..changes.schema import WritePlan
+from ..core import WritePlan, write_options_from
 from ..errors import InvalidArgumentError, SchemaMismatchError, TableNotFoundError
-from ..io.rows import read_rows
 from ..io.schema import conform
 from ..io.writer import write_files
 from ..log.actions import AddFile, DataFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import check_partition_columns
+from ..scan.rows import read_rows
 from ..storage import Storage
-from ..table import write_options_from
 from ..transaction import skipped_result
 from .modes import (
     commit_written,
@@ -185,7 +184,7 @@ class _Reader(DataSourceReader):  # type: ignore[misc]
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The live rows of the partition's files: rows their deletion vectors delete are
         dropped, partition columns filled in from the log, columns added since a file was
-        written read as nulls (:func:`lakelog.io.rows.read_rows`)."""
+        written read as nulls (:func:`lakelog.scan.rows.read_rows`)."""
         storage = Storage(self.uri, self.storage_options)
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
         spark_types = [to_arrow_type(t) for t in (x.dataType for x in to_spark_schema(schema))]

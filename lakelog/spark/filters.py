@@ -49,7 +49,7 @@ _INT_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 _FLOAT_RANK = {"float": 1, "double": 2}
 
 
-def check_filter(filter: Any) -> None:
+def check_filter(filter: object) -> None:
     """Raise unless ``filter`` is None, a Spark SQL string or a Spark Column."""
     if filter is None or isinstance(filter, str):
         return
@@ -365,7 +365,7 @@ def _compare(op: str, f: pc.Expression, value: pa.Scalar) -> pc.Expression:
     return f >= value
 
 
-def connect_pruning(filter: Any, schema: pa.Schema) -> pc.Expression:
+def connect_pruning(filter: str | Column, schema: pa.Schema) -> pc.Expression:
     """Pruning for a Spark Connect client: the top-level AND terms of a SQL string that
     lakelog's own SQL-like parser reads and that mean the same in Spark.
 

@@ -36,7 +36,7 @@ from ..leases import Lease
 from ..log.snapshot import Snapshot
 from ..maintenance.executor import RunOutcome, run_groups
 from ..maintenance.groups import FileGroup, GroupResult, RewritePlan
-from ..maintenance.options import ExecutionOptions
+from ..maintenance.options import ExecutionSettings
 from ..maintenance.pacing import Pacer
 from .tasks import TaskOutcome, run_group_task
 
@@ -150,7 +150,7 @@ def run_group_jobs(
         table,
         plan,
         run,
-        execution=ExecutionOptions(
+        execution=ExecutionSettings(
             max_concurrent_groups=max_concurrent_groups, groups_per_commit=groups_per_commit
         ),
         read_snapshot=read_snapshot,

@@ -1,13 +1,15 @@
 """Compaction and clustering as Spark jobs: plan on the driver, rewrite on executors, commit once.
 
 :func:`compact` and :func:`optimize` take the options of :meth:`lakelog.Table.compact`
-and :meth:`lakelog.Table.optimize` and return the same
-:class:`~lakelog.maintenance.report.MaintenanceReport`. The three steps are
-the embedded executor's:
+and :meth:`lakelog.Table.optimize` (the same objects, or keyword arguments) and return
+the same :class:`~lakelog.maintenance.report.MaintenanceReport`: they prepare the run
+as the embedded API does and run it through the same flow
+(:func:`lakelog.maintenance.pipeline.run_prepared`) with :class:`SparkExecutor`
+plugged in. The steps:
 
-1. **plan** on the driver with the same pure planners
-   (:func:`~lakelog.maintenance.compaction.planner.plan_compaction`,
-   :func:`~lakelog.maintenance.clustering.planner.plan_clustering`);
+1. **plan** on the driver with the same preparation
+   (:func:`~lakelog.maintenance.compaction.run.prepare_compaction`,
+   :func:`~lakelog.maintenance.clustering.run.prepare_clustering`);
 2. **rewrite** each group in a Spark task that gets only its plan entry (JSON)
    and the storage options and reads and writes through fsspec
    (:mod:`lakelog.spark.tasks`), or, for a clustering group too large for
@@ -31,25 +33,32 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from ..core import load_table
 from ..errors import InvalidArgumentError
 from ..leases import Lease
 from ..log.actions import encode_schema
-from ..log.snapshot import load_snapshot
-from ..maintenance.claims import claimed_files
-from ..maintenance.clustering import run as clustering
-from ..maintenance.compaction.planner import plan_compaction
+from ..log.snapshot import Snapshot
+from ..maintenance.clustering.planner import ClusterPlan
+from ..maintenance.clustering.run import prepare_clustering
+from ..maintenance.compaction.planner import CompactionPlan
 from ..maintenance.compaction.rewrite import RewriteOptions
-from ..maintenance.compaction.run import commit_parameters, compaction_report, dry_run_report
-from ..maintenance.options import check_flag, execution_options
-from ..maintenance.report import MaintenanceReport, raise_if_all_failed
+from ..maintenance.compaction.run import prepare_compaction
+from ..maintenance.executor import ProgressCallback, RunOutcome, live_groups
+from ..maintenance.groups import FileGroup
+from ..maintenance.options import (
+    ClusteringOptions,
+    CompactionOptions,
+    ExecutionOptions,
+    with_keywords,
+)
+from ..maintenance.pipeline import Executed, Prepared, run_prepared
+from ..maintenance.report import MaintenanceReport
 from ..storage import Storage
-from ..table import Table
 from .cluster_job import cluster_large_group, is_large, large_path_problem
 from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import GroupJob, SparkRunOutcome, run_group_jobs, task_job
@@ -58,7 +67,10 @@ from .tasks import GroupTask
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["compact", "optimize"]
+    from ..filters import PartitionFilterLike
+    from ..table import Table
+
+__all__ = ["SparkExecutor", "compact", "optimize"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -71,7 +83,7 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
             f"by them, S3, HDFS, ...), found {storage.uri}: fsspec's in-memory filesystem lives "
             f"in one process. Use table.compact() / table.optimize() instead."
         )
-    return Table(storage, load_snapshot(storage))
+    return load_table(storage)
 
 
 def _default_concurrency(spark: SparkSession) -> int:
@@ -101,31 +113,182 @@ def _spark_extra(outcome: SparkRunOutcome | None = None, jobs: int = 0) -> dict[
     }
 
 
-def _finish(report: MaintenanceReport) -> MaintenanceReport:
-    """Log the report; raise if groups failed and nothing was committed."""
-    report.emit()
-    causes = list(report.failed_groups.values())
-    if causes and import_problem(causes[0]):
-        what_to_do = SHIP_ENVIRONMENT
-    else:
-        what_to_do = (
+class SparkExecutor:
+    """Runs a prepared plan's groups as Spark jobs (:func:`lakelog.spark.jobs.run_group_jobs`):
+    one task per group, each reading at its share of ``max_bytes_per_second``, or, for a
+    clustering group too large for one task's memory, Spark jobs
+    (:mod:`lakelog.spark.cluster_job`). A group that still fails after Spark's retries is
+    reported in ``failed_groups`` and ``abandoned_groups``; the others go on."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def idle_extra(self, prepared: Prepared[Any]) -> dict[str, Any]:
+        extra = {**_spark_extra(), "bytes_per_second_per_task": None}
+        if isinstance(prepared.plan, ClusterPlan):
+            extra["large_groups"] = 0
+        return extra
+
+    def execute(self, prepared: Prepared[Any], progress: ProgressCallback | None) -> Executed:
+        table, plan, execution = prepared.table, prepared.plan, prepared.execution
+        if prepared.snapshot is None:  # a saved plan: drop the groups gone stale since
+            snap, groups, stale = live_groups(table, plan)
+        else:
+            snap, groups, stale = prepared.snapshot, list(plan.groups), []
+        sc = self.spark.sparkContext
+        check_executors(sc)
+        running = max(1, min(execution.max_concurrent_groups, len(groups)))
+        rate = execution.max_bytes_per_second
+        share = None if rate is None else rate / running
+        extra: dict[str, Any] = {"bytes_per_second_per_task": share}
+        operation = prepared.kind.operation
+        # a writer lease for the run: output names carry its id, the commits check it
+        lease = Lease.acquire(table.storage, operation=operation, properties=snap.properties)
+        try:
+            if isinstance(plan, ClusterPlan):
+                jobs = self._cluster_jobs(table, plan, groups, snap, lease.lease_id, share, extra)
+            else:
+                jobs = self._compact_jobs(table, plan, groups, lease.lease_id, share)
+            outcome = run_group_jobs(
+                sc,
+                table,
+                plan,
+                jobs,
+                read_snapshot=snap,
+                max_concurrent_groups=running,
+                groups_per_commit=execution.groups_per_commit,
+                operation=operation,
+                parameters={**prepared.kind.parameters(plan), "engine": "spark"},
+                lease=lease,
+            )
+        finally:
+            lease.release()
+        extra.update(_spark_extra(outcome, len(jobs)))
+        done = RunOutcome(
+            commits=outcome.commits,
+            committed=outcome.committed,
+            abandoned=stale + outcome.abandoned + list(outcome.failed),
+            paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
+        )
+        return Executed(done, extra)
+
+    def failure_advice(self, report: MaintenanceReport) -> str:
+        causes = list(report.failed_groups.values())
+        if causes and import_problem(causes[0]):
+            return SHIP_ENVIRONMENT
+        return (
             "Every group's error is in the error's report.failed_groups and the full "
             "tracebacks in the executors' logs; fix the cause and run again (vacuum removes "
             "the files of crashed attempts)."
         )
-    raise_if_all_failed(report, what_to_do=what_to_do)
-    return report
+
+    def _compact_jobs(
+        self,
+        table: Table,
+        plan: CompactionPlan,
+        groups: Sequence[FileGroup],
+        lease_id: str,
+        share: float | None,
+    ) -> list[GroupJob]:
+        sc = self.spark.sparkContext
+        options = RewriteOptions.from_compaction(plan.options)
+        options = msgspec.structs.replace(options, lease_id=lease_id)
+        opts = dict(table.storage.storage_options)
+        jobs = []
+        for g in groups:
+            payload = msgspec.json.encode(
+                GroupTask(
+                    kind="compact",
+                    uri=table.storage.uri,
+                    schema=plan.schema,
+                    partition_by=plan.partition_by,
+                    group=g,
+                    rewrite=options,
+                    bytes_per_second=share,
+                )
+            )
+            jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+        return jobs
+
+    def _cluster_jobs(
+        self,
+        table: Table,
+        plan: ClusterPlan,
+        groups: Sequence[FileGroup],
+        snap: Snapshot,
+        lease_id: str,
+        share: float | None,
+        extra: dict[str, Any],
+    ) -> list[GroupJob]:
+        sc = self.spark.sparkContext
+        options = plan.options
+        schema, parts = snap.schema, plan.partition_by
+        spec = plan.cluster_spec(schema)
+        opts = dict(table.storage.storage_options)
+        schema_text = encode_schema(schema)
+        problem = large_path_problem(table.storage, schema, parts)
+        extra["large_groups"] = 0
+        jobs = []
+        for g in groups:
+            segments = plan.segments[g.group_id]
+            if is_large(g, options) and not problem:
+                extra["large_groups"] += 1
+                jobs.append(
+                    GroupJob(
+                        g,
+                        functools.partial(
+                            cluster_large_group,
+                            self.spark,
+                            table.storage,
+                            schema,
+                            parts,
+                            g,
+                            segments,
+                            spec,
+                            plan.spec,
+                            options,
+                            storage_options=opts,
+                            lease_id=lease_id,
+                        ),
+                    )
+                )
+                continue
+            if is_large(g, options):
+                log.info(
+                    "optimize: group %s exceeds max_group_bytes but cannot be clustered by a "
+                    "Spark job (%s); one task sorts it in spilled runs instead",
+                    g.group_id,
+                    problem,
+                )
+            payload = msgspec.json.encode(
+                GroupTask(
+                    kind="cluster",
+                    uri=table.storage.uri,
+                    schema=schema_text,
+                    partition_by=parts,
+                    group=g,
+                    spec=plan.spec,
+                    segments=tuple(segments),
+                    cluster=options,
+                    lease_id=lease_id,
+                    bytes_per_second=share,
+                )
+            )
+            jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+        return jobs
 
 
 def compact(
     spark: SparkSession,
     uri: str,
     *,
+    options: CompactionOptions | None = None,
+    execution: ExecutionOptions | None = None,
     target_file_size: int | None = None,
     target_rows: int | None = None,
     min_file_size: int | None = None,
     min_input_files: int | None = None,
-    partition_filter: Any = None,
+    partition_filter: PartitionFilterLike = None,
     compression: str | None = None,
     row_group_size: int | None = None,
     max_concurrent_groups: int | None = None,
@@ -137,15 +300,39 @@ def compact(
     """:meth:`lakelog.Table.compact` with each group rewritten by a Spark task.
 
     Same options, defaults (from table properties) and report, except that
-    ``max_concurrent_groups`` defaults to ``spark.sparkContext.defaultParallelism``.
-    ``storage_options`` reach fsspec on the driver and on every executor.
+    ``max_concurrent_groups`` defaults to Spark's parallelism.
+
+    Args:
+        spark: the session whose tasks rewrite the groups.
+        uri: the table's URI.
+        options: the planning options below as one :class:`lakelog.CompactionOptions`;
+            a keyword given beside it must agree with it where both set a field.
+        execution: ``max_concurrent_groups``, ``max_bytes_per_second`` and
+            ``partial_progress`` as one :class:`lakelog.ExecutionOptions` (same rule).
+        target_file_size: bytes of each new file; default ``lakelog.target_file_size``.
+        target_rows: pack and cut files by rows instead; default None.
+        min_file_size: files below this size are compacted; default
+            ``lakelog.compaction.min_file_size_ratio`` (75%) of ``target_file_size``.
+        min_input_files: fewest files worth a group; default
+            ``lakelog.compaction.min_input_files``.
+        partition_filter: DNF tuples or a pyarrow Expression over partition columns that
+            limits the work; default None, the whole table.
+        row_group_size: rows per Parquet row group; default ``lakelog.row_group_size``.
+        compression: Parquet codec of the new files; default ``lakelog.compression``.
+        max_concurrent_groups: groups rewritten at once; default
+            ``spark.sparkContext.defaultParallelism``.
+        max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
+        partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
+            instead of once at the end; default False.
+        dry_run: only plan and report; nothing is written. Default False.
+        storage_options: fsspec options, used on the driver and on every executor; default
+            none.
+
+    Returns:
+        The run's report (the plan's figures when ``dry_run``).
     """
-    started = time.monotonic()
-    check_flag("dry_run", dry_run)
-    table = _open(uri, storage_options)
-    snap = table.snapshot()
-    plan = plan_compaction(
-        snap,
+    options = with_keywords(
+        options or CompactionOptions(),
         target_file_size=target_file_size,
         target_rows=target_rows,
         min_file_size=min_file_size,
@@ -153,82 +340,32 @@ def compact(
         partition_filter=partition_filter,
         compression=compression,
         row_group_size=row_group_size,
-        exclude=() if dry_run else claimed_files(table.storage, snap),
     )
-    execution = execution_options(
-        snap.properties,
+    execution = with_keywords(
+        execution or ExecutionOptions(),
+        argument="execution",
         max_concurrent_groups=max_concurrent_groups,
         max_bytes_per_second=max_bytes_per_second,
         partial_progress=partial_progress,
-        default_concurrency=_default_concurrency(spark),
     )
-    rate = execution.max_bytes_per_second
-    if dry_run or not plan.groups:
-        report = dry_run_report(plan, duration_s=time.monotonic() - started)
-        if not dry_run:
-            report.dry_run = False
-        report.extra.update(_spark_extra(), bytes_per_second_per_task=None)
-        report.emit()
-        return report
-    sc = spark.sparkContext
-    check_executors(sc)
-    running = max(1, min(execution.max_concurrent_groups, len(plan.groups)))
-    share = None if rate is None else float(rate) / running
-    # a writer lease for the run: output names carry its id, the commits check it
-    lease = Lease.acquire(table.storage, operation="COMPACT", properties=table.properties)
-    options = RewriteOptions.from_compaction(plan.options)
-    options = msgspec.structs.replace(options, lease_id=lease.lease_id)
-    opts = dict(table.storage.storage_options)
-    jobs = []
-    for g in plan.groups:
-        payload = msgspec.json.encode(
-            GroupTask(
-                kind="compact",
-                uri=table.storage.uri,
-                schema=plan.schema,
-                partition_by=plan.partition_by,
-                group=g,
-                rewrite=options,
-                bytes_per_second=share,
-            )
-        )
-        jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
-    try:
-        outcome = run_group_jobs(
-            sc,
-            table,
-            plan,
-            jobs,
-            read_snapshot=snap,
-            max_concurrent_groups=running,
-            groups_per_commit=execution.groups_per_commit,
-            operation="COMPACT",
-            parameters={**commit_parameters(plan), "engine": "spark"},
-            lease=lease,
-        )
-    finally:
-        lease.release()
-    report = compaction_report(
-        plan,
-        committed=outcome.committed,
-        commits=outcome.commits,
-        abandoned=outcome.abandoned + list(outcome.failed),
-        started=started,
-        paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
-        extra={**_spark_extra(outcome, len(jobs)), "bytes_per_second_per_task": share},
+    table = _open(uri, storage_options)
+    prepared = prepare_compaction(
+        table, options, execution, dry_run=dry_run, default_concurrency=_default_concurrency(spark)
     )
-    return _finish(report)
+    return run_prepared(prepared, SparkExecutor(spark))
 
 
 def optimize(
     spark: SparkSession,
     uri: str,
     *,
+    options: ClusteringOptions | None = None,
+    execution: ExecutionOptions | None = None,
     zorder_by: Sequence[str] | str | None = None,
     sort_by: Sequence[str] | str | None = None,
     curve: Literal["hilbert", "zorder"] = "hilbert",
     target_file_size: int | None = None,
-    partition_filter: Any = None,
+    partition_filter: PartitionFilterLike = None,
     incremental: bool = True,
     max_group_bytes: int | None = None,
     compression: str | None = None,
@@ -247,13 +384,44 @@ def optimize(
     native writer; see :mod:`lakelog.spark.cluster_job`) when Spark can read
     and write the table itself; otherwise, like every other group, by one
     task that sorts in spilled runs within ``max_group_bytes``.
-    ``max_concurrent_groups`` defaults to ``defaultParallelism``;
-    ``max_bytes_per_second`` paces the one-task groups (each task its share),
-    not the Spark jobs of large groups.
+    ``max_bytes_per_second`` paces the one-task groups (each task its share), not the
+    Spark jobs of large groups.
+
+    Args:
+        spark: the session whose tasks (or jobs) cluster the groups.
+        uri: the table's URI.
+        options: the clustering options below as one :class:`lakelog.ClusteringOptions`;
+            a keyword given beside it must agree with it where both set a field.
+        execution: ``max_concurrent_groups``, ``max_bytes_per_second`` and
+            ``partial_progress`` as one :class:`lakelog.ExecutionOptions` (same rule).
+        zorder_by: columns of a space-filling curve; default None, the table's declared
+            clustering.
+        sort_by: columns of a linear sort instead; default None.
+        curve: ``"hilbert"`` (default) or ``"zorder"``.
+        target_file_size: bytes of each new file; default ``lakelog.target_file_size``.
+        partition_filter: DNF tuples or a pyarrow Expression over partition columns that
+            limits the work; default None, the whole table.
+        incremental: cluster new files into the existing key ranges within a rewrite
+            budget; False reclusters everything with fresh boundaries. Default True.
+        max_group_bytes: the largest group clustered in one task's memory; default
+            ``lakelog.clustering.max_group_bytes``.
+        row_group_size: rows per Parquet row group; default the smaller of
+            ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
+        compression: Parquet codec of the new files; default ``lakelog.compression``.
+        max_concurrent_groups: groups rewritten at once; default
+            ``spark.sparkContext.defaultParallelism``.
+        max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
+        partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
+            instead of once at the end; default False.
+        dry_run: only plan and report; nothing is written. Default False.
+        storage_options: fsspec options, used on the driver and on every executor; default
+            none.
+
+    Returns:
+        The run's report (the plan's figures when ``dry_run``).
     """
-    table = _open(uri, storage_options)
-    prep = clustering.prepare_optimize(
-        table,
+    options = with_keywords(
+        options or ClusteringOptions(),
         zorder_by=zorder_by,
         sort_by=sort_by,
         curve=curve,
@@ -263,109 +431,16 @@ def optimize(
         max_group_bytes=max_group_bytes,
         compression=compression,
         row_group_size=row_group_size,
+    )
+    execution = with_keywords(
+        execution or ExecutionOptions(),
+        argument="execution",
         max_concurrent_groups=max_concurrent_groups,
         max_bytes_per_second=max_bytes_per_second,
         partial_progress=partial_progress,
-        dry_run=dry_run,
-        default_concurrency=_default_concurrency(spark),
     )
-    snap, plan, spec, execution = prep.snapshot, prep.plan, prep.spec, prep.execution
-    options = plan.options
-    schema, parts = snap.schema, snap.partition_by
-    extra: dict[str, Any] = {**_spark_extra(), "large_groups": 0, "bytes_per_second_per_task": None}
-    if dry_run or not plan.groups:
-        report = clustering.optimize_report(
-            plan,
-            committed=[],
-            commits=[],
-            abandoned=[],
-            started=prep.started,
-            dry_run=dry_run,
-            extra=extra,
-        )
-        report.emit()
-        return report
-    sc = spark.sparkContext
-    check_executors(sc)
-    running = max(1, min(execution.max_concurrent_groups, len(plan.groups)))
-    rate = execution.max_bytes_per_second
-    share = None if rate is None else rate / running
-    extra["bytes_per_second_per_task"] = share
-    opts = dict(table.storage.storage_options)
-    schema_text = encode_schema(schema)
-    problem = large_path_problem(table.storage, schema, parts)
-    # a writer lease for the run: output names carry its id, the commit checks it
-    lease = Lease.acquire(table.storage, operation="OPTIMIZE", properties=snap.properties)
-    jobs = []
-    for g in plan.groups:
-        segments = plan.segments[g.group_id]
-        if is_large(g, options) and not problem:
-            extra["large_groups"] += 1
-            jobs.append(
-                GroupJob(
-                    g,
-                    functools.partial(
-                        cluster_large_group,
-                        spark,
-                        table.storage,
-                        schema,
-                        parts,
-                        g,
-                        segments,
-                        spec,
-                        plan.spec,
-                        options,
-                        storage_options=opts,
-                        lease_id=lease.lease_id,
-                    ),
-                )
-            )
-            continue
-        if is_large(g, options):
-            log.info(
-                "optimize: group %s exceeds max_group_bytes but cannot be clustered by a Spark "
-                "job (%s); one task sorts it in spilled runs instead",
-                g.group_id,
-                problem,
-            )
-        payload = msgspec.json.encode(
-            GroupTask(
-                kind="cluster",
-                uri=table.storage.uri,
-                schema=schema_text,
-                partition_by=parts,
-                group=g,
-                spec=plan.spec,
-                segments=tuple(segments),
-                cluster=options,
-                lease_id=lease.lease_id,
-                bytes_per_second=share,
-            )
-        )
-        jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
-    try:
-        outcome = run_group_jobs(
-            sc,
-            table,
-            plan,
-            jobs,
-            read_snapshot=snap,
-            max_concurrent_groups=running,
-            groups_per_commit=execution.groups_per_commit,
-            operation="OPTIMIZE",
-            parameters={**clustering.commit_parameters(plan), "engine": "spark"},
-            lease=lease,
-        )
-    finally:
-        lease.release()
-    extra.update(_spark_extra(outcome, len(jobs)))
-    report = clustering.optimize_report(
-        plan,
-        committed=outcome.committed,
-        commits=outcome.commits,
-        abandoned=outcome.abandoned + list(outcome.failed),
-        started=prep.started,
-        paced_seconds=sum(o.paced_seconds for o in outcome.outcomes),
-        extra=extra,
+    table = _open(uri, storage_options)
+    prepared = prepare_clustering(
+        table, options, execution, dry_run=dry_run, default_concurrency=_default_concurrency(spark)
     )
-    return _finish(report)
+    return run_prepared(prepared, SparkExecutor(spark))

@@ -17,7 +17,7 @@ whatever wrote the files:
   in the commit that adds the new files; before that, every new row must match the
   filter (counted on executors), or nothing is committed;
 * ``schema_mode="merge"`` puts the ``metadata`` action evolving the schema
-  (:func:`lakelog.changes.schema.plan_write`) in the same commit as the files.
+  (:func:`lakelog.core.plan_write`) in the same commit as the files.
 
 Options of the data source (and the streaming sink) map to the same fields:
 :func:`spec_from_options`.
@@ -38,23 +38,31 @@ from ..changes.base import Written
 from ..changes.predicate import DeleteChange, Where
 from ..changes.read import evaluate, matched
 from ..changes.run import run_change
-from ..changes.schema import SchemaMode, WritePlan, check_schema_mode, plan_write
+from ..core import (
+    SchemaMode,
+    WritePlan,
+    check_schema_mode,
+    commit,
+    create_with_files,
+    landed_first,
+    plan_write,
+    staged,
+    table_of,
+)
 from ..errors import (
     AppVersionCommittedError,
     InvalidArgumentError,
-    LakelogError,
     SchemaMismatchError,
     TableExistsError,
 )
-from ..filters import parse_filter
+from ..filters import FilterLike, parse_filter
 from ..io.schema import conform
 from ..leases import Lease
 from ..log.actions import Action, AddFile, AppTransaction
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import partition_string
 from ..storage import Storage
-from ..table import Table, create_with_files
-from ..transaction import CommitResult, app_commit, app_transaction, check_app_versions
+from ..transaction import CommitResult, app_transaction, check_app_versions
 from .schema import _strip, check_dataframe_schema, to_arrow_type, to_spark_schema, to_spark_type
 
 if TYPE_CHECKING:
@@ -88,7 +96,7 @@ class WriteSpec:
     """One write's mode and options, checked (see the module docstring)."""
 
     mode: Mode = "append"
-    replace_where: Any = None
+    replace_where: FilterLike = None
     partition_overwrite: PartitionOverwrite = "static"
     schema_mode: SchemaMode = "strict"
     app: AppTransaction | None = None
@@ -106,7 +114,7 @@ class WriteSpec:
 def write_spec(
     *,
     mode: Any = "append",
-    replace_where: Any = None,
+    replace_where: FilterLike = None,
     partition_overwrite: Any = None,
     schema_mode: Any = "strict",
     app_id: str | None = None,
@@ -272,7 +280,7 @@ def dataframe_plan(df_schema: StructType, snap: Snapshot, schema_mode: SchemaMod
 
     ``strict``: the DataFrame must match the table exactly
     (:func:`~lakelog.spark.schema.check_dataframe_schema`). ``merge``
-    (:func:`~lakelog.changes.schema.plan_write`): its new columns are added, columns in a
+    (:func:`~lakelog.core.plan_write`): its new columns are added, columns in a
     wider type widen the table's, narrower ones convert, missing ones are nulls."""
     if schema_mode == "strict":
         check_dataframe_schema(df_schema, snap.schema)
@@ -440,38 +448,24 @@ def commit_written(
     lease) deletes ``adds`` and raises; any other failure leaves them (the commit may have
     landed; vacuum removes them if not)."""
     try:
-        return _commit(
-            storage,
-            snap,
-            adds,
-            spec,
-            plan=plan,
-            partition_by=tuple(partition_by),
-            properties=properties,
-            where=where,
-            lease=lease,
-            parameters=dict(parameters or {}),
-            operation=operation,
-            create_operation=create_operation,
-        )
-    except AppVersionCommittedError as e:  # the same batch landed first
-        storage.delete([a.path for a in adds])
-        return CommitResult(
-            version=app_commit(
+        with staged(storage) as files:
+            files.add(adds)
+            return _commit(
                 storage,
-                e.app_id,
-                e.app_version,
-                recorded=e.recorded_version,
-                recorded_at=e.winning_version if e.winning_version is not None else -1,
-            ),
-            attempts=0,
-            operation=operation,
-            skipped=True,
-        )
-    except LakelogError:
-        # lakelog's own errors are raised before or instead of a put: not committed
-        storage.delete([a.path for a in adds])
-        raise
+                snap,
+                adds,
+                spec,
+                plan=plan,
+                partition_by=tuple(partition_by),
+                properties=properties,
+                where=where,
+                lease=lease,
+                parameters=dict(parameters or {}),
+                operation=operation,
+                create_operation=create_operation,
+            )
+    except AppVersionCommittedError as e:  # the same batch landed first; files deleted
+        return landed_first(storage, e, operation=operation)
 
 
 def _commit(
@@ -526,10 +520,9 @@ def _commit(
             plan = WritePlan(snap.schema)
             if where is not None:
                 where = Where(spec.replace_where, snap.schema, operation="OVERWRITE")
-    table = Table(storage, snap)
     if where is not None:
         done = run_change(
-            table,
+            table_of(storage, snap),
             _StagedOverwrite(where, adds),
             snap,
             lease=lease,
@@ -559,13 +552,14 @@ def _commit(
     if app is not None:
         check_app_versions([app], snap.app_versions, snap.app_commits)
         actions.append(app)
-    return table.commit(
+    return commit(
+        storage,
+        snap,
         actions,
         operation=operation,
         kind="overwrite" if spec.mode == "overwrite" else "append",
-        read_snapshot=snap,
         parameters=header,
         metrics=metrics,
         replaced_partitions=scope,
         lease=lease,
-    )
+    ).result

@@ -38,6 +38,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core import commit_history
 from ..errors import InvalidArgumentError, LakelogError
 from ..io.writer import SINGLE_PAGE_TAG
 from ..log.actions import DataFile
@@ -309,13 +310,17 @@ class ReadPlan:
     """What :func:`read` hands to Spark: the snapshot, the pruning and the files."""
 
     snapshot: Snapshot
+    """The version read."""
     files: tuple[DataFile, ...]
     """Live files that may hold matching rows (after pruning)."""
     pruning: pc.Expression | None
     """The part of the filter used to prune files (None: nothing pruned)."""
     filter: str | Column | None = field(repr=False)
+    """The caller's filter, applied by Spark to the rows (None: every row)."""
     columns: tuple[str, ...] | None
+    """The columns selected (None: all of them)."""
     base_url: str
+    """The table root as Spark addresses it."""
     direct: tuple[SparkFile, ...] = field(repr=False)
     """Files read in one scan (partition values parsed by Spark from folder names)."""
     grouped: tuple[tuple[tuple[tuple[str, str | None], ...], tuple[SparkFile, ...]], ...] = field(
@@ -439,9 +444,21 @@ def plan_read(
 ) -> ReadPlan:
     """Resolve the snapshot and prune its files; nothing is read from the data files.
 
-    ``filter`` is a Spark SQL string or Column; the part of it that can be
-    understood (comparisons, IN, IS NULL, AND/OR/NOT over table columns and
-    constants) prunes files by partition values and stats.
+    Args:
+        spark: the session that reads.
+        uri: the table's URI.
+        version: the version to read; default None, the latest.
+        as_of: read the latest version committed at or before this datetime or ISO 8601
+            string; default None. Not with ``version``.
+        filter: a Spark SQL string or Column; the part lakelog understands
+            (comparisons, IN, IS NULL, AND/OR/NOT over columns and constants) prunes
+            files by partition values and statistics; default None, every row.
+        columns: the columns to return; default None, all of them.
+        storage_options: fsspec options for lakelog's access to the log; Spark reaches
+            the data files through its own Hadoop settings. Default none.
+
+    Returns:
+        The plan; :meth:`ReadPlan.to_dataframe` turns it into the DataFrame of :func:`read`.
     """
     check_filter(filter)
     storage = Storage(uri, storage_options)
@@ -514,13 +531,21 @@ def read(
     columns: Sequence[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> DataFrame:
-    """A table (or one of its versions) as a Spark DataFrame.
+    """A table (or one of its versions) as a Spark DataFrame (lazy: Spark reads the
+    files the log lists, never a folder listing, when an action runs).
 
-    ``version`` or ``as_of`` (a datetime or ISO string: the latest version
-    committed at or before it) select an older snapshot. ``filter`` (Spark
-    SQL string or Column) is applied by Spark and prunes files where it can
-    be understood. ``storage_options`` reach lakelog's fsspec access to the
-    log; Spark reaches the data files through its own Hadoop settings.
+    Args:
+        spark: the session that reads.
+        uri: the table's URI.
+        version: the version to read; default None, the latest.
+        as_of: read the latest version committed at or before this datetime or ISO 8601
+            string; default None. Not with ``version``.
+        filter: a Spark SQL string or Column; the part lakelog understands
+            (comparisons, IN, IS NULL, AND/OR/NOT over columns and constants) prunes
+            files by partition values and statistics; default None, every row.
+        columns: the columns to return; default None, all of them.
+        storage_options: fsspec options for lakelog's access to the log; Spark reaches
+            the data files through its own Hadoop settings. Default none.
     """
     plan = plan_read(
         spark,
@@ -544,7 +569,14 @@ def history(
     """The table's commit history as a DataFrame, newest first (as ``Table.history``):
     ``version``, ``timestamp``, ``operation``, ``parameters`` and ``metrics`` (maps of
     JSON text), ``read_version``, ``txn_id``, ``engine``. Works on Spark Connect: the
-    rows are built on the client from the log."""
+    rows are built on the client from the log.
+
+    Args:
+        spark: the session that builds the DataFrame.
+        uri: the table's URI.
+        limit: at most this many commits, the newest; default None, all of them.
+        storage_options: fsspec options for reading the log; default none.
+    """
     import json
 
     from pyspark.sql.types import (
@@ -556,9 +588,9 @@ def history(
         TimestampType,
     )
 
-    from ..table import open_table
-
-    headers = open_table(uri, storage_options=storage_options).history(limit)
+    storage = Storage(uri, storage_options)
+    load_snapshot(storage)  # refuses a location without a table
+    headers = commit_history(storage, limit)
     text = MapType(StringType(), StringType())
     schema = StructType(
         [

@@ -52,10 +52,9 @@ import msgspec
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..changes.schema import WritePlan
+from ..core import WritePlan, staged
 from ..errors import (
     InvalidArgumentError,
-    LakelogError,
     SchemaMismatchError,
     TableNotFoundError,
 )
@@ -320,21 +319,19 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     ) -> CommitResult | None:
         if not adds and not self.overwrite:
             return None  # an append without rows: nothing to record
-        try:
+        with staged(storage) as files:  # refused before any commit: the files go
+            files.add(adds)
             app_id = self.app_id or self._query_id(sent, batch_id)
             app = None if app_id is None else app_transaction(app_id, batch_id)
             snap = _table(storage)
             done = skipped_result(snap, app, operation=OPERATION)
             if done is not None:  # a replayed micro-batch: already in the table
-                storage.delete([a.path for a in adds])
+                files.discard()
                 return done
             plan, parts, props = self._plan(snap)
             written = next((m for m in sent if m.lease_id is not None), None)
             if written is not None:
                 _check_written(written, plan.schema, parts)
-        except LakelogError:  # refused before any commit: the files are garbage
-            storage.delete([a.path for a in adds])
-            raise
         return commit_written(
             storage,
             snap,

@@ -39,7 +39,7 @@ from .._failpoints import failpoint
 from ..errors import CorruptLogError
 from ..io.writer import ParquetOptions, RollingWriter, WriteOptions
 from ..log.actions import AddFile, DataFile, decode_schema
-from ..maintenance.clustering.planner import ClusterOptions
+from ..maintenance.clustering.planner import ClusterSettings
 from ..maintenance.clustering.rewrite import cluster_group
 from ..maintenance.clustering.sort import RowGroupCutter, Segment
 from ..maintenance.clustering.spec import ClusterSpec, spec_tags
@@ -77,7 +77,7 @@ class GroupTask(msgspec.Struct, frozen=True, kw_only=True):
     spec: str | None = None
     """The clustering spec as JSON (clustering)."""
     segments: tuple[Segment, ...] = ()
-    cluster: ClusterOptions | None = None
+    cluster: ClusterSettings | None = None
     lease_id: str | None = None
     """The run's writer lease: output names carry it (compaction: in ``rewrite``)."""
 

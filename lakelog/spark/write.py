@@ -26,13 +26,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..changes.schema import SchemaMode, WritePlan
+from .. import threads
+from ..core import SchemaMode, WritePlan
 from ..errors import (
     CommitConflictError,
     InvalidArgumentError,
@@ -74,6 +74,8 @@ from .schema import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from ..filters import FilterLike
+
 __all__ = ["STAGING_DIR", "discard_staging", "write", "write_dataframe"]
 
 log = logging.getLogger("lakelog.spark")
@@ -93,7 +95,7 @@ def write(
     uri: str,
     *,
     mode: Mode = "append",
-    replace_where: Any = None,
+    replace_where: FilterLike = None,
     partition_overwrite: PartitionOverwrite | None = None,
     schema_mode: SchemaMode = "strict",
     partition_by: Sequence[str] = (),
@@ -104,33 +106,38 @@ def write(
 ) -> CommitResult:
     """Write ``df`` to the table at ``uri`` in one commit, creating the table if needed.
 
-    ``mode``: ``"append"`` adds rows, ``"overwrite"`` replaces every row of
-    the version the write started from (it fails with
-    :class:`CommitConflictError` if rows were added meanwhile), ``"error"``
-    refuses an existing table. ``partition_by`` and ``properties`` apply
-    when the table is created. ``storage_options`` reach lakelog's fsspec
-    access; Spark writes through its own Hadoop settings (S3A for s3://).
+    Args:
+        df: the rows to write.
+        uri: the table's URI.
+        mode: ``"append"`` (default) adds rows; ``"overwrite"`` replaces every row of the
+            version the write started from (:class:`CommitConflictError` if rows were
+            added meanwhile); ``"error"`` refuses an existing table.
+        replace_where: with ``mode="overwrite"``, a lakelog filter (SQL-like string, DNF
+            tuples or pyarrow Expression): replace exactly the rows matching it, as
+            ``Table.overwrite(where=...)`` does (commit operation ``OVERWRITE``); every
+            row of ``df`` must match it, counted by Spark before the commit, or
+            :class:`InvalidArgumentError` and nothing committed. Default None.
+        partition_overwrite: with ``mode="overwrite"``, ``"dynamic"`` replaces only the
+            partitions ``df`` has rows in (the whole table when unpartitioned, as in
+            Spark and Delta), ``"static"`` the whole table; default None follows the
+            session's ``spark.sql.sources.partitionOverwriteMode`` (default ``static``).
+        schema_mode: ``"merge"`` adds the DataFrame's new columns to the table and widens
+            columns it holds in a wider type, in the same commit as the rows (columns it
+            lacks are written as nulls), as ``Table.append(schema_mode="merge")`` does;
+            default ``"strict"``.
+        partition_by: partition columns if the table is created; default none.
+        properties: table properties if the table is created; default none.
+        storage_options: fsspec options for lakelog's access; Spark writes through its
+            own Hadoop settings (S3A for s3://). Default none.
+        app_id: with ``app_version``, makes the write exactly-once (in ``foreachBatch``,
+            the query's name); default None.
+        app_version: commit only if newer than the version recorded for ``app_id`` (in
+            ``foreachBatch``, the batch id); otherwise Spark runs nothing (or, when the
+            same batch landed meanwhile, its files are deleted) and the result is the
+            commit that recorded it, with ``skipped=True``. Default None.
 
-    With ``mode="overwrite"``:
-
-    * ``replace_where`` (a filter: SQL-like string, DNF tuples or pyarrow Expression)
-      replaces exactly the rows matching it, as ``Table.overwrite(where=...)`` does
-      (commit operation ``OVERWRITE``); every row of ``df`` must match it, counted by
-      Spark before the commit, or :class:`InvalidArgumentError` and nothing committed.
-    * ``partition_overwrite="dynamic"`` replaces only the partitions ``df`` has rows in
-      (on an unpartitioned table, the whole table, as in Spark and Delta); ``None``
-      follows the session's ``spark.sql.sources.partitionOverwriteMode`` (default
-      ``static``: the whole table).
-
-    ``schema_mode="merge"`` adds the DataFrame's new columns to the table and widens
-    columns it holds in a wider type, in the same commit as the rows (columns it lacks
-    are written as nulls), as ``Table.append(schema_mode="merge")`` does.
-
-    ``app_id``/``app_version`` make the write exactly-once (in ``foreachBatch``, the
-    query's name and the batch id): it commits only if ``app_version`` is newer than
-    the version recorded for ``app_id``; otherwise Spark runs nothing (or, when the
-    same batch landed meanwhile, its files are deleted) and the result is the commit
-    that recorded it, with ``skipped=True``.
+    Returns:
+        The commit.
     """
     session: str | None = None
     if partition_overwrite is None and mode == "overwrite" and replace_where is None:
@@ -328,7 +335,7 @@ def _collect(
             modification_ms=int(time.time() * 1000),
         )
 
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(found)))) as pool:
+    with threads.pool("lakelog-spark-footers", min(16, max(1, len(found)))) as pool:
         adds = list(pool.map(footer, found))
     empty = [a.path for a in adds if a.num_rows == 0]
     storage.delete(empty)  # Spark writes a schema-only file for an empty DataFrame
@@ -377,7 +384,7 @@ def _publish(storage: Storage, staging: str, adds: Sequence[AddFile], lease_id: 
         done.append(dst)
 
     try:
-        with ThreadPoolExecutor(max_workers=min(16, max(1, len(moves)))) as pool:
+        with threads.pool("lakelog-spark-move", min(16, max(1, len(moves)))) as pool:
             list(pool.map(move, moves))
     except BaseException:
         storage.delete(done)

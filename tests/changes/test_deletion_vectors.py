@@ -24,11 +24,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import lakelog
-import lakelog.changes.execute as execute
 import lakelog.log.commits as log_commits
 import lakelog.log.leaves as log_leaves
 import lakelog.log.manifests as log_manifests
-import lakelog.log.snapshot as log_snapshot
 from lakelog.errors import (
     CorruptLogError,
     DeletedRowsError,
@@ -44,6 +42,7 @@ from lakelog.log.deletion_vectors import (
     keep_mask,
     union_vector,
 )
+from lakelog.log.format import check_readable
 
 SCHEMA = pa.schema(
     [
@@ -440,14 +439,12 @@ def test_delta_view_and_vectors_exclude_each_other(tmp_path: Path) -> None:
         lakelog.open_table(str(tmp_path / "both"))
 
 
-def test_a_vector_past_the_cap_rewrites_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_vector_past_the_cap_rewrites_the_file(tmp_path: Path) -> None:
     t = create(tmp_path / "t", partition_by=())
     t.append(data(range(50)))
     r = t.delete("id = 1")
     assert (r.files_marked, r.files_removed) == (1, 0)  # under the real cap: marked
-    monkeypatch.setattr(execute, "MAX_BITMAP_BYTES", 4)
+    t.set_properties({"lakelog.deletion_vectors.max_vector_bytes": 4})
     r = t.delete("id = 2 or id = 40")
     assert (r.files_marked, r.files_removed, r.files_added) == (0, 1, 1)
     assert "num_deletion_vectors" not in t.history(limit=1)[0].metrics
@@ -655,28 +652,38 @@ def test_dataset_refuses_files_with_vectors_or_includes_their_rows(tmp_path: Pat
         snap.dataset(deleted="drop")
 
 
-def _as_version_4(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> None:
-    """What a reader of version 4 sees: ``FORMAT_VERSION`` is imported by name."""
-    for m in modules or (log_commits, log_snapshot, log_manifests, log_leaves):
-        monkeypatch.setattr(m, "FORMAT_VERSION", 4)
+def _read_as_version_4(table: lakelog.Table, paths: tuple[str, ...]) -> None:
+    """What a reader of version 4 sees, by reader path: every commit (``log``), the
+    table's metadata (``table``), every manifest and its leaves (``manifest``), each
+    read with ``reader_version=4``; all of them when ``paths`` is empty."""
+    paths = paths or ("log", "table", "manifest")
+    storage = table.storage
+    listing = log_commits.list_log(storage)
+    if "log" in paths:
+        for v in listing.commits:
+            log_commits.read_commit(storage, v, reader_version=4)
+    if "table" in paths:
+        metadata = lakelog.open_table(table.uri).snapshot().metadata
+        check_readable(metadata.format_version, what="table", reader_version=4)
+    if "manifest" in paths:
+        for v in listing.manifests:
+            m = log_manifests.read_manifest(storage, v, reader_version=4)
+            for leaf in m.leaves if isinstance(m, log_manifests.Root) else []:
+                log_leaves.Leaf.decode(storage.read_bytes(leaf), leaf, reader_version=4)
 
 
 @pytest.mark.parametrize(
-    ("interval", "modules", "where"),
+    ("interval", "paths", "where"),
     [
         (100, (), "format version"),
-        (100, (log_commits,), "log format version <= 4"),
+        (100, ("log",), "log format version <= 4"),
         (1, (), "format version"),
-        (1, (log_manifests, log_leaves), "manifest format version <= 4"),
+        (1, ("manifest",), "manifest format version <= 4"),
     ],
     ids=["commits", "commits-only", "manifest", "manifest-only"],
 )
 def test_readers_of_version_4_refuse_the_table(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    interval: int,
-    modules: tuple[Any, ...],
-    where: str,
+    tmp_path: Path, interval: int, paths: tuple[str, ...], where: str
 ) -> None:
     props = {"lakelog.manifest_interval": str(interval)}
     plain = create(tmp_path / "plain", vectors=False, **props)
@@ -690,10 +697,10 @@ def test_readers_of_version_4_refuse_the_table(
     t.append(data(range(10, 20)))
     if interval == 1:
         assert log_manifests.read_manifest_header(t.storage, t.version) is not None
-    _as_version_4(monkeypatch, *modules)
-    assert lakelog.open_table(plain.uri).snapshot().num_rows == 9  # the patch alone is fine
+    _read_as_version_4(plain, paths)  # a version-4 reader reads the plain table
+    assert lakelog.open_table(plain.uri).snapshot().num_rows == 9
     with pytest.raises(UnsupportedFormatError, match=where):
-        lakelog.open_table(t.uri).snapshot().to_arrow()
+        _read_as_version_4(t, paths)
 
 
 def test_compaction_purges_heavily_deleted_files(tmp_path: Path) -> None:
@@ -839,9 +846,7 @@ def test_cli_delete_and_history_on_a_vector_table(tmp_path: Path) -> None:
     assert "DELETE" in p.stdout and '"num_deletion_vectors":1' in p.stdout
 
 
-def test_updated_rows_of_many_marked_files_are_written_together(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_updated_rows_of_many_marked_files_are_written_together(tmp_path: Path) -> None:
     # one new file per partition for the whole change, not one per marked file (breaks if
     # _mark writes each file's updated rows itself); a small sink buffer writes as it goes
     t = create(tmp_path / "t", partition_by=())
@@ -849,7 +854,7 @@ def test_updated_rows_of_many_marked_files_are_written_together(
         t.append(data(range(start, start + 10)))
     r = t.update("id = 3 or id = 13 or id = 23 or id = 33", set={"s": "u"})
     assert (r.files_marked, r.files_added, r.updated_rows) == (4, 1, 4)
-    monkeypatch.setattr(execute, "SINK_BYTES", 1)
+    t.set_properties({"lakelog.deletion_vectors.update_buffer_bytes": 1})
     r = t.update("id = 4 or id = 14 or id = 24", set={"s": "v"})
     assert (r.files_marked, r.files_added, r.updated_rows) == (3, 3, 3)
     got = {row["id"]: row["s"] for row in t.snapshot().to_arrow().to_pylist()}

@@ -42,6 +42,8 @@ import lakelog
 from lakelog.log.actions import AddFile, RemoveFile
 from lakelog.log.commits import read_commit
 
+pytestmark = pytest.mark.processes
+
 SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.int64()), ("v", pa.int64())])
 VECTORS = {"lakelog.deletion_vectors": "true"}
 PER_FILE = 100

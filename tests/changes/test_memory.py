@@ -22,9 +22,12 @@ import pytest
 
 import lakelog
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/status").exists(), reason="needs Linux /proc for VmHWM"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path("/proc/self/status").exists(), reason="needs Linux /proc for VmHWM"
+    ),
+]
 
 MiB = 1024 * 1024
 FILES, ROWS = 16, 4_000  # rows of ~1 KiB: 16 files of ~4 MiB

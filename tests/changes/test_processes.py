@@ -26,6 +26,8 @@ import pytest
 
 import lakelog
 
+pytestmark = pytest.mark.processes
+
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.int64()), ("seq", pa.int64())])
 
 MERGER = r"""

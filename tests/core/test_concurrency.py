@@ -13,11 +13,13 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from _races import race_at
 
 import lakelog
 from lakelog import CommitConflictError
@@ -32,6 +34,7 @@ from lakelog.log.actions import (
     RemoveFile,
 )
 from lakelog.log.commits import list_log, read_commit
+from lakelog.log.snapshot import load_snapshot
 from lakelog.storage import Storage
 from lakelog.transaction import check_conflicts
 
@@ -155,12 +158,14 @@ def _race_processes(
     return results
 
 
+@pytest.mark.processes
 def test_four_processes_append_on_local_disk(local_backend: Any) -> None:
     results = _race_processes(local_backend.uri, {})
     assert sum(r[1] > 1 for per in results for r in per) > 0  # they really raced
     _check_race_outcome(local_backend.uri, {}, results)
 
 
+@pytest.mark.processes
 @pytest.mark.s3
 def test_four_processes_append_on_s3(s3_backend: Any) -> None:
     # half the commits of the local race: each costs a dozen requests to the moto server
@@ -368,24 +373,19 @@ def test_rewrite_and_append_both_land_in_either_order(backend: Any) -> None:
 
 
 def test_overwrite_conflicts_with_an_append_into_its_partition(
-    local_backend: Any, monkeypatch: pytest.MonkeyPatch
+    local_backend: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A real race through ``Table.overwrite``: an append lands while it writes."""
     t1, t2 = _two_writers(local_backend)
-    import lakelog.table as table_module
-
-    real_write = table_module.write_files
-    concurrent: list[Callable[[], Any]] = [lambda: t2.append(_row(2, 0, "a"))]
-
-    def write_then_race(*args: Any, **kwargs: Any) -> list[AddFile]:
-        adds = real_write(*args, **kwargs)
-        while concurrent:
-            concurrent.pop()()
-        return adds
-
-    monkeypatch.setattr(table_module, "write_files", write_then_race)
+    point = "commit:before-put:OVERWRITE"  # the overwrite's files are written by then
     with pytest.raises(CommitConflictError) as info:
-        t1.overwrite(_row(3, 0, "a"), partitions=[{"p": "a"}])
+        race_at(
+            monkeypatch,
+            point,
+            tmp_path / "gate-1",
+            lambda: t1.overwrite(_row(3, 0, "a"), partitions=[{"p": "a"}]),
+            lambda: t2.append(_row(2, 0, "a")),
+        )
     assert info.value.winning_version == 5
     assert len(info.value.conflicting_files) == 1
     snap = lakelog.open_table(local_backend.uri).snapshot()
@@ -394,8 +394,13 @@ def test_overwrite_conflicts_with_an_append_into_its_partition(
     on_disk = {f.path for f in snap.storage.walk() if not f.path.startswith("_lakelog/")}
     assert on_disk == {f.path for f in snap.files()}
     # an append into another partition does not conflict with the overwrite
-    concurrent.append(lambda: t2.append(_row(2, 1, "b")))
-    r = t1.overwrite(_row(3, 1, "a"), partitions=[{"p": "a"}])
+    r = race_at(
+        monkeypatch,
+        point,
+        tmp_path / "gate-2",
+        lambda: t1.overwrite(_row(3, 1, "a"), partitions=[{"p": "a"}]),
+        lambda: t2.append(_row(2, 1, "b")),
+    )
     assert (r.version, r.attempts) == (7, 2)
     final = lakelog.open_table(local_backend.uri).snapshot()
     assert sorted(final.to_arrow(filter=[("p", "=", "a")]).column("seq").to_pylist()) == [1]
@@ -437,20 +442,43 @@ def test_metadata_changes_conflict_but_appends_rebase_over_property_changes(
 # -- idempotent retries after an unknown outcome --------------------------------------------
 
 
-def _flaky_put(monkeypatch: pytest.MonkeyPatch, *, land: bool, times: int = 1) -> list[str]:
+class FaultyStorage(Storage):
+    """A table root whose commit puts and log reads a test can make fail, passed to the
+    table explicitly (:func:`_on`), so no other handle is affected."""
+
+    def __init__(self, uri: str, storage_options: Any = None) -> None:
+        super().__init__(uri, storage_options)
+        self.put_fault: Callable[[str, bytes], None] | None = None
+        self.read_fault: Callable[[str], None] | None = None
+
+    def put_if_absent(self, rel: str, data: bytes) -> None:
+        if self.put_fault is not None:
+            self.put_fault(rel, data)
+        super().put_if_absent(rel, data)
+
+    def read_bytes(self, rel: str) -> bytes:
+        if self.read_fault is not None:
+            self.read_fault(rel)
+        return super().read_bytes(rel)
+
+
+def _on(storage: Storage) -> lakelog.Table:
+    """The table at ``storage``'s root, read and written through that very object."""
+    return lakelog.Table(storage, load_snapshot(storage))
+
+
+def _flaky_put(storage: FaultyStorage, *, land: bool, times: int = 1) -> list[str]:
     """The next ``times`` commit puts time out, after (``land``) or before writing."""
-    real = Storage.put_if_absent
     seen: list[str] = []
 
-    def flaky(self: Storage, rel: str, data: bytes) -> None:
+    def flaky(rel: str, data: bytes) -> None:
         if rel.endswith(".json") and len(seen) < times:
             seen.append(rel)
             if land:
-                real(self, rel, data)
+                Storage.put_if_absent(storage, rel, data)
             raise TimeoutError(f"simulated timeout putting {rel}")
-        real(self, rel, data)
 
-    monkeypatch.setattr(Storage, "put_if_absent", flaky)
+    storage.put_fault = flaky
     return seen
 
 
@@ -462,12 +490,12 @@ def _txn_counts(table: lakelog.Table) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("land", [True, False], ids=["landed", "not-landed"])
-def test_retry_after_unknown_outcome_commits_once(
-    backend: Any, monkeypatch: pytest.MonkeyPatch, land: bool
-) -> None:
-    t = lakelog.create_table(backend.uri, SCHEMA, storage_options=backend.storage_options)
+def test_retry_after_unknown_outcome_commits_once(backend: Any, land: bool) -> None:
+    lakelog.create_table(backend.uri, SCHEMA, storage_options=backend.storage_options)
+    storage = FaultyStorage(backend.uri, backend.storage_options)
+    t = _on(storage)
     t.append(_row(0, 0))
-    seen = _flaky_put(monkeypatch, land=land)
+    seen = _flaky_put(storage, land=land)
     r = t.append(_row(0, 1))
     assert seen == ["_lakelog/00000000000000000002.json"]
     assert (r.version, r.attempts) == (2, 2)
@@ -477,91 +505,79 @@ def test_retry_after_unknown_outcome_commits_once(
     assert sorted(fresh.snapshot().to_arrow().column("seq").to_pylist()) == [0, 1]
 
 
-def test_retry_after_unknown_outcome_while_another_writer_lands(
-    local_backend: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_retry_after_unknown_outcome_while_another_writer_lands(local_backend: Any) -> None:
     """The put times out without landing and a rival takes the version meanwhile."""
-    t = lakelog.create_table(local_backend.uri, SCHEMA)
+    lakelog.create_table(local_backend.uri, SCHEMA)
+    storage = FaultyStorage(local_backend.uri)
+    t = _on(storage)
     rival = lakelog.open_table(local_backend.uri)
-    real = Storage.put_if_absent
     state = {"fired": False}
 
-    def flaky(self: Storage, rel: str, data: bytes) -> None:
+    def flaky(rel: str, data: bytes) -> None:
         if rel.endswith("1.json") and not state["fired"]:
             state["fired"] = True
             rival.append(_row(1, 0))  # lands version 1 during our "timeout"
             raise TimeoutError("simulated")
-        real(self, rel, data)
 
-    monkeypatch.setattr(Storage, "put_if_absent", flaky)
+    storage.put_fault = flaky
     r = t.append(_row(0, 0))
     assert r.version == 2
-    monkeypatch.undo()
+    storage.put_fault = None
     fresh = lakelog.open_table(local_backend.uri)
     assert _txn_counts(fresh)[r.txn_id] == 1
     assert fresh.snapshot().num_rows == 2
 
 
-def test_unknown_outcome_on_the_last_attempt_finds_its_commit(
-    local_backend: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unknown_outcome_on_the_last_attempt_finds_its_commit(local_backend: Any) -> None:
     """With no attempts left, a put that landed but reported an error is a success."""
-    t = lakelog.create_table(
-        local_backend.uri, SCHEMA, properties={"lakelog.commit.max_attempts": 1}
-    )
-    _flaky_put(monkeypatch, land=True)
+    lakelog.create_table(local_backend.uri, SCHEMA, properties={"lakelog.commit.max_attempts": 1})
+    storage = FaultyStorage(local_backend.uri)
+    t = _on(storage)
+    _flaky_put(storage, land=True)
     r = t.append(_row(0, 0))
-    monkeypatch.undo()
     assert (r.version, r.attempts) == (1, 1)
     snap = lakelog.open_table(local_backend.uri).snapshot()
     assert snap.version == 1 and snap.to_arrow().num_rows == 1
 
 
 def test_unknown_outcome_that_cannot_be_checked_keeps_the_data_files(
-    local_backend: Any, monkeypatch: pytest.MonkeyPatch
+    local_backend: Any,
 ) -> None:
     """The put landed, reported an error, and the log cannot be read to check:
     the error propagates, but the new data files stay (the commit uses them)."""
-    t = lakelog.create_table(
-        local_backend.uri, SCHEMA, properties={"lakelog.commit.max_attempts": 1}
-    )
-    _flaky_put(monkeypatch, land=True)
-    real_read = Storage.read_bytes
+    lakelog.create_table(local_backend.uri, SCHEMA, properties={"lakelog.commit.max_attempts": 1})
+    storage = FaultyStorage(local_backend.uri)
+    t = _on(storage)
+    _flaky_put(storage, land=True)
 
-    def unreadable_log(self: Storage, rel: str) -> bytes:
+    def unreadable_log(rel: str) -> None:
         if rel.endswith("1.json"):
             raise ConnectionError("simulated: storage unreachable")
-        return real_read(self, rel)
 
-    monkeypatch.setattr(Storage, "read_bytes", unreadable_log)
+    storage.read_fault = unreadable_log
     with pytest.raises(TimeoutError):
         t.append(_row(0, 0))
-    monkeypatch.undo()
     snap = lakelog.open_table(local_backend.uri).snapshot()
     assert snap.version == 1
     assert snap.to_arrow().column("seq").to_pylist() == [0]  # every referenced file exists
 
 
-def test_commit_gives_up_after_max_attempts(
-    local_backend: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    t = lakelog.create_table(
-        local_backend.uri, SCHEMA, properties={"lakelog.commit.max_attempts": 3}
-    )
+def test_commit_gives_up_after_max_attempts(local_backend: Any) -> None:
+    lakelog.create_table(local_backend.uri, SCHEMA, properties={"lakelog.commit.max_attempts": 3})
+    storage = FaultyStorage(local_backend.uri)
+    t = _on(storage)
     rival = lakelog.open_table(local_backend.uri)
-    real = Storage.put_if_absent
     mine: list[int] = []
 
-    def always_beaten(self: Storage, rel: str, data: bytes) -> None:
-        if rel.endswith(".json") and self is t.storage and len(mine) < 10:
+    def always_beaten(rel: str, data: bytes) -> None:
+        if rel.endswith(".json") and len(mine) < 10:
             mine.append(1)
             rival.append(_row(1, len(mine)))  # a rival lands first, every time
-        real(self, rel, data)
 
-    monkeypatch.setattr(Storage, "put_if_absent", always_beaten)
+    storage.put_fault = always_beaten
     with pytest.raises(CommitConflictError, match="3 attempts") as info:
         t.append(_row(0, 0))
     assert info.value.winning_version == 3
     assert len(mine) == 3  # one rival commit per attempt, then it gave up
-    monkeypatch.undo()
+    storage.put_fault = None
     assert lakelog.open_table(local_backend.uri).snapshot().num_rows == len(mine)

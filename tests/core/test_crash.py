@@ -74,6 +74,7 @@ def _data_files(t: lakelog.Table) -> set[str]:
     return {f.path for f in t.storage.walk() if not f.path.startswith("_lakelog/")}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", ["local", "s3"])
 def test_killed_between_data_files_and_commit(request: pytest.FixtureRequest, name: str) -> None:
     backend = request.getfixturevalue(f"{name}_backend")
@@ -94,6 +95,7 @@ def test_killed_between_data_files_and_commit(request: pytest.FixtureRequest, na
     assert _ids(fresh) == [0, 1, 2]
 
 
+@pytest.mark.processes
 def test_killed_overwrite_before_commit_leaves_table_unchanged(local_backend: Any) -> None:
     _table(local_backend)
     code = _run_writer(local_backend, "commit:before-put", op="overwrite", start=50, n=4)
@@ -102,6 +104,7 @@ def test_killed_overwrite_before_commit_leaves_table_unchanged(local_backend: An
     assert fresh.version == 1 and _ids(fresh) == [0, 1]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", ["local", "s3"])
 def test_killed_right_after_commit_counts_once(request: pytest.FixtureRequest, name: str) -> None:
     backend = request.getfixturevalue(f"{name}_backend")

@@ -30,8 +30,8 @@ from lakelog import (
     UnsupportedFormatError,
     VersionNotFoundError,
 )
-from lakelog.log.actions import FORMAT_VERSION
 from lakelog.log.commits import commit_path
+from lakelog.log.format import CURRENT
 from lakelog.log.manifests import LAST_MANIFEST, manifest_path
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -191,7 +191,7 @@ def _rewrite_json(path: Path, edit: Any) -> None:
 
 def test_newer_format_in_a_commit_header(table: lakelog.Table) -> None:
     def bump(doc: dict[str, Any]) -> None:
-        doc["header"]["format_version"] = FORMAT_VERSION + 1
+        doc["header"]["format_version"] = CURRENT + 1
 
     _rewrite_json(_root(table) / commit_path(8), bump)
     t = _reopen(table)
@@ -203,7 +203,7 @@ def test_newer_format_in_a_commit_header(table: lakelog.Table) -> None:
 
 def test_newer_format_in_metadata(table: lakelog.Table) -> None:
     def bump(doc: dict[str, Any]) -> None:
-        doc["actions"][0]["format_version"] = FORMAT_VERSION + 1
+        doc["actions"][0]["format_version"] = CURRENT + 1
 
     _rewrite_json(_root(table) / commit_path(0), bump)
     (_root(table) / manifest_path(0)).unlink()  # else version 0..4 resolve from it
@@ -220,7 +220,7 @@ def test_newer_format_in_a_manifest_is_refused(table: lakelog.Table) -> None:
     path = _root(table) / manifest_path(10)
     t = pq.read_table(path)
     meta = json.loads(t.schema.metadata[b"lakelog"])
-    meta["format_version"] = FORMAT_VERSION + 1
+    meta["format_version"] = CURRENT + 1
     pq.write_table(t.replace_schema_metadata({b"lakelog": json.dumps(meta).encode()}), path)
     with pytest.raises(UnsupportedFormatError, match="upgrade lakelog"):
         _reopen(table)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pytest
 
 import lakelog
-from lakelog import _failpoints, leases
+from lakelog import leases
 from lakelog.cli import main
 from lakelog.errors import LeaseExpiredError
 from lakelog.io.writer import write_files
@@ -45,8 +45,6 @@ import pyarrow as pa
 import lakelog, lakelog.leases
 
 args = json.loads(sys.argv[1])
-if args["recheck"] is not None:
-    lakelog.leases.LEASE_RECHECK_SECONDS = args["recheck"]
 t = lakelog.open_table(args["uri"], storage_options=args["opts"])
 ids = list(range(args["start"], args["start"] + args["n"]))
 try:
@@ -105,12 +103,16 @@ def _start_writer(
             "opts": backend.storage_options,
             "start": start,
             "n": n,
-            "recheck": 0.05,  # the writer's settling wait after a lapse, short for tests
         }
     )
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, arg],
-        env={**os.environ, "LAKELOG_PAUSE_AT": f"{PAUSE_AT}:{go}", **(env or {})},
+        env={
+            **os.environ,
+            "LAKELOG_PAUSE_AT": f"{PAUSE_AT}:{go}",
+            leases.RECHECK_ENV: "0.05",  # the writer's settling wait after a lapse, short
+            **(env or {}),
+        },
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -123,6 +125,7 @@ def _only_lease(t: lakelog.Table) -> LeaseRecord:
     return found[0]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", ["local", "s3"])
 def test_vacuum_keeps_the_files_of_a_paused_writer_whatever_force_says(
     request: pytest.FixtureRequest, name: str, tmp_path: Path
@@ -155,6 +158,7 @@ def test_vacuum_keeps_the_files_of_a_paused_writer_whatever_force_says(
     assert read_leases(t.storage) == []  # released after the commit
 
 
+@pytest.mark.processes
 def test_a_writer_whose_lease_expired_and_lost_its_files_commits_nothing(
     local_backend: Any, tmp_path: Path
 ) -> None:
@@ -192,7 +196,7 @@ KILLED_AT = "append:before-commit"  # its data files are written, its commit is 
 
 def _killed_writer(t: lakelog.Table, *, start: int) -> tuple[LeaseRecord, list[str]]:
     """Run an append SIGKILLed after writing its files: its lease and its files."""
-    arg = json.dumps({"uri": t.uri, "opts": {}, "start": start, "n": 10, "recheck": None})
+    arg = json.dumps({"uri": t.uri, "opts": {}, "start": start, "n": 10})
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, arg],
         env={**os.environ, "LAKELOG_CRASH_AT": KILLED_AT},
@@ -218,6 +222,7 @@ def _vacuum_now(t: lakelog.Table, how: str, capsys: pytest.CaptureFixture[str]) 
     return dict(json.loads(capsys.readouterr().out))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("how", ["api", "cli"])
 def test_a_writer_killed_on_this_machine_loses_its_files_at_once_a_live_one_keeps_them(
     local_backend: Any, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
@@ -260,6 +265,7 @@ def _unjudged(lease: LeaseRecord, where: str) -> LeaseRecord:
     return msgspec.structs.replace(lease, process=f"{boot}/{int(ns) + 1}/{start}")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("where", ["another host", "an older lakelog", "another container"])
 def test_a_killed_writer_that_cannot_be_judged_keeps_its_files_until_its_lease_expires(
     local_backend: Any, where: str
@@ -290,7 +296,7 @@ def test_a_killed_writer_that_cannot_be_judged_keeps_its_files_until_its_lease_e
 def expiring(monkeypatch: pytest.MonkeyPatch) -> None:
     """Leases without heartbeats and a short settling wait."""
     monkeypatch.setenv(leases.NO_HEARTBEAT_ENV, "1")
-    monkeypatch.setattr(leases, "LEASE_RECHECK_SECONDS", 0.02)
+    monkeypatch.setenv(leases.RECHECK_ENV, "0.02")
 
 
 def _leased_files(t: lakelog.Table, lease: Lease) -> list[AddFile]:
@@ -361,7 +367,6 @@ def paused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable
 
     def arm() -> Path:
         monkeypatch.setenv("LAKELOG_PAUSE_AT", f"{PAUSE_AT}:{go}")
-        monkeypatch.setattr(_failpoints, "_PAUSED", set())
         return go
 
     yield arm

@@ -1,5 +1,5 @@
 """Table properties: every ``lakelog.*`` value is checked where a caller passes it, and
-no stored value, however wrong, can lock a table (issue 13, defect 2)."""
+no stored value, however wrong, can lock a table."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from lakelog.transaction import Transaction
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 
-# the bad values of the issue, and a few more of each kind
+# values users have stored by mistake, and a few more of each kind
 BAD = [
     ("lakelog.commit.timeout_seconds", "5 minutes", "a number > 0"),
     ("lakelog.compression", "bogus", "one of 'none', 'snappy', 'gzip', 'brotli', 'lz4', 'zstd'"),

@@ -107,6 +107,7 @@ except lakelog.CommitConflictError as e:
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("change", "lands"),
     [

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
+from _races import race_at
 
 import lakelog
-import lakelog.table as table_module
 
 
 @pytest.mark.parametrize("mode", ["append", "overwrite"])
@@ -18,18 +17,17 @@ def test_table_created_concurrently_gets_the_written_stream(
 ) -> None:
     uri = str(tmp_path / "t")
     rival = pa.table({"id": [100, 101]})
-    real_create = table_module.create_with_files
-
-    def create_after_rival(*args: Any, **kwargs: Any) -> lakelog.Table:
-        monkeypatch.setattr(table_module, "create_with_files", real_create)
-        lakelog.write_table(uri, rival)  # the rival wins version 0
-        return real_create(*args, **kwargs)
-
-    monkeypatch.setattr(table_module, "create_with_files", create_after_rival)
     ours = pa.table({"id": [1, 2, 3]})
     # a one-shot stream: it cannot be read a second time
     reader = pa.RecordBatchReader.from_batches(ours.schema, ours.to_batches())
-    result = lakelog.write_table(uri, reader, mode=mode)  # type: ignore[arg-type]
+    # our create has written its files and stops before its put; the rival wins version 0
+    result = race_at(
+        monkeypatch,
+        "commit:before-put:CREATE TABLE AS WRITE",
+        tmp_path / "gate",
+        lambda: lakelog.write_table(uri, reader, mode=mode),  # type: ignore[arg-type]
+        lambda: lakelog.write_table(uri, rival),
+    )
 
     assert result.version == 1
     got = sorted(lakelog.open_table(uri).snapshot().to_arrow().column("id").to_pylist())

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import lakelog
+
+pytestmark = pytest.mark.processes
 
 CLI = [sys.executable, "-m", "lakelog.cli"]
 

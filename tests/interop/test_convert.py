@@ -10,6 +10,7 @@ import datetime as dt
 import os
 from pathlib import Path
 
+import msgspec
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -21,7 +22,10 @@ from lakelog.errors import (
     SchemaMismatchError,
     TableExistsError,
 )
+from lakelog.leases import LEASE_DIR, LeaseRecord
+from lakelog.log.snapshot import load_snapshot
 from lakelog.stats import stats_from_metadata
+from lakelog.storage import Storage
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -300,6 +304,30 @@ def test_a_converted_table_can_keep_a_delta_view(tmp_path: Path) -> None:
     assert _rows(got, ["id", "x", "day"]) == want and len(want) == 15
 
 
+class LeaseWatch(Storage):
+    """A table root that records the adopted paths of every writer lease written through
+    it and, with ``vacuumed`` set, deletes that file right after the first lease is
+    written: what a vacuum that read the leases just before does."""
+
+    def __init__(self, uri: str, *, vacuumed: Path | None = None) -> None:
+        super().__init__(uri)
+        self.lease_paths: list[tuple[str, ...]] = []
+        self.vacuumed = vacuumed
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        super().write_bytes(rel, data)
+        if rel.startswith(f"{LEASE_DIR}/"):
+            self.lease_paths.append(msgspec.json.decode(data, type=LeaseRecord).paths)
+            if self.vacuumed is not None:
+                self.vacuumed.unlink()
+                self.vacuumed = None
+
+
+def _on(storage: Storage) -> lakelog.Table:
+    """The table at ``storage``'s root, read and written through that very object."""
+    return lakelog.Table(storage, load_snapshot(storage))
+
+
 def test_add_files_waits_out_vacuum_only_for_files_vacuum_could_take(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -310,17 +338,12 @@ def test_add_files_waits_out_vacuum_only_for_files_vacuum_could_take(
 
     uri = str(tmp_path / "t")
     lakelog.write_table(uri, pa.table({"id": [0]}))
-    t = lakelog.open_table(uri)
+    storage = LeaseWatch(uri)
+    t = _on(storage)
     sleeps: list[float] = []
-    seen: list[tuple[str, ...]] = []
-    real_renew = leases.Lease.renew
-
-    def renew(self: leases.Lease) -> None:
-        seen.append(self.paths)
-        real_renew(self)
-
-    monkeypatch.setattr(leases.time, "sleep", sleeps.append)  # time.sleep, everywhere
-    monkeypatch.setattr(leases.Lease, "renew", renew)
+    seen = storage.lease_paths
+    # time.sleep, everywhere: the waits are recorded, not slept
+    monkeypatch.setattr(leases.time, "sleep", sleeps.append)
     pq.write_table(pa.table({"id": [1]}), tmp_path / "t" / "young.parquet")
     t.add_files(["young.parquet"])
     assert max(sleeps, default=0) < 1 and seen[0] == ("young.parquet",)
@@ -336,26 +359,15 @@ def test_add_files_waits_out_vacuum_only_for_files_vacuum_could_take(
     assert not list((tmp_path / "t" / "_lakelog" / "_leases").glob("*.json"))
 
 
-def test_a_file_deleted_before_its_footer_is_read_is_reported_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_file_deleted_before_its_footer_is_read_is_reported_missing(tmp_path: Path) -> None:
     """A vacuum that started before add_files took its lease may delete a file between the
     listing and the footer read: AdoptedFilesMissingError naming it, nothing committed."""
-    import lakelog.interop.convert as convert
-
     uri = str(tmp_path / "t")
     lakelog.write_table(uri, pa.table({"id": [0]}))
-    t = lakelog.open_table(uri)
     victim = tmp_path / "t" / "late.parquet"
+    t = _on(LeaseWatch(uri, vacuumed=victim))
     pq.write_table(pa.table({"id": [1]}), victim)
     pq.write_table(pa.table({"id": [2]}), tmp_path / "t" / "kept.parquet")
-    real = convert.read_footers
-
-    def read_footers(*args: object, **kwargs: object) -> object:
-        victim.unlink()
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(convert, "read_footers", read_footers)
     with pytest.raises(lakelog.AdoptedFilesMissingError, match=r"late\.parquet") as e:
         t.add_files(["late.parquet", "kept.parquet"])
     assert e.value.missing_files == ("late.parquet",)

@@ -20,6 +20,7 @@ from _processes import spawn, wait_paused
 import lakelog
 from lakelog.interop.delta.log import list_delta_log
 from lakelog.log.commits import list_log
+from lakelog.log.snapshot import load_snapshot
 from lakelog.storage import Storage
 
 deltalake = pytest.importorskip("deltalake")
@@ -126,6 +127,7 @@ _POINTS = [
 ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("point", _POINTS)
 def test_vacuum_after_a_killed_expiry_keeps_every_delta_version_readable(
     tmp_path: Path, point: str
@@ -157,6 +159,7 @@ def test_vacuum_after_a_killed_expiry_keeps_every_delta_version_readable(
 # Killed before the expiry's Delta entry, the view lacks it and the next writer syncs,
 # which trims too (as test_delta_view_processes shows for any writer); these two points
 # left the entry written and the trim undone, which no later commit noticed.
+@pytest.mark.processes
 @pytest.mark.parametrize("point", ["expire:after-commit", "delta-view:before-trim"])
 def test_the_next_commit_finishes_the_trim_of_a_killed_expiry(tmp_path: Path, point: str) -> None:
     uri = str(tmp_path / "t")
@@ -177,23 +180,30 @@ def test_the_next_commit_finishes_the_trim_of_a_killed_expiry(tmp_path: Path, po
     assert_delta_reads(uri, _expected(t, before))
 
 
-def test_a_failed_trim_stops_the_expiry_before_any_file_is_deleted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class NoDeltaDeletes(Storage):
+    """A store that refuses to delete anything under ``_delta_log/`` while ``refuse``."""
+
+    refuse = True
+
+    def delete(self, rel_paths: list[str]) -> None:
+        if self.refuse and any(p.startswith("_delta_log/") for p in rel_paths):
+            raise PermissionError(13, "Permission denied", rel_paths[0])
+        super().delete(rel_paths)
+
+
+def _on(storage: Storage) -> lakelog.Table:
+    """The table at ``storage``'s root, read and written through that very object."""
+    return lakelog.Table(storage, load_snapshot(storage))
+
+
+def test_a_failed_trim_stops_the_expiry_before_any_file_is_deleted(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t, before = _history(uri)
     latest = t.version
     data = {f.path for v in range(latest + 1) for f in t.snapshot(v).files()}
-    real_delete = Storage.delete
-
-    def no_delta_delete(self: Storage, paths: list[str]) -> None:
-        if any(p.startswith("_delta_log/") for p in paths):
-            raise PermissionError(13, "Permission denied", paths[0])
-        real_delete(self, paths)
-
-    monkeypatch.setattr(Storage, "delete", no_delta_delete)
+    storage = NoDeltaDeletes(uri)
     with pytest.raises(lakelog.LakelogError, match=r"Delta view.*run the expiry again") as info:
-        lakelog.open_table(uri).expire_snapshots(older_than=ZERO, retain_last=2)
+        _on(storage).expire_snapshots(older_than=ZERO, retain_last=2)
     assert not isinstance(info.value, lakelog.CommitConflictError)
     oldest = t.refresh().snapshot().oldest_version
     assert oldest == latest - 1  # committed, but nothing deleted: no data, no log
@@ -202,12 +212,12 @@ def test_a_failed_trim_stops_the_expiry_before_any_file_is_deleted(
     before[latest + 1] = before[latest]
     assert_delta_reads(uri, _expected(t, before))
     # vacuum cannot trim either: it keeps what the Delta versions below the oldest list
-    report = _vacuum(uri)
+    report = _on(storage).vacuum(older_than=ZERO, force=True, dry_run=False)
     assert not set(report.files) & data
     assert_delta_reads(uri, _expected(t, before))
 
-    monkeypatch.setattr(Storage, "delete", real_delete)
-    report = lakelog.open_table(uri).expire_snapshots(older_than=ZERO, retain_last=3)
+    storage.refuse = False
+    report = _on(storage).expire_snapshots(older_than=ZERO, retain_last=3)
     assert report.oldest_version == oldest and report.data_files
     assert min(list_delta_log(t.storage).commits) == oldest
     _vacuum(uri)
@@ -268,6 +278,7 @@ def test_a_broken_view_keeps_every_file_its_entries_list(tmp_path: Path) -> None
 # -- expiry beside a process that changes properties -------------------------------
 
 
+@pytest.mark.processes
 def test_expiry_retries_over_a_property_change_before_its_put(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t, _ = _history(uri)
@@ -285,6 +296,7 @@ def test_expiry_retries_over_a_property_change_before_its_put(tmp_path: Path) ->
     assert out.split()[:3] == ["expired", str(snap.oldest_version), str(changed + 1)]
 
 
+@pytest.mark.processes
 def test_repeated_expiries_beside_a_property_writer_never_raise(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t, _ = _history(uri)

@@ -19,6 +19,8 @@ from _delta_view_helpers import deltalake_rows, lakelog_rows
 import lakelog
 from lakelog.interop.delta.log import delta_commit_path, list_delta_log
 
+pytestmark = pytest.mark.processes
+
 pytest.importorskip("deltalake")
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])

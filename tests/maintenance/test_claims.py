@@ -126,6 +126,7 @@ def _wait_stopped(t: lakelog.Table) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.processes
 def test_compaction_and_clustering_in_two_processes_pick_disjoint_files(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri)
@@ -148,6 +149,7 @@ def test_compaction_and_clustering_in_two_processes_pick_disjoint_files(tmp_path
     assert t.plans() == []  # both released their claims
 
 
+@pytest.mark.processes
 def test_without_claims_the_same_race_costs_the_later_run_its_work(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri)
@@ -169,6 +171,7 @@ def test_without_claims_the_same_race_costs_the_later_run_its_work(tmp_path: Pat
     assert t.history(limit=1)[0].operation != "CLAIM"
 
 
+@pytest.mark.processes
 def test_a_killed_runs_files_are_eligible_again(tmp_path: Path) -> None:
     """Killed on this host: its claim ends with the process (the owner is dead)."""
     uri = str(tmp_path / "t")
@@ -187,6 +190,7 @@ def test_a_killed_runs_files_are_eligible_again(tmp_path: Path) -> None:
     assert _rows(t) == before
 
 
+@pytest.mark.processes
 def test_a_stalled_runs_claims_expire_with_its_lease(tmp_path: Path) -> None:
     """Alive but stalled (no heartbeat): its files are claimed until the lease expires,
     then another run takes them over; the stalled run's commit then abandons the group."""
@@ -216,6 +220,7 @@ def test_a_stalled_runs_claims_expire_with_its_lease(tmp_path: Path) -> None:
         stalled.communicate(timeout=60)
 
 
+@pytest.mark.processes
 def test_resume_after_a_kill_lands_only_the_remaining_groups(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri, ttl="1", files=12)
@@ -255,6 +260,7 @@ def test_resume_after_a_kill_lands_only_the_remaining_groups(tmp_path: Path) -> 
     assert t.snapshot().num_files == 2
 
 
+@pytest.mark.processes
 def test_resume_refuses_unknown_and_running_plans(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri)
@@ -289,6 +295,7 @@ def test_resume_refuses_unknown_and_running_plans(tmp_path: Path) -> None:
         _report(compactor)
 
 
+@pytest.mark.processes
 def test_appends_and_a_row_level_change_beside_a_claim(tmp_path: Path) -> None:
     """An append never conflicts with a claim; a delete of a claimed file wins and the
     claiming group is abandoned at its commit."""
@@ -386,6 +393,7 @@ def test_pending_plans_never_share_a_path_and_copies_stay_apart(
         assert {k: dict(p.groups) for k, p in copy.items()} == groups
 
 
+@pytest.mark.processes
 def test_pending_plans_survive_a_checkpoint(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri, ttl="1")
@@ -399,6 +407,7 @@ def test_pending_plans_survive_a_checkpoint(tmp_path: Path) -> None:
     assert fresh.snapshot().plans == t.snapshot().plans
 
 
+@pytest.mark.processes
 def test_vacuum_deletes_the_plan_files_of_finished_plans_only(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri, ttl="1")
@@ -433,6 +442,7 @@ except lakelog.LakelogError as e:
 """
 
 
+@pytest.mark.slow
 def test_a_version_2_reader_refuses_a_table_with_claims_clearly(tmp_path: Path) -> None:
     out = tmp_path / "v2"
     out.mkdir()
@@ -468,6 +478,7 @@ def test_a_version_2_reader_refuses_a_table_with_claims_clearly(tmp_path: Path) 
     assert "found 3" in str(refused["message"]) and "upgrade lakelog" in str(refused["message"])
 
 
+@pytest.mark.processes
 def test_two_runs_racing_to_claim_the_same_files_rewrite_them_once(tmp_path: Path) -> None:
     """Both plan the same files; each waits before putting its claim until both are
     there. One claim lands; the other rebases over it, drops every group, rewrites
@@ -506,6 +517,7 @@ print(json.dumps(r.to_dict()))
 """
 
 
+@pytest.mark.processes
 def test_resume_finishes_a_killed_clustering_run(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = _table(uri, files=12)
@@ -524,6 +536,7 @@ def test_resume_finishes_a_killed_clustering_run(tmp_path: Path) -> None:
     assert all("lakelog.clustering.spec" in f.tags for f in t.snapshot().files())
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("run", ["compact", "optimize"])
 def test_resume_after_the_plans_version_was_expired(tmp_path: Path, run: str) -> None:
     """A plan outlives the version it was made from: resume reads from the latest version

@@ -130,6 +130,7 @@ def _delete_append_expire(t: lakelog.Table) -> None:
     t.refresh().expire_snapshots(older_than=ZERO, retain_last=1)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("vectors", [True, False], ids=["vectors", "copy-on-write"])
 def test_claim_restarted_after_expiry_never_rewrites_changed_sources(
     tmp_path: Path, vectors: bool
@@ -145,6 +146,7 @@ def test_claim_restarted_after_expiry_never_rewrites_changed_sources(
     assert _keys(t) == _expected({1, 2}, range(100, 105))
 
 
+@pytest.mark.processes
 def test_claim_restart_scenario_rows_survive_a_second_compaction(tmp_path: Path) -> None:
     """After the restarted claim, a plain compaction of everything keeps the rows."""
     uri = str(tmp_path / "t")
@@ -159,6 +161,7 @@ def test_claim_restart_scenario_rows_survive_a_second_compaction(tmp_path: Path)
     assert _keys(t) == _expected({3}, range(0))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("vectors", [True, False], ids=["vectors", "copy-on-write"])
 def test_source_removed_and_deleted_after_the_claim_abandons_its_group(
     tmp_path: Path, vectors: bool
@@ -176,6 +179,7 @@ def test_source_removed_and_deleted_after_the_claim_abandons_its_group(
     assert _keys(t) == _expected({1, 2}, range(100, 105))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("vectors", [True, False], ids=["vectors", "copy-on-write"])
 def test_resume_after_vector_change_and_expiry_keeps_deleted_rows_deleted(
     tmp_path: Path, vectors: bool

@@ -1,4 +1,4 @@
-"""Two Spark applications maintaining one table at once pick disjoint files (issue 17).
+"""Two Spark applications maintaining one table at once pick disjoint files.
 
 Each application is its own OS process with its own SparkSession (``local[1]``): one
 compacts partition ``a`` and pauses right after its claim landed (``rewrite:claimed``,

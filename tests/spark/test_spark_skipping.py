@@ -16,7 +16,7 @@ import pytest
 
 import lakelog
 import lakelog.spark as lspark
-from lakelog.io.skipping import collect_skip_stats
+from lakelog.scan.skipping import collect_skip_stats
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 

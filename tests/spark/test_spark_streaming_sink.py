@@ -184,7 +184,7 @@ def test_files_stay_leased_from_the_task_until_the_commit(tmp_path: Path) -> Non
 def test_a_lease_that_lapsed_after_the_task_is_checked_before_the_put(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("lakelog.leases.LEASE_RECHECK_SECONDS", 0.01)
+    monkeypatch.setenv("LAKELOG_TEST_LEASE_RECHECK_SECONDS", "0.01")
     uri = str(tmp_path / "t")
     lakelog.write_table(uri, pa.table({"id": pa.array([0], pa.int64())}))
     message = _task(_writer(uri), [1])

@@ -16,11 +16,16 @@ read-only for other engines. See ``docs/delta-view.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...table import Table, open_table
+from ...core import load_table
+from ...errors import InvalidArgumentError
+from ...storage import Storage
 from .types import check_schema, delta_protocol, delta_schema_string
 from .view import DeltaViewStatus, SyncReport, disable_view, enable_view, sync_view, view_status
+
+if TYPE_CHECKING:
+    from ...table import Table
 
 __all__ = [
     "DeltaViewStatus",
@@ -36,7 +41,13 @@ __all__ = [
 
 
 def _table(table: Table | str, storage_options: Mapping[str, Any] | None) -> Table:
-    return table if isinstance(table, Table) else open_table(table, storage_options=storage_options)
+    if isinstance(table, str):
+        return load_table(Storage(table, storage_options))
+    if not isinstance(getattr(table, "storage", None), Storage):
+        raise InvalidArgumentError(
+            f"expected a lakelog Table or a table URI, found {type(table).__name__}"
+        )
+    return table
 
 
 def enable_delta_view(
@@ -49,6 +60,15 @@ def enable_delta_view(
     cannot express, and a ``_delta_log/`` that lakelog did not write; ``rebuild=True``
     deletes ``_delta_log/`` first and starts again at the latest version (also the way
     out after another engine wrote to the view).
+
+    Args:
+        table: the table, or its URI.
+        storage_options: fsspec options used to open ``table`` when it is a URI; default none.
+        rebuild: delete ``_delta_log/`` and write the view again from the latest version;
+            default False.
+
+    Returns:
+        The view's status after the update.
     """
     return enable_view(_table(table, storage_options), rebuild=rebuild)
 
@@ -57,7 +77,16 @@ def disable_delta_view(
     table: Table | str, *, keep_log: bool = False, storage_options: Mapping[str, Any] | None = None
 ) -> int:
     """Turn the view off and delete ``_delta_log/`` (a view left behind would serve an
-    old version to Delta readers); ``keep_log=True`` keeps it. Returns files deleted."""
+    old version to Delta readers).
+
+    Args:
+        table: the table, or its URI.
+        storage_options: fsspec options used to open ``table`` when it is a URI; default none.
+        keep_log: keep ``_delta_log/`` on disk; default False.
+
+    Returns:
+        The number of files deleted.
+    """
     return disable_view(_table(table, storage_options), keep_log=keep_log)
 
 
@@ -65,7 +94,12 @@ def sync_delta_view(
     table: Table | str, *, storage_options: Mapping[str, Any] | None = None
 ) -> SyncReport:
     """Write every Delta version the view is missing (a writer killed after its commit
-    leaves one), in order, and delete Delta entries below the oldest readable version."""
+    leaves one), in order, and delete Delta entries below the oldest readable version.
+
+    Args:
+        table: the table, or its URI.
+        storage_options: fsspec options used to open ``table`` when it is a URI; default none.
+    """
     return sync_view(_table(table, storage_options).storage)
 
 
@@ -73,5 +107,10 @@ def delta_view_status(
     table: Table | str, *, storage_options: Mapping[str, Any] | None = None
 ) -> DeltaViewStatus:
     """Where the view stands: the Delta version readers see, versions missing, and
-    whether another engine wrote to it."""
+    whether another engine wrote to it.
+
+    Args:
+        table: the table, or its URI.
+        storage_options: fsspec options used to open ``table`` when it is a URI; default none.
+    """
     return view_status(_table(table, storage_options).storage)

@@ -60,6 +60,7 @@ from .log import (
 from .types import check_schema
 
 if TYPE_CHECKING:
+    from ...hooks import Landed
     from ...table import Table
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "delete_view",
     "finish_trim",
     "follow_expiry",
+    "post_commit",
     "sync_view",
     "view_enabled",
     "view_listed_files",
@@ -303,6 +305,11 @@ def after_commit(storage: Storage, commit: Commit, snapshot: Snapshot | None) ->
                 write_checkpoint(storage, snapshot)
             return
     sync_view(storage, target=snapshot)
+
+
+def post_commit(landed: Landed) -> None:
+    """The view's post-commit hook (registered by path in :mod:`lakelog.hooks`)."""
+    after_commit(landed.storage, landed.commit, landed.snapshot)
 
 
 def sync_view(

@@ -37,16 +37,11 @@ from ..._failpoints import failpoint, pausepoint
 from ...errors import CommitConflictError, InvalidArgumentError, VersionExpiredError
 from ...leases import Lease
 from ...log.actions import ExpireVersions
+from ...log.checkpoint import keep_whole, repair_roots, write_checkpoint
 from ...log.commits import LogListing, commit_path, list_log, read_header
 from ...log.expiry_marks import prune_marks, write_mark
 from ...log.manifests import manifest_path, read_root, root_leaves
-from ...log.snapshot import (
-    Snapshot,
-    keep_whole,
-    load_snapshot,
-    repair_roots,
-    write_checkpoint,
-)
+from ...log.snapshot import Snapshot, load_snapshot
 from ...properties import get_bool, get_float, get_int
 from ...storage import Storage
 from .exclusive import ensure_held, exclusive_cleanup

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ...log.actions import BASE_FORMAT_VERSION, FORMAT_VERSION, AddFile, ExpireVersions, RemoveFile
+from ...log.actions import AddFile, ExpireVersions, RemoveFile
 from ...log.commits import commit_path, decode_commit, outside_root_error
+from ...log.format import BASE, readable
 from ...paths import first_bad_data_path
 from ...storage import Storage
 
@@ -44,7 +45,7 @@ class _Expire(msgspec.Struct, tag="expire"):
 
 class _Header(msgspec.Struct):
     version: int
-    format_version: int = BASE_FORMAT_VERSION
+    format_version: int = BASE
     txn_id: str = ""
 
 
@@ -80,7 +81,7 @@ def _decode(data: bytes, version: int) -> FileChanges:
     if (
         light is not None
         and light.header.version == version
-        and light.header.format_version <= FORMAT_VERSION
+        and readable(light.header.format_version)
     ):
         out.txn_id = light.header.txn_id
         for a in light.actions:

@@ -67,10 +67,11 @@ from ...leases import (
     lease_path,
     read_leases,
 )
+from ...log.checkpoint import repair_roots
 from ...log.commits import LOG_DIR, list_log
 from ...log.leaves import LEAF_DIR, leaf_version
 from ...log.manifests import root_leaves
-from ...log.snapshot import load_snapshot, repair_roots
+from ...log.snapshot import load_snapshot
 from ...partitioning import STAGING_DIR, hidden_name
 from ...properties import get_bool, get_float, get_int
 from ...storage import FileInfo, Storage, normalize_uri
@@ -210,7 +211,7 @@ class _Guard:
 
     def stale(self) -> bool:
         """Whether the leases were read too long ago to delete on that reading."""
-        return time.monotonic() - self.read_at > leases.LEASE_RECHECK_SECONDS
+        return time.monotonic() - self.read_at > leases.recheck_seconds()
 
     def leased(self, path: str) -> bool:
         return path in self.named or not self.live.isdisjoint(lease_ids_in(path))
@@ -396,7 +397,7 @@ def _fresh(guard: _Guard) -> bool:
         "than %gs every time, so a lease renewed meanwhile could be missed. Run vacuum "
         "again when the storage responds faster.",
         guard.storage.uri,
-        leases.LEASE_RECHECK_SECONDS,
+        leases.recheck_seconds(),
     )
     return False
 

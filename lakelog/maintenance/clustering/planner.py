@@ -39,14 +39,14 @@ from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
 from ...properties import get_float, get_int, get_str
 from ..groups import FileGroup
-from ..options import positive_int
+from ..options import ClusteringOptions
 from .sort import KEY_MAX, Segment
 from .spec import TAG_TIER, ClusterSpec, is_clustered, key_range
 
 __all__ = [
-    "ClusterOptions",
-    "FreshKeys",
     "ClusterPlan",
+    "ClusterSettings",
+    "FreshKeys",
     "PartitionPlan",
     "already_optimal",
     "cluster_options",
@@ -78,7 +78,10 @@ PROP_GROUP = "lakelog.clustering.max_group_bytes"
 PROP_ROW_GROUP = "lakelog.clustering.row_group_size"
 
 
-class ClusterOptions(msgspec.Struct, frozen=True, kw_only=True):
+class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The resolved options a clustering plan was made with (and its outputs are written
+    with): :class:`~lakelog.maintenance.options.ClusteringOptions` filled from the table."""
+
     target_file_size: int
     row_group_size: int
     compression: str
@@ -105,7 +108,7 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
     """The clustering spec as JSON (columns, curve, boundaries)."""
     spec_id: str
     incremental: bool
-    options: ClusterOptions
+    options: ClusterSettings
     snapshot_file_count: int
     snapshot_total_bytes: int
     groups: tuple[FileGroup, ...] = ()
@@ -451,7 +454,7 @@ def already_optimal(files: Sequence[DataFile], target_file_size: int) -> bool:
 def plan_clustering(
     snapshot: Snapshot,
     spec: ClusterSpec,
-    options: ClusterOptions,
+    options: ClusterSettings,
     *,
     incremental: bool,
     fresh_keys: FreshKeys,
@@ -500,32 +503,20 @@ def plan_clustering(
     )
 
 
-def cluster_options(
-    snap: Snapshot,
-    *,
-    target_file_size: int | None,
-    row_group_size: int | None,
-    compression: str | None,
-    max_group_bytes: int | None,
-) -> ClusterOptions:
+def cluster_options(snap: Snapshot, options: ClusteringOptions | None = None) -> ClusterSettings:
+    """The output settings of ``options`` (default: all unset): unset fields filled from
+    the table properties (the given ones were checked when ``options`` was made)."""
+    options = options or ClusteringOptions()
     props = snap.properties
-    target = (
-        get_int(props, "lakelog.target_file_size") if target_file_size is None else target_file_size
-    )
-    positive_int("target_file_size", target, unit="bytes")
-    if row_group_size is None:  # small row groups: the unit most readers skip by
+    target = options.target_file_size or get_int(props, "lakelog.target_file_size")
+    rg = options.row_group_size
+    if rg is None:  # small row groups: the unit most readers skip by
         rg = min(get_int(props, "lakelog.row_group_size"), get_int(props, PROP_ROW_GROUP))
-    else:
-        rg = row_group_size
-    positive_int("row_group_size", rg, unit="rows")
-    codec = check_codec(
-        get_str(props, "lakelog.compression") if compression is None else compression
-    )
-    group = get_int(props, PROP_GROUP) if max_group_bytes is None else max_group_bytes
-    positive_int("max_group_bytes", group, unit="bytes")
+    codec = check_codec(options.compression or get_str(props, "lakelog.compression"))
+    group = options.max_group_bytes or get_int(props, PROP_GROUP)
     ratio = get_float(props, PROP_RATIO)  # >= 1 and in (0, 1]: the getters keep the
     delta = get_float(props, PROP_DELTA)  # declared ranges (lakelog.properties)
-    return ClusterOptions(
+    return ClusterSettings(
         target_file_size=target,
         row_group_size=rg,
         compression=codec,

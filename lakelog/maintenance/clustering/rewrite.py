@@ -26,7 +26,7 @@ from ...storage import Storage
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
 from ..sources import dataset_of, dictionary_columns, file_schema_of, read_ahead, read_group
-from .planner import ClusterOptions
+from .planner import ClusterSettings
 from .sort import ExternalSorter, Segment, file_cuts, write_segments
 from .spec import ROW_SAMPLE, ClusterSpec, encoded_row_bytes, sized_segments, spec_tags
 
@@ -35,7 +35,7 @@ __all__ = ["cluster_group"]
 
 SIZE_CAP_FACTOR = 1.08
 """Clustered files are capped at this times the target size (the writer's footer estimate
-may be a few percent short), so none passes 1.1x the target (late data, issue 17)."""
+may be a few percent short), so none passes 1.1x the target, the bound a reader can plan on."""
 
 
 def cluster_group(
@@ -45,7 +45,7 @@ def cluster_group(
     group: FileGroup,
     segments: Sequence[Segment],
     spec: ClusterSpec,
-    options: ClusterOptions,
+    options: ClusterSettings,
     *,
     lease_id: str | None = None,
     pacer: Pacer | None = None,

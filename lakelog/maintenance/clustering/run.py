@@ -1,69 +1,56 @@
-"""``Table.optimize``: resolve the options once, choose the spec, plan, execute, commit, report.
+"""``Table.optimize``: resolve the options once, choose the spec, plan, then the shared flow.
 
-:func:`prepare_optimize` (shared with the Spark executor) checks every argument
-before any work, resolves the clustering spec
+:func:`prepare_clustering` (every entry point's: ``Table.optimize``, Spark, the CLI)
+checks every option before any work, resolves the clustering spec
 (:func:`~lakelog.maintenance.clustering.sampling.resolve_spec`) and plans each
 partition (:func:`~lakelog.maintenance.clustering.planner.plan_clustering`).
-:func:`execute_cluster_plan` runs a plan made now or loaded from JSON on the
-shared executor (:func:`lakelog.maintenance.executor.execute_groups`) with
-:func:`~lakelog.maintenance.clustering.rewrite.cluster_group` as the runner, so
-optimize has what compaction has: progress, paced reads, partial progress,
-partition filters, dry runs and saved plans. The report is a
-:class:`MaintenanceReport` with clustering fields in ``extra``.
+:data:`CLUSTERING` is what clustering brings to the shared flow
+(:func:`lakelog.maintenance.pipeline.run_prepared`): its commit parameters, its
+report (a :class:`MaintenanceReport` with clustering fields in ``extra``) and
+:func:`~lakelog.maintenance.clustering.rewrite.cluster_group` as the in-process
+rewrite of a group, so optimize has what compaction has: progress, paced reads,
+partial progress, partition filters, dry runs and saved plans
+(:func:`execute_cluster_plan`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ...errors import InvalidArgumentError
+from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
-from ...storage import Storage
 from ...transaction import CommitResult
 from ..claims import claimed_files
-from ..executor import GroupRunner, ProgressCallback, execute_groups, plan_read_snapshot
+from ..executor import GroupRunner, ProgressCallback, plan_read_snapshot
 from ..groups import FileGroup, GroupResult
-from ..options import ExecutionOptions, check_flag, execution_options
+from ..options import ClusteringOptions, ExecutionOptions, check_flag
 from ..pacing import Pacer
 from ..partition_filter import partition_matcher
+from ..pipeline import Prepared, RewriteKind, prepare_plan, run_prepared
 from ..report import MaintenanceReport, rewrite_report
 from ..sources import file_schema_of
 from .planner import ClusterPlan, cluster_options, plan_clustering
 from .rewrite import cluster_group
 from .sampling import fresh_keys_reader, resolve_spec
-from .spec import ClusterSpec, declared_clustering, validate_clustering
+from .spec import declared_clustering, validate_clustering
 
 if TYPE_CHECKING:
     from ...table import Table
 
 __all__ = [
-    "PreparedOptimize",
+    "CLUSTERING",
     "commit_parameters",
     "execute_cluster_plan",
     "optimize_report",
     "optimize_table",
-    "prepare_optimize",
+    "prepare_clustering",
     "report_extra",
 ]
-
-
-@dataclass(frozen=True)
-class PreparedOptimize:
-    """Everything an executor needs to run an optimize: checked, resolved and planned."""
-
-    snapshot: Snapshot
-    spec: ClusterSpec
-    plan: ClusterPlan
-    execution: ExecutionOptions
-    """How to run the groups, resolved with the rest (never part of the plan)."""
-    dry_run: bool
-    started: float
-    """``time.monotonic()`` when preparation began (the report's duration counts it)."""
 
 
 def report_extra(plan: ClusterPlan) -> dict[str, Any]:
@@ -96,99 +83,6 @@ def commit_parameters(plan: ClusterPlan) -> dict[str, Any]:
     return params
 
 
-def prepare_optimize(
-    table: Table,
-    *,
-    zorder_by: Sequence[str] | str | None,
-    sort_by: Sequence[str] | str | None,
-    curve: str,
-    target_file_size: int | None,
-    partition_filter: Any,
-    incremental: bool,
-    max_group_bytes: int | None,
-    compression: str | None,
-    row_group_size: int | None,
-    max_concurrent_groups: int | None = None,
-    max_bytes_per_second: float | None = None,
-    partial_progress: bool = False,
-    dry_run: bool = False,
-    default_concurrency: int | None = None,
-) -> PreparedOptimize:
-    """Check every argument (clear errors before any work), resolve the spec, plan.
-
-    ``default_concurrency``: the executor's default ``max_concurrent_groups`` (Spark:
-    the session's parallelism; otherwise the table property).
-    """
-    started = time.monotonic()
-    check_flag("dry_run", dry_run)
-    check_flag("incremental", incremental)
-    snap = table.snapshot()
-    if zorder_by is None and sort_by is None:  # keep the layout the table declares
-        declared = declared_clustering(snap.properties)
-        if declared is None:
-            raise InvalidArgumentError(
-                "expected zorder_by=[...] (a space-filling curve over several columns) or "
-                "sort_by=[...] (a linear sort), or a clustering declared on the table, found "
-                "neither; pass one, or declare it once with set_clustering(...) (lakelog "
-                "clustering URI --zorder-by ...)."
-            )
-        args = declared.optimize_arguments()
-        zorder_by, sort_by, curve = args["zorder_by"], args["sort_by"], args["curve"]
-    columns, curve_name = validate_clustering(
-        snap.schema, snap.partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
-    )
-    options = cluster_options(
-        snap,
-        target_file_size=target_file_size,
-        row_group_size=row_group_size,
-        compression=compression,
-        max_group_bytes=max_group_bytes,
-    )
-    execution = execution_options(
-        snap.properties,
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-        default_concurrency=default_concurrency,
-    )
-    if isinstance(partition_filter, (list, tuple)) and not partition_filter:
-        partition_filter = None
-    files = snap.files()
-    claimed = () if dry_run else claimed_files(table.storage, snap)
-    if claimed:  # under another run's live claim: that run rewrites them
-        files = [f for f in files if f.path not in claimed]
-    if partition_filter is not None:
-        match = partition_matcher(snap.schema, snap.partition_by, partition_filter)
-        mask = match([f.partition for f in files])
-        files = [f for f, keep in zip(files, mask, strict=True) if keep]
-    spec = resolve_spec(
-        table.storage,
-        files,
-        snap.schema,
-        snap.partition_by,
-        columns,
-        curve_name,
-        incremental=incremental,
-        options=options,
-    )
-    fresh_keys = fresh_keys_reader(
-        table.storage, file_schema_of(snap.schema, snap.partition_by), spec
-    )
-    plan = plan_clustering(
-        snap, spec, options, incremental=incremental, fresh_keys=fresh_keys, files=files
-    )
-    if partition_filter is not None:
-        plan = msgspec.structs.replace(plan, partition_filter=str(partition_filter))
-    return PreparedOptimize(
-        snapshot=snap,
-        spec=spec,
-        plan=plan,
-        execution=execution,
-        dry_run=dry_run,
-        started=started,
-    )
-
-
 def optimize_report(
     plan: ClusterPlan,
     *,
@@ -219,26 +113,122 @@ def optimize_report(
     )
 
 
-def _cluster(
-    storage: Storage,
-    schema: Any,
-    plan: ClusterPlan,
-    spec: ClusterSpec,
-    lease_id: str,
-    group: FileGroup,
-    pacer: Pacer,
-) -> GroupResult:
-    return cluster_group(
-        storage,
-        schema,
-        plan.partition_by,
-        group,
-        plan.segments[group.group_id],
-        spec,
-        plan.options,
-        lease_id=lease_id,
-        pacer=pacer,
+def _runner(
+    table: Table, plan: ClusterPlan, snapshot: Snapshot | None, lease_id: str
+) -> GroupRunner:
+    # a saved plan's spec decodes against the schema at its read version (the latest
+    # version's if that one was expired since)
+    schema = (snapshot if snapshot is not None else plan_read_snapshot(table, plan)).schema
+    spec = plan.cluster_spec(schema)
+
+    def run(group: FileGroup, pacer: Pacer) -> GroupResult:
+        return cluster_group(
+            table.storage,
+            schema,
+            plan.partition_by,
+            group,
+            plan.segments[group.group_id],
+            spec,
+            plan.options,
+            lease_id=lease_id,
+            pacer=pacer,
+        )
+
+    return run
+
+
+CLUSTERING: RewriteKind[ClusterPlan] = RewriteKind(
+    operation="OPTIMIZE", parameters=commit_parameters, report=optimize_report, runner=_runner
+)
+"""Clustering in the shared flow (:mod:`lakelog.maintenance.pipeline`)."""
+
+
+def prepare_clustering(
+    table: Table,
+    options: ClusteringOptions | None = None,
+    execution: ExecutionOptions | None = None,
+    *,
+    dry_run: bool = False,
+    default_concurrency: int | None = None,
+) -> Prepared[ClusterPlan]:
+    """Check every option (clear errors before any work), resolve the spec, plan.
+
+    With neither ``zorder_by`` nor ``sort_by`` the table's declared clustering is
+    kept. ``default_concurrency``: the executor's default ``max_concurrent_groups``
+    (Spark: the session's parallelism; otherwise the table property).
+    """
+    started = time.monotonic()
+    check_flag("dry_run", dry_run)
+    options = options or ClusteringOptions()
+    snap = table.snapshot()
+    zorder_by, sort_by, curve = options.zorder_by, options.sort_by, options.curve
+    if zorder_by is None and sort_by is None:  # keep the layout the table declares
+        declared = declared_clustering(snap.properties)
+        if declared is None:
+            raise InvalidArgumentError(
+                "expected zorder_by=[...] (a space-filling curve over several columns) or "
+                "sort_by=[...] (a linear sort), or a clustering declared on the table, found "
+                "neither; pass one, or declare it once with set_clustering(...) (lakelog "
+                "clustering URI --zorder-by ...)."
+            )
+        args = declared.optimize_arguments()
+        zorder_by, sort_by, curve = args["zorder_by"], args["sort_by"], args["curve"]
+    columns, curve_name = validate_clustering(
+        snap.schema, snap.partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
     )
+    settings = cluster_options(snap, options)
+    execution_settings = (execution or ExecutionOptions()).resolve(
+        snap.properties, default_concurrency=default_concurrency
+    )
+    partition_filter = options.partition_filter
+    files: Sequence[DataFile] = snap.files()
+    claimed = () if dry_run else claimed_files(table.storage, snap)
+    if claimed:  # under another run's live claim: that run rewrites them
+        files = [f for f in files if f.path not in claimed]
+    if partition_filter is not None:
+        match = partition_matcher(snap.schema, snap.partition_by, partition_filter)
+        mask = match([f.partition for f in files])
+        files = [f for f, keep in zip(files, mask, strict=True) if keep]
+    spec = resolve_spec(
+        table.storage,
+        files,
+        snap.schema,
+        snap.partition_by,
+        columns,
+        curve_name,
+        incremental=options.incremental,
+        options=settings,
+    )
+    fresh_keys = fresh_keys_reader(
+        table.storage, file_schema_of(snap.schema, snap.partition_by), spec
+    )
+    plan = plan_clustering(
+        snap, spec, settings, incremental=options.incremental, fresh_keys=fresh_keys, files=files
+    )
+    if partition_filter is not None:
+        plan = msgspec.structs.replace(plan, partition_filter=str(partition_filter))
+    return Prepared(
+        table=table,
+        kind=CLUSTERING,
+        plan=plan,
+        execution=execution_settings,
+        snapshot=snap,
+        dry_run=dry_run,
+        started=started,
+    )
+
+
+def optimize_table(
+    table: Table,
+    options: ClusteringOptions | None = None,
+    execution: ExecutionOptions | None = None,
+    *,
+    dry_run: bool = False,
+    progress: ProgressCallback | None = None,
+) -> MaintenanceReport:
+    """Cluster the table in this process (see :meth:`lakelog.Table.optimize`)."""
+    prepared = prepare_clustering(table, options, execution, dry_run=dry_run)
+    return run_prepared(prepared, progress=progress)
 
 
 def execute_cluster_plan(
@@ -247,101 +237,13 @@ def execute_cluster_plan(
     *,
     execution: ExecutionOptions | None = None,
     progress: ProgressCallback | None = None,
-    read_snapshot: Snapshot | None = None,
-    started: float | None = None,
     plan_id: str | None = None,
 ) -> MaintenanceReport:
-    """Execute a clustering plan (made now or loaded from JSON) on ``table``.
+    """Execute a clustering plan loaded from JSON on ``table``, in this process.
 
-    ``execution`` defaults to the table's properties. A plan made from an older
-    version first drops the groups whose sources are no longer live (reported as
-    abandoned); the spec is decoded against the schema at the plan's read version (the
-    latest version's if that one was expired since).
+    Groups whose sources are no longer live (the plan was made from an older version)
+    are dropped first and reported as abandoned. ``plan_id``: the pending plan this one
+    finishes (``Table.resume``).
     """
-    started = time.monotonic() if started is None else started
-    if read_snapshot is None:
-        read_snapshot = plan_read_snapshot(table, plan)
-        given = None
-    else:
-        given = read_snapshot
-    schema = read_snapshot.schema
-    spec = plan.cluster_spec(schema)
-
-    def make_runner(lease_id: str) -> GroupRunner:
-        def run(group: FileGroup, pacer: Pacer) -> GroupResult:
-            return _cluster(table.storage, schema, plan, spec, lease_id, group, pacer)
-
-        return run
-
-    outcome = execute_groups(
-        table,
-        plan,
-        make_runner,
-        execution=execution_options(table.properties) if execution is None else execution,
-        operation="OPTIMIZE",
-        parameters=commit_parameters(plan),
-        progress=progress,
-        read_snapshot=given,
-        plan_id=plan_id,
-    )
-    report = optimize_report(
-        plan,
-        committed=outcome.committed,
-        commits=outcome.commits,
-        abandoned=outcome.abandoned,
-        started=started,
-        paced_seconds=outcome.paced_seconds,
-    )
-    report.emit()
-    return report
-
-
-def optimize_table(
-    table: Table,
-    *,
-    zorder_by: Sequence[str] | str | None = None,
-    sort_by: Sequence[str] | str | None = None,
-    curve: str = "hilbert",
-    target_file_size: int | None = None,
-    partition_filter: Any = None,
-    incremental: bool = True,
-    max_group_bytes: int | None = None,
-    compression: str | None = None,
-    row_group_size: int | None = None,
-    max_concurrent_groups: int | None = None,
-    max_bytes_per_second: float | None = None,
-    partial_progress: bool = False,
-    dry_run: bool = False,
-    progress: ProgressCallback | None = None,
-) -> MaintenanceReport:
-    """Cluster the table (see :meth:`lakelog.Table.optimize`)."""
-    prep = prepare_optimize(
-        table,
-        zorder_by=zorder_by,
-        sort_by=sort_by,
-        curve=curve,
-        target_file_size=target_file_size,
-        partition_filter=partition_filter,
-        incremental=incremental,
-        max_group_bytes=max_group_bytes,
-        compression=compression,
-        row_group_size=row_group_size,
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-        dry_run=dry_run,
-    )
-    if dry_run or not prep.plan.groups:
-        report = optimize_report(
-            prep.plan, committed=[], commits=[], abandoned=[], started=prep.started, dry_run=dry_run
-        )
-        report.emit()
-        return report
-    return execute_cluster_plan(
-        table,
-        prep.plan,
-        execution=prep.execution,
-        progress=progress,
-        read_snapshot=prep.snapshot,
-        started=prep.started,
-    )
+    prepared = prepare_plan(table, CLUSTERING, plan, execution, plan_id=plan_id)
+    return run_prepared(prepared, progress=progress)

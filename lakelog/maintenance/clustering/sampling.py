@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from ... import threads
 from ...io.writer import WriteOptions
 from ...log.actions import DataFile
 from ...storage import Storage
 from ..sources import dataset_of, dictionary_columns, file_schema_of, read_group
-from .planner import ClusterOptions, FreshKeys
+from .planner import ClusterSettings, FreshKeys
 from .spec import (
     CURVES,
     ROW_SAMPLE,
@@ -142,7 +142,7 @@ def resolve_spec(
     curve: str,
     *,
     incremental: bool,
-    options: ClusterOptions,
+    options: ClusterSettings,
 ) -> ClusterSpec:
     """The spec of the clustered files (``incremental`` runs with the same columns and
     curve), else boundaries from a seeded sample of the clustering columns and, for
@@ -171,7 +171,7 @@ def reference_file_count(
     files: Sequence[DataFile],
     file_schema: pa.Schema,
     spec: ClusterSpec,
-    options: ClusterOptions,
+    options: ClusterSettings,
 ) -> int:
     """Files the largest partition of ``files`` is cut into, by the encoded size of rows
     from up to :data:`HEAD_FILES` files (seeded), ordered by key as a run writes them:
@@ -189,7 +189,7 @@ def reference_file_count(
         # the generator (and its file) is released when this returns
         return next(read_group(storage, file_schema, [f], batch_size=per_file), None)
 
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakelog-head") as pool:
+    with threads.pool("lakelog-head", 8) as pool:
         batches = [b for b in pool.map(head, picked) if b is not None and b.num_rows]
     if batches:
         sample = pa.Table.from_batches(batches, schema=file_schema)

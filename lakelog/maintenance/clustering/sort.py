@@ -31,7 +31,7 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -42,6 +42,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ... import threads
 from ...errors import InvalidArgumentError
 from ...io.writer import RollingWriter
 from ...log.actions import AddFile
@@ -207,7 +208,7 @@ class ExternalSorter:
         """Batches grouped into chunks of about ``_KEY_CHUNK`` rows (at most a quarter of
         ``max_bytes``) with their keys (and key counts), computed on two helper threads
         (numpy releases the GIL on large arrays); at most three chunks are in flight."""
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakelog-keys") as pool:
+        with threads.pool("lakelog-keys", 2) as pool:
             ahead: deque[tuple[list[pa.RecordBatch], Future[tuple[Any, _Hist]]]] = deque()
             group: list[pa.RecordBatch] = []
             rows = nbytes = 0
@@ -380,7 +381,7 @@ class ExternalSorter:
             if group:
                 yield group, np.concatenate(gkeys)
 
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakelog-scatter") as pool:
+        with threads.pool("lakelog-scatter", 2) as pool:
             futures = [pool.submit(scatter, g, k) for g, k in groups()]
             self._batches, self._keys = [], []
             for fut in futures:
@@ -410,7 +411,7 @@ class ExternalSorter:
     ) -> Iterator[tuple[pa.Table, npt.NDArray[np.uint64]]]:
         # gather the next slices on a helper thread while this one is consumed
         starts = list(range(0, len(order), self.slice_rows))
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakelog-take") as pool:
+        with threads.pool("lakelog-take", 1) as pool:
 
             def submit(st: int) -> Future[pa.Table]:
                 return pool.submit(table.take, pa.array(order[st : st + self.slice_rows]))
@@ -671,7 +672,8 @@ def _runs(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDA
 DELTA_ROW_GROUP_DIVISOR = 8
 """Delta files (late rows, merged into the base later) get row groups of this fraction of
 the row-group size: a query for a narrow key range then reads about the same share of
-them as of the base files, whose files cover narrow ranges (late data, issue 17)."""
+them as of the base files, whose files cover narrow ranges (so late rows waiting in delta
+files do not make a narrow query read wide row groups)."""
 
 
 class _FileJob:

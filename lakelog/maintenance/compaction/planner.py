@@ -29,19 +29,19 @@ from ...errors import InvalidArgumentError, UnsupportedFormatError
 from ...io.parquet_settings import parquet_options
 from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile, decode_schema, encode_schema
-from ...log.files import data_files
+from ...log.filelist import FileList
 from ...log.snapshot import Snapshot
 from ...partitioning import partition_dir
 from ...properties import get_float, get_int, get_str
 from ..clustering.spec import TAG_SPEC
 from ..groups import FileGroup
-from ..options import positive_int
+from ..options import CompactionOptions, with_keywords
 from ..partition_filter import partition_matcher
 
 __all__ = [
     "PLAN_FORMAT",
-    "CompactionOptions",
     "CompactionPlan",
+    "CompactionSettings",
     "bin_pack",
     "plan_compaction",
     "resolve_options",
@@ -51,8 +51,9 @@ PLAN_FORMAT = 1
 """Version of the plan JSON this library writes and the newest it reads."""
 
 
-class CompactionOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """The resolved options a plan was made with (and its outputs are written with).
+class CompactionSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The resolved options a plan was made with (and its outputs are written with):
+    :class:`~lakelog.maintenance.options.CompactionOptions` filled from the table.
 
     ``None`` for a target means that dimension does not bound files.
     """
@@ -81,7 +82,7 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
     schema: str
     """Arrow IPC serialization of the full table schema, base64 (as in the log)."""
     partition_by: tuple[str, ...] = ()
-    options: CompactionOptions
+    options: CompactionSettings
     partition_filter: str | None = None
     snapshot_file_count: int = 0
     snapshot_total_bytes: int = 0
@@ -202,17 +203,9 @@ def _human(n: int) -> str:
     return f"{x:.1f} TiB"
 
 
-def resolve_options(
-    snapshot: Snapshot,
-    *,
-    target_file_size: int | None = None,
-    target_rows: int | None = None,
-    min_file_size: int | None = None,
-    min_input_files: int | None = None,
-    compression: str | None = None,
-    row_group_size: int | None = None,
-) -> CompactionOptions:
-    """Fill unset options from table properties and validate them all."""
+def resolve_options(snapshot: Snapshot, options: CompactionOptions) -> CompactionSettings:
+    """Fill the unset options from table properties (the given ones were checked when
+    ``options`` was made)."""
     props = snapshot.properties
     ratio = get_float(props, "lakelog.compaction.min_file_size_ratio")
     if not 0 < ratio <= 1:
@@ -220,34 +213,31 @@ def resolve_options(
             f"expected table property lakelog.compaction.min_file_size_ratio in (0, 1], "
             f"found {ratio}; fix it with set_properties()."
         )
-    if target_rows is not None:
-        positive_int("target_rows", target_rows, unit="rows")
-    if target_file_size is not None:
-        positive_int("target_file_size", target_file_size, unit="bytes")
-    elif target_rows is None:
+    target_rows, target_file_size = options.target_rows, options.target_file_size
+    if target_file_size is None and target_rows is None:
         target_file_size = get_int(props, "lakelog.target_file_size")
-    if min_file_size is not None:
-        positive_int("min_file_size", min_file_size, unit="bytes")
-    elif target_file_size is not None:
+    min_file_size = options.min_file_size
+    if min_file_size is None and target_file_size is not None:
         min_file_size = max(1, int(target_file_size * ratio))
-    min_rows = None if target_rows is None else max(1, int(target_rows * ratio))
-    if min_input_files is None:
-        min_input_files = get_int(props, "lakelog.compaction.min_input_files")
-    positive_int("min_input_files", min_input_files, unit="files")
-    if row_group_size is None:
-        row_group_size = get_int(props, "lakelog.row_group_size")
-    positive_int("row_group_size", row_group_size, unit="rows")
-    codec = check_codec(
-        compression if compression is not None else get_str(props, "lakelog.compression")
-    )
-    return CompactionOptions(
+    min_input_files = options.min_input_files
+    row_group_size = options.row_group_size
+    compression = options.compression
+    return CompactionSettings(
         target_file_size=target_file_size,
         target_rows=target_rows,
         min_file_size=min_file_size,
-        min_rows=min_rows,
-        min_input_files=min_input_files,
-        row_group_size=row_group_size,
-        compression=codec,
+        min_rows=None if target_rows is None else max(1, int(target_rows * ratio)),
+        min_input_files=(
+            get_int(props, "lakelog.compaction.min_input_files")
+            if min_input_files is None
+            else min_input_files
+        ),
+        row_group_size=(
+            get_int(props, "lakelog.row_group_size") if row_group_size is None else row_group_size
+        ),
+        compression=check_codec(
+            get_str(props, "lakelog.compression") if compression is None else compression
+        ),
         parquet=parquet_options(props),
         purge_ratio=get_float(props, "lakelog.deletion_vectors.purge_ratio"),
     )
@@ -299,7 +289,7 @@ def _group_id(files: Sequence[DataFile]) -> str:
     return f"g-{digest[:16]}"
 
 
-def _estimate_outputs(files: Sequence[DataFile], options: CompactionOptions) -> int:
+def _estimate_outputs(files: Sequence[DataFile], options: CompactionSettings) -> int:
     n = 1
     if options.target_file_size is not None:
         n = max(n, math.ceil(sum(f.size_bytes for f in files) / options.target_file_size))
@@ -309,7 +299,7 @@ def _estimate_outputs(files: Sequence[DataFile], options: CompactionOptions) -> 
 
 
 def _candidates(
-    snapshot: Snapshot, options: CompactionOptions, exclude: Collection[str]
+    snapshot: Snapshot, options: CompactionSettings, exclude: Collection[str]
 ) -> list[DataFile]:
     """Files small in every bounded dimension and not in ``exclude``, decoded only for
     those rows.
@@ -318,7 +308,7 @@ def _candidates(
     ``optimize``: its small delta files are small on purpose, and merging them
     here without their order would undo the layout.
     """
-    ft = snapshot.file_table
+    ft = snapshot.entries
     clustered = pc.match_substring(ft.column("tags"), f'"{TAG_SPEC}"')
     mask: pc.Expression | None = None
     if pc.any(clustered).as_py():
@@ -337,10 +327,10 @@ def _candidates(
     if exclude:
         free = ~pc.field("path").isin(pa.array(list(exclude), pa.string()))
         mask = free if mask is None else mask & free
-    return data_files(ft if mask is None else ft.filter(mask))
+    return list(FileList.of_entries(ft if mask is None else ft.filter(mask)))
 
 
-def _purges(files: Sequence[DataFile], options: CompactionOptions) -> bool:
+def _purges(files: Sequence[DataFile], options: CompactionSettings) -> bool:
     """Whether a group holds a file compaction rewrites for its deleted rows, so it is
     rewritten even alone."""
     return any(
@@ -350,44 +340,31 @@ def _purges(files: Sequence[DataFile], options: CompactionOptions) -> bool:
 
 def plan_compaction(
     snapshot: Snapshot,
+    options: CompactionOptions | None = None,
     *,
-    target_file_size: int | None = None,
-    target_rows: int | None = None,
-    min_file_size: int | None = None,
-    min_input_files: int | None = None,
-    partition_filter: Any = None,
-    compression: str | None = None,
-    row_group_size: int | None = None,
     exclude: Collection[str] = frozenset(),
+    **keywords: Any,
 ) -> CompactionPlan:
     """Decide which files to rewrite together; pure (reads nothing but ``snapshot``).
 
+    ``options`` (default: all unset), or its fields as keyword arguments
+    (``target_file_size=...``; combined as :func:`~lakelog.maintenance.options.with_keywords`
+    says). Unset options come from the table properties (``lakelog.target_file_size``,
+    ``lakelog.compaction.*``, ``lakelog.row_group_size``, ``lakelog.compression``).
     ``exclude``: paths no group may take (files under another run's live claim,
     :func:`lakelog.maintenance.claims.claimed_files`).
-
-    Unset options come from the table properties (``lakelog.target_file_size``,
-    ``lakelog.compaction.*``, ``lakelog.row_group_size``, ``lakelog.compression``).
-    Every option is validated here, before any work.
     """
-    options = resolve_options(
-        snapshot,
-        target_file_size=target_file_size,
-        target_rows=target_rows,
-        min_file_size=min_file_size,
-        min_input_files=min_input_files,
-        compression=compression,
-        row_group_size=row_group_size,
-    )
+    request = with_keywords(options or CompactionOptions(), **keywords)
+    partition_filter = request.partition_filter
+    settings = resolve_options(snapshot, request)
     partition_by = tuple(snapshot.partition_by)
-    if isinstance(partition_filter, (list, tuple)) and not partition_filter:
-        partition_filter = None
     match = (
         None
         if partition_filter is None
         else partition_matcher(snapshot.schema, partition_by, partition_filter)
     )
     by_partition: dict[tuple[str | None, ...], list[DataFile]] = {}
-    for f in _candidates(snapshot, options, exclude):
+    for f in _candidates(snapshot, settings, exclude):
         key = tuple(f.partition.get(c) for c in partition_by)
         by_partition.setdefault(key, []).append(f)
     keys = list(by_partition)
@@ -395,23 +372,23 @@ def plan_compaction(
         selected = match([dict(zip(partition_by, k, strict=True)) for k in keys])
         keys = [k for k, ok in zip(keys, selected, strict=True) if ok]
     keys.sort(key=lambda k: tuple((v is None, v or "") for v in k))
-    need = max(2, options.min_input_files)
+    need = max(2, settings.min_input_files)
     groups: list[FileGroup] = []
     candidates = 0
     for key in keys:
         files = by_partition[key]
         candidates += len(files)
         for packed in bin_pack(
-            files, max_bytes=options.target_file_size, max_rows=options.target_rows
+            files, max_bytes=settings.target_file_size, max_rows=settings.target_rows
         ):
-            if len(packed) < need and not _purges(packed, options):
+            if len(packed) < need and not _purges(packed, settings):
                 continue
             groups.append(
                 FileGroup(
                     group_id=_group_id(packed),
                     partition=dict(zip(partition_by, key, strict=True)),
                     files=tuple(packed),
-                    estimated_output_files=_estimate_outputs(packed, options),
+                    estimated_output_files=_estimate_outputs(packed, settings),
                 )
             )
     return CompactionPlan(
@@ -419,7 +396,7 @@ def plan_compaction(
         read_version=snapshot.version,
         schema=encode_schema(snapshot.schema),
         partition_by=partition_by,
-        options=options,
+        options=settings,
         partition_filter=None if partition_filter is None else str(partition_filter),
         snapshot_file_count=snapshot.num_files,
         snapshot_total_bytes=snapshot.total_bytes,

@@ -28,7 +28,7 @@ from ...storage import Storage
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
 from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group
-from .planner import CompactionOptions
+from .planner import CompactionSettings
 
 __all__ = ["RewriteOptions", "rewrite_group"]
 
@@ -57,7 +57,7 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Page index, bloom filters and page size of the output files."""
 
     @classmethod
-    def from_compaction(cls, options: CompactionOptions) -> RewriteOptions:
+    def from_compaction(cls, options: CompactionSettings) -> RewriteOptions:
         return cls(
             target_file_size=options.target_file_size,
             target_rows=options.target_rows,

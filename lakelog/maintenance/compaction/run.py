@@ -1,17 +1,18 @@
-"""``Table.compact``: resolve the options once, plan, execute, commit, report.
+"""``Table.compact``: resolve the options once, plan, then the shared flow.
 
-:func:`compact_table` plans on the latest snapshot; :func:`execute_plan` runs
-a plan made now or loaded from JSON (a saved plan made from an older version
-first drops the groups whose sources are gone). Both run the groups on the
-shared executor (:func:`lakelog.maintenance.executor.run_groups`) with
-:func:`~lakelog.maintenance.compaction.rewrite.rewrite_group` as the runner.
+:func:`prepare_compaction` (every entry point's: ``Table.compact``, Spark, the CLI)
+resolves the options against the table and plans on the latest snapshot;
+:data:`COMPACTION` is what compaction brings to the shared flow
+(:func:`lakelog.maintenance.pipeline.run_prepared`): its commit parameters, its
+report, and :func:`~lakelog.maintenance.compaction.rewrite.rewrite_group` as the
+in-process rewrite of a group. :func:`execute_plan` runs a plan loaded from JSON.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -21,10 +22,11 @@ from ...log.snapshot import Snapshot
 from ...storage import Storage
 from ...transaction import CommitResult
 from ..claims import claimed_files
-from ..executor import GroupRunner, ProgressCallback, execute_groups
+from ..executor import GroupRunner, ProgressCallback
 from ..groups import FileGroup, GroupResult
-from ..options import ExecutionOptions, check_flag, execution_options
+from ..options import CompactionOptions, ExecutionOptions, check_flag
 from ..pacing import Pacer
+from ..pipeline import Prepared, RewriteKind, prepare_plan, run_prepared
 from ..report import MaintenanceReport, rewrite_report
 from .planner import CompactionPlan, plan_compaction
 from .rewrite import RewriteOptions, rewrite_group
@@ -33,11 +35,12 @@ if TYPE_CHECKING:
     from ...table import Table
 
 __all__ = [
+    "COMPACTION",
     "commit_parameters",
     "compact_table",
     "compaction_report",
-    "dry_run_report",
     "execute_plan",
+    "prepare_compaction",
 ]
 
 
@@ -57,59 +60,40 @@ def commit_parameters(plan: CompactionPlan) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def dry_run_report(plan: CompactionPlan, *, duration_s: float = 0.0) -> MaintenanceReport:
-    """The report of a plan that is not executed (nothing written)."""
-    return rewrite_report(
-        "compact", plan, committed=[], commits=[], abandoned=[], duration_s=duration_s, dry_run=True
-    )
-
-
-def execute_plan(
-    table: Table,
+def compaction_report(
     plan: CompactionPlan,
     *,
-    execution: ExecutionOptions | None = None,
-    progress: ProgressCallback | None = None,
-    read_snapshot: Snapshot | None = None,
-    started: float | None = None,
-    plan_id: str | None = None,
+    committed: Sequence[GroupResult],
+    commits: Sequence[CommitResult],
+    abandoned: Sequence[str],
+    started: float,
+    paced_seconds: float = 0.0,
+    dry_run: bool = False,
+    extra: Mapping[str, Any] | None = None,
 ) -> MaintenanceReport:
-    """Execute a compaction plan (made now or loaded from JSON) on ``table``.
+    """The report of a compaction plan, whatever engine ran its groups; a dry run
+    reports what the plan would do."""
+    return rewrite_report(
+        "compact",
+        plan,
+        committed=committed,
+        commits=commits,
+        abandoned=abandoned,
+        duration_s=time.monotonic() - started,
+        dry_run=dry_run,
+        paced_seconds=paced_seconds,
+        extra=dict(extra or {}),
+    )
 
-    ``execution`` defaults to :func:`~lakelog.maintenance.options.execution_options`
-    of the table's properties. A plan made from an older version first drops the
-    groups whose sources are no longer live (reported as abandoned) instead of
-    rewriting them in vain.
-    """
-    started = time.monotonic() if started is None else started
+
+def _runner(
+    table: Table, plan: CompactionPlan, snapshot: Snapshot | None, lease_id: str
+) -> GroupRunner:
     options = RewriteOptions.from_compaction(plan.options)
-    schema = plan.arrow_schema()
-
-    def make_runner(lease_id: str) -> GroupRunner:
-        opts = msgspec.structs.replace(options, lease_id=lease_id)
-        return functools.partial(_rewrite, table.storage, schema, plan.partition_by, options=opts)
-
-    outcome = execute_groups(
-        table,
-        plan,
-        make_runner,
-        execution=execution_options(table.properties) if execution is None else execution,
-        operation="COMPACT",
-        parameters=commit_parameters(plan),
-        progress=progress,
-        read_snapshot=read_snapshot,
-        plan_id=plan_id,
+    options = msgspec.structs.replace(options, lease_id=lease_id)
+    return functools.partial(
+        _rewrite, table.storage, plan.arrow_schema(), plan.partition_by, options=options
     )
-    report = compaction_report(
-        plan,
-        committed=outcome.committed,
-        commits=outcome.commits,
-        abandoned=outcome.abandoned,
-        started=started,
-        paced_seconds=outcome.paced_seconds,
-    )
-    report.emit()
-    return report
 
 
 def _rewrite(
@@ -124,75 +108,73 @@ def _rewrite(
     return rewrite_group(storage, schema, partition_by, group, options, pacer=pacer)
 
 
-def compaction_report(
-    plan: CompactionPlan,
+COMPACTION: RewriteKind[CompactionPlan] = RewriteKind(
+    operation="COMPACT", parameters=commit_parameters, report=compaction_report, runner=_runner
+)
+"""Compaction in the shared flow (:mod:`lakelog.maintenance.pipeline`)."""
+
+
+def prepare_compaction(
+    table: Table,
+    options: CompactionOptions | None = None,
+    execution: ExecutionOptions | None = None,
     *,
-    committed: Sequence[GroupResult],
-    commits: Sequence[CommitResult],
-    abandoned: Sequence[str],
-    started: float,
-    paced_seconds: float,
-    extra: dict[str, Any] | None = None,
-) -> MaintenanceReport:
-    """The report of an executed compaction plan, whatever engine ran its groups."""
-    return rewrite_report(
-        "compact",
-        plan,
-        committed=committed,
-        commits=commits,
-        abandoned=abandoned,
-        duration_s=time.monotonic() - started,
-        paced_seconds=paced_seconds,
-        extra=extra,
+    dry_run: bool = False,
+    default_concurrency: int | None = None,
+) -> Prepared[CompactionPlan]:
+    """Resolve ``options`` and ``execution`` against the table (unset fields from its
+    properties) and plan on the latest snapshot, leaving out files another run claimed.
+
+    ``default_concurrency``: the executor's default ``max_concurrent_groups`` (Spark:
+    the session's parallelism; otherwise the table property).
+    """
+    started = time.monotonic()
+    check_flag("dry_run", dry_run)
+    snap = table.snapshot()
+    settings = (execution or ExecutionOptions()).resolve(
+        snap.properties, default_concurrency=default_concurrency
+    )
+    plan = plan_compaction(
+        snap, options, exclude=() if dry_run else claimed_files(table.storage, snap)
+    )
+    return Prepared(
+        table=table,
+        kind=COMPACTION,
+        plan=plan,
+        execution=settings,
+        snapshot=snap,
+        dry_run=dry_run,
+        started=started,
     )
 
 
 def compact_table(
     table: Table,
+    options: CompactionOptions | None = None,
+    execution: ExecutionOptions | None = None,
     *,
-    target_file_size: int | None = None,
-    target_rows: int | None = None,
-    min_file_size: int | None = None,
-    min_input_files: int | None = None,
-    partition_filter: Any = None,
-    compression: str | None = None,
-    row_group_size: int | None = None,
-    max_concurrent_groups: int | None = None,
-    max_bytes_per_second: float | None = None,
-    partial_progress: bool = False,
     dry_run: bool = False,
     progress: ProgressCallback | None = None,
 ) -> MaintenanceReport:
-    """Plan on the latest snapshot and execute (see :meth:`lakelog.Table.compact`)."""
-    started = time.monotonic()
-    check_flag("dry_run", dry_run)
-    snap = table.snapshot()
-    plan = plan_compaction(
-        snap,
-        target_file_size=target_file_size,
-        target_rows=target_rows,
-        min_file_size=min_file_size,
-        min_input_files=min_input_files,
-        partition_filter=partition_filter,
-        compression=compression,
-        row_group_size=row_group_size,
-        exclude=() if dry_run else claimed_files(table.storage, snap),
-    )
-    execution = execution_options(
-        snap.properties,
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-    )
-    if dry_run:
-        report = dry_run_report(plan, duration_s=time.monotonic() - started)
-        report.emit()
-        return report
-    return execute_plan(
-        table,
-        plan,
-        execution=execution,
-        progress=progress,
-        read_snapshot=snap,
-        started=started,
-    )
+    """Plan on the latest snapshot and execute in this process (see
+    :meth:`lakelog.Table.compact`)."""
+    prepared = prepare_compaction(table, options, execution, dry_run=dry_run)
+    return run_prepared(prepared, progress=progress)
+
+
+def execute_plan(
+    table: Table,
+    plan: CompactionPlan,
+    *,
+    execution: ExecutionOptions | None = None,
+    progress: ProgressCallback | None = None,
+    plan_id: str | None = None,
+) -> MaintenanceReport:
+    """Execute a compaction plan loaded from JSON on ``table``, in this process.
+
+    Groups whose sources are no longer live (the plan was made from an older version)
+    are dropped first and reported as abandoned instead of being rewritten in vain.
+    ``plan_id``: the pending plan this one finishes (``Table.resume``).
+    """
+    prepared = prepare_plan(table, COMPACTION, plan, execution, plan_id=plan_id)
+    return run_prepared(prepared, progress=progress)

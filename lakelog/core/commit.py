@@ -1,0 +1,123 @@
+"""The one way actions reach the log: the storage check, then a :class:`Transaction`.
+
+Every writer (the table's own writes, row-level changes, maintenance, the engines)
+commits through :func:`commit` (``Table.commit`` is it, keeping the table's cached
+snapshot up to date). :func:`commit_files` is the commit of data files already
+written; :func:`commit_history` reads the commits' headers back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+from ..errors import InvalidArgumentError
+from ..leases import Lease
+from ..log.actions import Action, AddFile, AppTransaction, CommitHeader
+from ..log.commits import commit_path, decode_header, list_log
+from ..log.snapshot import Snapshot
+from ..storage import Storage
+from ..storage_check import ensure_put_if_absent
+from ..transaction import CommitResult, Kind, Rebase, Transaction, check_app_versions
+
+__all__ = ["Committed", "commit", "commit_files", "commit_history"]
+
+
+class Committed(NamedTuple):
+    """A commit's result and the snapshot it landed (None when the transaction did not
+    resolve it, e.g. an idempotent retry that found its own commit)."""
+
+    result: CommitResult
+    landed: Snapshot | None
+
+
+def commit(
+    storage: Storage,
+    read_snapshot: Snapshot,
+    actions: Sequence[Action],
+    *,
+    operation: str,
+    kind: Kind,
+    parameters: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
+    rebase: Rebase | None = None,
+    lease: Lease | None = None,
+) -> Committed:
+    """Commit ``actions`` on top of ``read_snapshot`` (see :class:`Transaction` for the
+    conflict rules of ``kind``, ``replaced_partitions`` and ``rebase``).
+
+    ``lease``: the writer lease the added files were written under; before every put it
+    checks they are still there (:meth:`Lease.before_put`).
+    """
+    # a store that ignores put-if-absent would let commits replace each other
+    ensure_put_if_absent(storage, read_snapshot.properties, actions)
+    txn = Transaction(
+        storage,
+        read_snapshot,
+        operation=operation,
+        kind=kind,
+        actions=actions,
+        parameters=parameters,
+        metrics=metrics,
+        replaced_partitions=replaced_partitions,
+        rebase=rebase,
+        before_put=None if lease is None else lease.before_put(lambda: txn.actions),
+    )
+    result = txn.commit()
+    return Committed(result, txn.landed_snapshot)
+
+
+def commit_files(
+    storage: Storage,
+    snapshot: Snapshot,
+    adds: Sequence[AddFile],
+    *,
+    mode: Literal["append", "overwrite"],
+    operation: str,
+    parameters: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    lease: Lease | None = None,
+    app: AppTransaction | None = None,
+) -> Committed:
+    """Commit data files already written on top of ``snapshot``: add them, or
+    (``overwrite``) replace every file live in ``snapshot`` with them. ``lease``: the
+    writer lease they were written under; ``app``: the app version they are
+    (exactly-once: :class:`~lakelog.errors.AppVersionCommittedError` if it is not newer
+    than the recorded one). The caller owns the files (and stages them)."""
+    actions: list[Action] = list(adds)
+    if app is not None:
+        check_app_versions([app], snapshot.app_versions, snapshot.app_commits)
+        actions.append(app)
+    out_metrics = dict(metrics or {})
+    if mode == "overwrite":
+        now = int(time.time() * 1000)
+        removed = snapshot.files()
+        actions = [f.to_remove(deletion_ms=now) for f in removed] + actions
+        out_metrics["num_removed_files"] = len(removed)
+    return commit(
+        storage,
+        snapshot,
+        actions,
+        operation=operation,
+        kind="overwrite" if mode == "overwrite" else "append",
+        parameters=parameters,
+        metrics=out_metrics,
+        lease=lease,
+    )
+
+
+def commit_history(storage: Storage, limit: int | None = None) -> list[CommitHeader]:
+    """Commit headers, newest first (at most ``limit``: an integer > 0, or None for
+    all). A commit expired while this reads is left out."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+        raise InvalidArgumentError(
+            f"expected limit to be an integer > 0 (commits) or None, found {limit!r}; "
+            f"pass a whole number such as limit=10."
+        )
+    versions = list_log(storage).commits[::-1]
+    if limit is not None:
+        versions = versions[:limit]
+    datas = storage.read_many([commit_path(v) for v in versions])
+    return [decode_header(d, v) for v, d in zip(versions, datas, strict=True) if d is not None]

@@ -1,0 +1,184 @@
+"""Creating a table: version 0, a ``metadata`` commit that may already hold files.
+
+:func:`create_with_files` is the one creation path: ``create_table`` (no files), the
+first write of ``write_table`` and of the Spark writers (files written just before, and
+staged by the writer), and ``convert`` (files another tool wrote, never deleted here).
+Version 0 is a put-if-absent like every commit, so of two writers creating one table,
+one wins and the other gets :class:`~lakelog.errors.TableExistsError`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    TableExistsError,
+)
+from ..io.parquet_settings import check_parquet_properties
+from ..io.schema import check_data_columns, check_schema, duplicate_columns, to_reader
+from ..leases import Lease
+from ..log.actions import Action, AddFile, AppTransaction, Metadata, encode_schema
+from ..log.commits import list_log
+from ..log.snapshot import Snapshot, load_snapshot
+from ..partitioning import check_partition_columns
+from ..storage import Storage
+from ..storage_check import ensure_put_if_absent, record_created
+from ..transaction import CommitResult, Transaction
+from .commit import commit_files
+from .properties import validate_properties_for
+from .staged import staged
+from .write import write_options_from, write_rows
+
+__all__ = ["OPEN_HINT", "create_with_files", "write_new_table"]
+
+OPEN_HINT = "open it with lakelog.open_table()"
+
+
+def create_with_files(
+    storage: Storage,
+    schema: pa.Schema,
+    *,
+    partition_by: Sequence[str],
+    properties: Mapping[str, Any] | None,
+    adds: Sequence[AddFile] | None,
+    operation: str = "CREATE TABLE",
+    lease: Lease | None = None,
+    app: AppTransaction | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    hint: str = OPEN_HINT,
+) -> Snapshot:
+    """Create a table whose first version may already hold files (``adds``), under the
+    writer ``lease`` and an optional ``app`` transaction (exactly-once ingest: the first
+    batch creates the table). Returns version 0.
+
+    Checks the schema (at least one column, distinct names), the partition columns and
+    the properties; refuses a location that holds a table, naming ``hint`` (what to do
+    instead) in the error. The files are the caller's: nothing here deletes them.
+    """
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
+    if not len(schema):
+        raise InvalidArgumentError("expected a schema with at least one column, found none")
+    if duplicate_columns(schema):
+        raise InvalidArgumentError(
+            f"expected distinct column names in the schema, found "
+            f"{duplicate_columns(schema)} more than once; rename the duplicates."
+        )
+    parts = check_partition_columns(schema, partition_by)
+    props = validate_properties_for(schema, parts, properties)
+    listing = list_log(storage)
+    if listing.commits or listing.manifests:
+        raise TableExistsError(
+            f"expected no table at {storage.uri}, found one (log versions up to "
+            f"{max(listing.commits[-1:] + listing.manifests[-1:])}); {hint} or choose "
+            f"another location."
+        )
+    md = Metadata(
+        table_id=uuid.uuid4().hex,
+        schema=encode_schema(schema.remove_metadata()),
+        partition_by=parts,
+        properties=props,
+        created_ms=int(time.time() * 1000),
+    )
+    ensure_put_if_absent(storage, md.properties, creating=True)
+    actions: list[Action] = [md, *(adds or [])]
+    if app is not None:
+        actions.append(app)
+    txn = Transaction(
+        storage,
+        None,
+        operation=operation,
+        kind="metadata",
+        actions=actions,
+        parameters={"partition_by": list(parts)}
+        | ({} if app is None else {"app_id": app.app_id, "app_version": app.app_version}),
+        metrics=metrics,
+        before_put=None if lease is None else lease.before_put(lambda: txn.actions),
+    )
+    try:
+        txn.commit()
+    except CommitConflictError as e:
+        raise TableExistsError(
+            f"expected no table at {storage.uri}, found one created concurrently; {hint}."
+        ) from e
+    record_created(storage)
+    return txn.landed_snapshot or load_snapshot(storage)
+
+
+def write_new_table(
+    storage: Storage,
+    data: Any,
+    *,
+    mode: str,
+    partition_by: Sequence[str],
+    properties: dict[str, str],
+) -> CommitResult:
+    """``write_table`` where no table is: create it with the data's schema and the data
+    in version 0. When another writer creates the table meanwhile, the files already
+    written (the data may be a stream that cannot be read again) are committed on top of
+    it (``mode`` append or overwrite), or refused (``mode="error"``)."""
+    reader = to_reader(data)
+    check_data_columns(reader.schema)
+    schema = reader.schema.remove_metadata()
+    parts = check_partition_columns(schema, partition_by)
+    check_parquet_properties(properties, schema, parts)
+    options = write_options_from(properties)
+    ensure_put_if_absent(storage, properties, creating=True)  # before any data is written
+    operation = "CREATE TABLE AS WRITE"
+    with (
+        Lease.acquire(storage, operation=operation, properties=properties) as lease,
+        staged(storage) as files,
+    ):
+        with files.before_commit():
+            adds = files.add(
+                write_rows(
+                    storage,
+                    reader,
+                    schema=schema,
+                    partition_by=parts,
+                    options=options,
+                    lease_id=lease.lease_id,
+                )
+            )
+        try:
+            created = create_with_files(
+                storage,
+                schema,
+                partition_by=parts,
+                properties=properties,
+                adds=adds,
+                operation=operation,
+                lease=lease,
+            )
+            return CommitResult(version=created.version, attempts=1, operation=operation)
+        except TableExistsError:
+            if mode == "error":
+                raise
+        snap = load_snapshot(storage)  # created concurrently: commit on top of it
+        check_schema(schema, snap.schema)
+        if tuple(snap.partition_by) != parts:
+            raise SchemaMismatchError(
+                f"expected partition_by {list(snap.partition_by)} of the existing table, "
+                f"found {list(parts)}"
+            )
+        return commit_files(
+            storage,
+            snap,
+            adds,
+            mode="append" if mode == "append" else "overwrite",
+            operation="APPEND" if mode == "append" else "OVERWRITE",
+            metrics={
+                "num_files": len(adds),
+                "num_rows": sum(a.num_rows for a in adds),
+                "num_bytes": sum(a.size_bytes for a in adds),
+            },
+            lease=lease,
+        ).result

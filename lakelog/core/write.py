@@ -1,0 +1,310 @@
+"""Writing rows into a table: the options files are written with, the files, and the
+commit of an ``append`` or an ``overwrite`` (whole table or partitions).
+
+Each write runs under a writer lease (its files carry the lease's id, so vacuum leaves
+them alone) and stages its files (:func:`~.staged.staged`): a write whose commit did
+not land leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .._failpoints import failpoint
+from ..errors import (
+    AppVersionCommittedError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    TableExistsError,
+)
+from ..io.parquet_settings import parquet_options
+from ..io.schema import conform, to_reader
+from ..io.writer import WriteOptions, check_codec, write_files
+from ..leases import Lease
+from ..log.actions import Action, AddFile
+from ..log.snapshot import Snapshot
+from ..partitioning import partition_string
+from ..properties import get_int, get_str
+from ..storage import Storage
+from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
+from .schema import SchemaMode, check_schema_mode, plan_write
+from .staged import staged
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = [
+    "WRITE_MODES",
+    "append",
+    "check_overwrite_where",
+    "check_write_mode",
+    "check_write_to",
+    "landed_first",
+    "overwrite",
+    "partition_scope",
+    "write_options_from",
+    "write_rows",
+]
+
+WRITE_MODES = ("append", "overwrite", "error")
+
+
+def write_options_from(
+    properties: Mapping[str, str],
+    *,
+    target_file_size: int | None = None,
+    row_group_size: int | None = None,
+    compression: str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> WriteOptions:
+    """The options data files are written with: each given one, else the table
+    ``properties``' (``lakelog.target_file_size``, ``row_group_size``, ``compression``
+    and the ``lakelog.parquet.*`` settings)."""
+    return WriteOptions(
+        target_file_size=target_file_size or get_int(properties, "lakelog.target_file_size"),
+        row_group_size=row_group_size or get_int(properties, "lakelog.row_group_size"),
+        compression=check_codec(compression or get_str(properties, "lakelog.compression")),
+        tags=dict(tags or {}),
+        parquet=parquet_options(properties),
+    )
+
+
+def write_rows(
+    storage: Storage,
+    data: Any,
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    options: WriteOptions,
+    lease_id: str,
+) -> list[AddFile]:
+    """Write ``data`` (a Table, RecordBatch, RecordBatchReader or batches) as files of
+    ``schema``, converted to it batch by batch. The caller checked the data's schema
+    against ``schema`` (:func:`~.schema.plan_write`). Partial files of a failed write
+    are deleted by the writer."""
+    batches = (conform(b, schema) for b in to_reader(data) if b.num_rows)
+    return write_files(
+        storage,
+        batches,
+        schema=schema,
+        partition_by=tuple(partition_by),
+        options=options,
+        lease_id=lease_id,
+    )
+
+
+def append(
+    table: Table,
+    snapshot: Snapshot,
+    data: Any,
+    *,
+    schema_mode: SchemaMode = "strict",
+    app_id: str | None = None,
+    app_version: int | None = None,
+) -> CommitResult:
+    """:meth:`lakelog.Table.append`: ``snapshot`` is the table's cached one, written on
+    unless the schema may change or the append is exactly-once (then the latest is
+    read: the decision needs its schema and app versions)."""
+    check_schema_mode(schema_mode)
+    app = app_transaction(app_id, app_version)
+    snap = snapshot
+    if app is not None or schema_mode != "strict":
+        snap = table.snapshot()
+    done = skipped_result(snap, app, operation="APPEND")
+    if done is not None:
+        return done
+    storage = table.storage
+    try:
+        with (
+            Lease.acquire(storage, operation="APPEND", properties=snap.properties) as lease,
+            staged(storage) as files,
+        ):
+            with files.before_commit():
+                reader = to_reader(data)
+                plan = plan_write(snap, reader.schema, schema_mode)
+                adds = files.add(
+                    write_rows(
+                        storage,
+                        reader,
+                        schema=plan.schema,
+                        partition_by=snap.partition_by,
+                        options=write_options_from(snap.properties),
+                        lease_id=lease.lease_id,
+                    )
+                )
+                failpoint("append:before-commit")
+                actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+                actions += adds
+                parameters = plan.parameters()
+                if app is not None:
+                    actions.append(app)
+                    parameters.update(app_id=app.app_id, app_version=app.app_version)
+            return table.commit(
+                actions,
+                operation="APPEND",
+                kind="append",
+                read_snapshot=snap,
+                parameters=parameters,
+                metrics={
+                    "num_files": len(adds),
+                    "num_rows": sum(a.num_rows for a in adds),
+                    "num_bytes": sum(a.size_bytes for a in adds),
+                },
+                lease=lease,
+            )
+    except AppVersionCommittedError as e:  # the same batch landed first; files deleted
+        return landed_first(storage, e, operation="APPEND")
+
+
+def landed_first(
+    storage: Storage, error: AppVersionCommittedError, *, operation: str
+) -> CommitResult:
+    """The result of an exactly-once write whose app version landed first (``error``):
+    the commit that recorded it, with ``skipped=True``."""
+    return CommitResult(
+        version=app_commit(
+            storage,
+            error.app_id,
+            error.app_version,
+            recorded=error.recorded_version,
+            recorded_at=error.winning_version if error.winning_version is not None else -1,
+        ),
+        attempts=0,
+        operation=operation,
+        skipped=True,
+    )
+
+
+def check_overwrite_where(
+    *, partitions: Sequence[Mapping[str, Any]] | None, schema_mode: Any
+) -> None:
+    """Refuse what an ``overwrite(where=...)`` cannot take with it."""
+    check_schema_mode(schema_mode)
+    if partitions is not None:
+        raise InvalidArgumentError(
+            "expected partitions= or where=, found both; a predicate on the "
+            "partition columns in where= says the same."
+        )
+    if schema_mode != "strict":
+        raise InvalidArgumentError(
+            "expected schema_mode='strict' with where= (rows replaced by a "
+            "predicate keep the table's schema), found 'merge'; evolve the schema "
+            "first with add_columns() or widen_column()."
+        )
+
+
+def overwrite(
+    table: Table,
+    data: Any,
+    *,
+    partitions: Sequence[Mapping[str, Any]] | None = None,
+    schema_mode: SchemaMode = "strict",
+) -> CommitResult:
+    """:meth:`lakelog.Table.overwrite` of the whole table or of ``partitions``, on the
+    latest snapshot."""
+    check_schema_mode(schema_mode)
+    snap: Snapshot = table.snapshot()
+    scope: list[dict[str, str | None]] | None = None
+    if partitions is not None:
+        scope = partition_scope(snap.partition_by, partitions)
+    storage = table.storage
+    with (
+        Lease.acquire(storage, operation="OVERWRITE", properties=snap.properties) as lease,
+        staged(storage) as files,
+    ):
+        with files.before_commit():
+            reader = to_reader(data)
+            plan = plan_write(snap, reader.schema, schema_mode)
+            adds = files.add(
+                write_rows(
+                    storage,
+                    reader,
+                    schema=plan.schema,
+                    partition_by=snap.partition_by,
+                    options=write_options_from(snap.properties),
+                    lease_id=lease.lease_id,
+                )
+            )
+            if scope is not None:
+                keys = {tuple(sorted(p.items())) for p in scope}
+                if any(tuple(sorted(a.partition.items())) not in keys for a in adds):
+                    raise InvalidArgumentError(
+                        f"expected every row in the partitions being replaced {scope}, found "
+                        f"rows for other partitions; include them in partitions= or filter "
+                        f"the data."
+                    )
+            now = int(time.time() * 1000)
+            parts = snap.partition_by
+            replaced = [
+                f
+                for f in snap.files()
+                if scope is None or {k: f.partition.get(k) for k in parts} in scope
+            ]
+            actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+            actions += [f.to_remove(deletion_ms=now) for f in replaced]
+            actions.extend(adds)
+            parameters = {"partitions": scope} if scope is not None else {}
+        return table.commit(
+            actions,
+            operation="OVERWRITE",
+            kind="overwrite",
+            read_snapshot=snap,
+            parameters={**parameters, **plan.parameters()},
+            metrics={
+                "num_files": len(adds),
+                "num_rows": sum(a.num_rows for a in adds),
+                "num_removed_files": len(replaced),
+            },
+            replaced_partitions=scope,
+            lease=lease,
+        )
+
+
+def partition_scope(
+    partition_by: Sequence[str], partitions: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+) -> list[dict[str, str | None]]:
+    """The partitions an ``overwrite(partitions=...)`` replaces, in the log's string
+    form: each must give a value for exactly the partition columns."""
+    if not partition_by:
+        raise InvalidArgumentError(
+            "expected a partitioned table for overwrite(partitions=...), found an "
+            "unpartitioned one; call overwrite(data) to replace the whole table."
+        )
+    if isinstance(partitions, Mapping):
+        partitions = [partitions]
+    scope = []
+    for p in partitions:
+        if set(p) != set(partition_by):
+            raise InvalidArgumentError(
+                f"expected values for exactly the partition columns {list(partition_by)}, "
+                f"found {sorted(p)}"
+            )
+        scope.append({k: partition_string(p[k]) for k in partition_by})
+    return scope
+
+
+def check_write_mode(mode: Any) -> None:
+    """Refuse a ``write_table`` mode other than append, overwrite or error."""
+    if mode not in WRITE_MODES:
+        raise InvalidArgumentError(
+            f"expected mode 'append', 'overwrite' or 'error', found {mode!r}"
+        )
+
+
+def check_write_to(snapshot: Snapshot, *, mode: str, partition_by: Sequence[str]) -> None:
+    """Refuse a ``write_table`` to the existing table of ``snapshot``: any write with
+    ``mode="error"``, and a ``partition_by`` other than the table's."""
+    if mode == "error":
+        raise TableExistsError(
+            f"expected no table at {snapshot.storage.uri} (mode='error'), found one at "
+            f"version {snapshot.version}; use mode='append' or 'overwrite'."
+        )
+    if partition_by and tuple(partition_by) != tuple(snapshot.partition_by):
+        raise SchemaMismatchError(
+            f"expected partition_by {list(snapshot.partition_by)} of the existing table, "
+            f"found {list(partition_by)}; omit partition_by when writing to an existing table."
+        )

@@ -1,0 +1,365 @@
+"""Reading the rows of a snapshot: Arrow tables, batches, scanners, datasets, engines.
+
+:class:`Snapshot` is the public snapshot: the log's resolved version
+(:class:`lakelog.log.snapshot.Snapshot`, a pure value of the log) plus reading its
+rows. Files are pruned by the log's partition values and statistics, row groups by
+footers and bloom filters (:mod:`lakelog.scan.skipping`), and the rows a deletion
+vector marks are dropped (:mod:`lakelog.scan.rows`). The log never imports this
+package: reading sits above resolving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from ..errors import (
+    DataFileMissingError,
+    DeletedRowsError,
+    InvalidArgumentError,
+    LakelogError,
+)
+from ..filters import FilterLike
+from ..log.actions import DataFile
+from ..log.snapshot import Snapshot as ResolvedSnapshot
+from ..stats import file_guarantee, filter_may_select_nan, referenced_columns
+from .engines import to_duckdb, to_pandas, to_polars
+from .rows import live_batches
+from .skipping import prune_fragments, wants_footers
+
+__all__ = ["Snapshot", "readable"]
+
+
+class Snapshot(ResolvedSnapshot):
+    """The table as of one version (immutable), with its rows readable.
+
+    Everything about the version (files, counts, schema, properties) comes from the
+    log's :class:`lakelog.log.snapshot.Snapshot`; this adds reading the rows.
+    """
+
+    @classmethod
+    def of(cls, resolved: ResolvedSnapshot) -> Snapshot:
+        """The readable form of a resolved snapshot, sharing its state and caches."""
+        if isinstance(resolved, cls):
+            return resolved
+        out = cls.__new__(cls)
+        out.__dict__.update(resolved.__dict__)
+        return out
+
+    # -- reading ---------------------------------------------------------------
+    def dataset(
+        self, filter: FilterLike = None, *, deleted: str = "refuse"
+    ) -> ds.FileSystemDataset:
+        """A pyarrow Dataset over exactly this snapshot's files.
+
+        Each fragment carries its partition values and (null-safe) min/max
+        ranges, so pyarrow prunes too; ``filter`` pre-prunes the file list, and,
+        when it constrains a data column, the row groups inside the files by their
+        statistics and bloom filters (:mod:`lakelog.scan.skipping`; a file gone
+        missing is then a :class:`DataFileMissingError`). Reading it directly gives
+        pyarrow's own errors (a missing file is a bare ``FileNotFoundError``);
+        :meth:`to_arrow` and :meth:`to_batches` type them.
+
+        A plain Dataset cannot drop the rows a deletion vector marks (format.md,
+        "Deletion vectors"): when a selected file has one, this refuses with
+        :class:`DeletedRowsError` (``deleted="refuse"``, the default) or, with
+        ``deleted="include"``, returns every physical row, deleted ones too. Read such
+        a table with :meth:`to_arrow`, :meth:`to_batches`, :meth:`scanner` or the
+        engine readers, which drop them.
+
+        Args:
+            filter: a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples or pyarrow
+                Expression) that prunes files and row groups; rows are not filtered (pass
+                it to the Dataset's reads too). Default None.
+            deleted: ``"refuse"`` (default) or ``"include"``, for files with deleted rows.
+        """
+        if deleted not in ("refuse", "include"):
+            raise InvalidArgumentError(
+                f"expected deleted to be 'refuse' or 'include', found {deleted!r}"
+            )
+        files = self.files(filter)
+        if deleted == "refuse":
+            marked = [f.path for f in files if f.deleted is not None]
+            if marked:
+                raise DeletedRowsError(
+                    f"expected files without deleted rows for a plain pyarrow Dataset of "
+                    f"version {self.version} of {self.storage.uri}, found {len(marked)} with "
+                    f"a deletion vector (e.g. {marked[0]!r}), whose deleted rows a Dataset "
+                    f"would return. Read with snapshot.to_arrow(), to_batches() or "
+                    f"scanner() (or to_duckdb/to_polars/to_pandas), which drop them; or "
+                    f"compact the table to rewrite those files; or pass deleted='include' "
+                    f"to see every physical row."
+                )
+        return self._dataset_of(files, filter)
+
+    def _dataset_of(self, files: Sequence[DataFile], filter: FilterLike) -> ds.FileSystemDataset:
+        schema = self.schema
+        fmt = ds.ParquetFileFormat()
+        fs = self.storage.arrow_filesystem()
+        true = pc.scalar(True)
+        frags = []
+        for f in files:
+            g = file_guarantee(f, schema, null_safe=True)
+            frags.append(
+                fmt.make_fragment(
+                    self.storage.full(f.path),
+                    filesystem=fs,
+                    partition_expression=true if g is None else g,
+                    file_size=f.size_bytes,
+                )
+            )
+        pred, expr = self._filter(filter)
+        if expr is not None and wants_footers(pred, self.partition_by):
+            try:
+                frags = prune_fragments(self.storage, frags, pred, expr, schema)  # type: ignore[arg-type]
+            except FileNotFoundError as e:
+                raise self._missing_file(e) from e
+        return ds.FileSystemDataset(frags, schema, fmt, fs)
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> pa.Table:
+        """Read the snapshot (or the matching rows and columns) into a Table.
+
+        A referenced data file deleted outside lakelog is a :class:`DataFileMissingError`.
+
+        Args:
+            columns: the columns to read, in this order; default None, all of them.
+            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
+                or pyarrow Expression); it also prunes files and row groups. Default None.
+        """
+        _, expr = self._filter(filter)
+        cols = self._check_columns(columns)
+        files = self.files(expr)
+        if any(f.deleted is not None for f in files):
+            out = self._out_schema(cols)
+            with self._reading():  # in this thread: no pyarrow thread holds the generator
+                got = list(self._live_batches(files, cols, expr, 65536))
+            return pa.Table.from_batches(got, schema=out)
+        dataset = self._dataset_of(files, expr)
+        with self._reading():
+            if expr is not None and filter_may_select_nan(expr, self.schema):
+                wide = _with_filter_columns(cols, expr, self.schema)
+                got = dataset.to_table(columns=wide).filter(expr)
+                return got if cols is None else got.select(cols)
+            return dataset.to_table(columns=cols, filter=expr)
+
+    def to_batches(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike = None,
+        *,
+        batch_size: int = 65536,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the snapshot as record batches of up to ``batch_size`` rows (bounded
+        memory). Arguments are checked on the call, errors are typed as in :meth:`to_arrow`.
+
+        Args:
+            columns: the columns to read, in this order; default None, all of them.
+            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
+                or pyarrow Expression); it also prunes files and row groups. Default None.
+            batch_size: the most rows per batch; default 65,536.
+        """
+        _check_batch_size(batch_size)
+        _, expr = self._filter(filter)
+        cols = self._check_columns(columns)
+        files = self.files(expr)
+        if any(f.deleted is not None for f in files):
+            return self._typed(self._live_batches(files, cols, expr, batch_size))
+        return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
+
+    def scanner(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike = None,
+        *,
+        batch_size: int = 65536,
+    ) -> ds.Scanner:
+        """A pyarrow Scanner over the live rows of the snapshot that match ``filter``
+        (files and row groups pruned as in :meth:`dataset`; rows deletion vectors mark
+        dropped): what DuckDB and polars read through :meth:`to_duckdb` and
+        :meth:`to_polars`. Errors while scanning are pyarrow's, as for :meth:`dataset`.
+
+        Args:
+            columns: the columns to read, in this order; default None, all of them.
+            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
+                or pyarrow Expression); it also prunes files and row groups. Default None.
+            batch_size: the most rows per batch; default 65,536.
+        """
+        _check_batch_size(batch_size)
+        _, expr = self._filter(filter)
+        cols = self._check_columns(columns)
+        files = self.files(expr)
+        if any(f.deleted is not None for f in files):
+            return ds.Scanner.from_batches(
+                self._live_batches(files, cols, expr, batch_size),
+                schema=self._out_schema(cols),
+                batch_size=batch_size,
+                use_threads=False,
+            )
+        return self._dataset_of(files, expr).scanner(
+            columns=cols, filter=expr, batch_size=batch_size
+        )
+
+    def _out_schema(self, columns: list[str] | None) -> pa.Schema:
+        if columns is None:
+            return self.schema
+        return pa.schema([self.schema.field(n) for n in columns])
+
+    def _live_batches(
+        self,
+        files: Sequence[DataFile],
+        columns: list[str] | None,
+        expr: pc.Expression | None,
+        batch_size: int,
+    ) -> Iterator[pa.RecordBatch]:
+        """The matching rows of ``files``, some with deletion vectors: those are read
+        through :func:`lakelog.scan.rows.live_batches` (positions dropped, several files at
+        once), the rest through a Dataset as usual; both filtered and projected."""
+        plain = [f for f in files if f.deleted is None]
+        marked = [f for f in files if f.deleted is not None]
+        if plain:
+            yield from self._stream(self._dataset_of(plain, expr), columns, expr, batch_size)
+        yield from live_batches(
+            self.storage,
+            marked,
+            self.schema,
+            self.partition_by,
+            columns=columns,
+            filter=expr,
+            version=self.version,
+            batch_size=batch_size,
+        )
+
+    def _typed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with self._reading():
+            yield from batches
+
+    def _stream(
+        self,
+        dataset: ds.FileSystemDataset,
+        columns: list[str] | None,
+        expr: pc.Expression | None,
+        batch_size: int,
+    ) -> Iterator[pa.RecordBatch]:
+        with self._reading():
+            if expr is None or not filter_may_select_nan(expr, self.schema):
+                yield from dataset.to_batches(columns=columns, filter=expr, batch_size=batch_size)
+                return
+            wide = _with_filter_columns(columns, expr, self.schema)
+            for batch in dataset.to_batches(columns=wide, batch_size=batch_size):
+                got = pa.Table.from_batches([batch]).filter(expr)
+                if columns is not None:
+                    got = got.select(columns)
+                yield from got.to_batches()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Typed errors for reading the data files: a filter over unknown columns, a
+        data file deleted outside lakelog."""
+        try:
+            yield
+        except FileNotFoundError as e:
+            if isinstance(e, LakelogError):
+                raise
+            raise self._missing_file(e) from e
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            if "No match for FieldRef" in str(e):
+                raise InvalidArgumentError(
+                    f"expected a filter over the table's columns {self.schema.names}: {e}"
+                ) from e
+            raise
+
+    def _missing_file(self, error: FileNotFoundError) -> DataFileMissingError:
+        """The error for a data file of this version that is gone: the one the
+        filesystem error names, else the first that no longer exists."""
+        text = str(error)
+        named = [f.path for f in self._all_files if self.storage.full(f.path) in text]
+        path = max(named, key=len) if named else None
+        if path is None:
+            path = next((f.path for f in self._all_files if not self.storage.exists(f.path)), "")
+        where = f"{path!r}" if path else f"({error})"
+        return DataFileMissingError(
+            f"expected data file {where}, which version {self.version} of {self.storage.uri} "
+            f"references, found it missing: it was deleted outside lakelog (lakelog only "
+            f"deletes files that no retained version references). Restore it from a backup, "
+            f"or read a version that does not reference it (time travel with "
+            f"table.snapshot(version)); to drop it for good, overwrite the rows or partition "
+            f"it held.",
+            path=path,
+            version=self.version,
+        )
+
+    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
+        if columns is None:
+            return None
+        if isinstance(columns, str):
+            columns = [columns]
+        missing = [c for c in columns if c not in self.schema.names]
+        if missing:
+            raise InvalidArgumentError(
+                f"expected columns of the table {self.schema.names}, found unknown {missing}"
+            )
+        return list(columns)
+
+    # -- other engines (lakelog.scan.engines; docs/reading.md) -----------------
+    def to_duckdb(self, con: Any = None, *, name: str, filter: FilterLike = None) -> Any:
+        """Register this snapshot on a DuckDB connection (None: DuckDB's default one) as
+        the view ``name`` and return its relation. Filters of queries on it prune files
+        and row groups through lakelog.
+
+        Args:
+            con: a DuckDB connection; default None, DuckDB's default one.
+            name: the view's name.
+            filter: limits the view to matching rows, a :data:`~lakelog.FilterLike`;
+                default None.
+        """
+        return to_duckdb(self, con, name=name, filter=filter)
+
+    def to_polars(self, *, columns: Sequence[str] | None = None, filter: FilterLike = None) -> Any:
+        """This snapshot as a polars LazyFrame whose filters prune through lakelog.
+
+        Args:
+            columns: the columns to read, in this order; default None, all of them.
+            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
+                or pyarrow Expression); it also prunes files and row groups. Default None.
+        """
+        return to_polars(self, columns=columns, filter=filter)
+
+    def to_pandas(
+        self, *, columns: Sequence[str] | None = None, filter: FilterLike = None, **options: Any
+    ) -> Any:
+        """The matching rows as a pandas DataFrame.
+
+        Args:
+            columns: the columns to read, in this order; default None, all of them.
+            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
+                or pyarrow Expression); it also prunes files and row groups. Default None.
+            options: passed to ``pyarrow.Table.to_pandas``.
+        """
+        return to_pandas(self, columns=columns, filter=filter, **options)
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise InvalidArgumentError(
+            f"expected batch_size to be an integer > 0 (rows), found {batch_size!r}; "
+            f"pass a whole number of rows such as batch_size=65536."
+        )
+
+
+def _with_filter_columns(
+    columns: list[str] | None, expr: pc.Expression, schema: pa.Schema
+) -> list[str] | None:
+    """``columns`` plus those ``expr`` may refer to (to filter after the scan)."""
+    if columns is None:
+        return None
+    return [*columns, *(c for c in referenced_columns(expr, schema.names) if c not in columns)]
+
+
+def readable(resolved: ResolvedSnapshot) -> Snapshot:
+    """The readable form of a resolved snapshot (see :meth:`Snapshot.of`)."""
+    return Snapshot.of(resolved)

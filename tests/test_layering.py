@@ -1,0 +1,113 @@
+"""The package layout's rules, checked on the imports of every module of lakelog/.
+
+Data flows one way (docs/architecture.md): ``log/`` resolves versions and imports
+nothing above it; reading rows (``scan/``) and everything that writes sits above the
+log; the subpackages build on the core, not on the ``Table`` facade; and no package
+imports another package's private (``_``) names. Imports under ``TYPE_CHECKING`` are
+for type hints only and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "lakelog"
+
+BELOW_LOG = {"errors", "filters", "paths", "stats", "storage", "partitioning", "_failpoints"}
+"""What ``lakelog.log`` may import besides itself: leaf modules with no table logic."""
+
+ABOVE_FACADE = {"cli", "__init__", "__main__", "table"}
+"""Who may import ``lakelog.table`` at run time: the facade's users, never its parts."""
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(current: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = current.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _runtime_imports(path: Path) -> Iterator[tuple[str, list[str], int]]:
+    """(imported module, names, line) of each import not under ``if TYPE_CHECKING``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    current, is_package = _module(path), path.name == "__init__.py"
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    typing_only.add(id(sub))
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(current, is_package, node)
+            yield target, [a.name for a in node.names], node.lineno
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, [], node.lineno
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if _top(_module(p)) == "log"], ids=str)
+def test_the_log_imports_nothing_above_it(path: Path) -> None:
+    bad = [
+        f"line {line}: {target}"
+        for target, _, line in _runtime_imports(path)
+        if target.startswith("lakelog") and _top(target) not in {"log", *BELOW_LOG}
+    ]
+    assert not bad, f"{_module(path)} imports above the log: {bad}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=str)
+def test_no_package_imports_another_packages_private_names(path: Path) -> None:
+    here = _top(_module(path))
+    bad = []
+    for target, names, line in _runtime_imports(path):
+        if not target.startswith("lakelog") or _top(target) == here:
+            continue
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        hidden = [
+            p
+            for p in target.split(".")[1:]
+            if p.startswith("_") and not p.startswith("__") and p != "_failpoints"
+        ]
+        if private or hidden:
+            bad.append(f"line {line}: from {target} import {', '.join(names)}")
+    assert not bad, f"{_module(path)} reaches into another package's private names: {bad}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=str)
+def test_only_the_facades_users_import_the_table_facade(path: Path) -> None:
+    module = _module(path)
+    if _top(module) in ABOVE_FACADE or module == "lakelog":
+        return
+    bad = [
+        f"line {line}: {target}"
+        for target, _, line in _runtime_imports(path)
+        if target == "lakelog.table"
+    ]
+    assert not bad, f"{module} imports the Table facade at run time (use the core): {bad}"
