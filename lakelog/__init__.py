@@ -13,6 +13,7 @@ from .changes import ChangeResult, FileChange, MergeReport
 from .errors import (
     AdoptedFilesMissingError,
     AppVersionCommittedError,
+    ChangeFeedError,
     CleanupRunningError,
     CommitConflictError,
     CorruptLogError,
@@ -51,6 +52,7 @@ __all__ = [
     "AppVersionCommittedError",
     "CleanupRunningError",
     "DeletedRowsError",
+    "ChangeFeedError",
     "ChangeResult",
     "ClusteringOptions",
     "CommitConflictError",

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
+    "ChangeFeedError",
     "CleanupRunningError",
     "DeletedRowsError",
     "CommitConflictError",
@@ -107,6 +108,18 @@ class VersionExpiredError(VersionNotFoundError):
     def __init__(self, message: str, *, oldest_version: int) -> None:
         super().__init__(message)
         self.oldest_version = oldest_version
+
+
+class ChangeFeedError(LakelogError):
+    """The change feed of a range cannot be given: a commit in it changed rows inside
+    files (a delete, update, merge or overwrite with a ``where``) without recording
+    them in change files (``docs/format.md``, "Change data feed"). ``version`` is that
+    commit (None: not one commit); the feed is complete from the commit after the table
+    property ``lakelog.change_data_feed`` was set to true."""
+
+    def __init__(self, message: str, *, version: int | None = None) -> None:
+        super().__init__(message)
+        self.version = version
 
 
 class UnsupportedFormatError(LakelogError):

@@ -42,7 +42,7 @@ import msgspec
 
 from ._failpoints import pausepoint
 from .errors import AdoptedFilesMissingError, LeaseExpiredError
-from .log.actions import Action, AddFile
+from .log.actions import Action, AddFile, ChangeFile
 from .log.commits import LOG_DIR
 from .properties import get_float
 from .storage import Storage
@@ -239,8 +239,8 @@ def read_leases(storage: Storage) -> list[LeaseRecord]:
 
 
 def added_paths(actions: Iterable[Action]) -> list[str]:
-    """Paths of the data files a list of actions adds."""
-    return [a.path for a in actions if isinstance(a, AddFile)]
+    """Paths of the files a list of actions adds: data files and change files."""
+    return [a.path for a in actions if isinstance(a, (AddFile, ChangeFile))]
 
 
 class Lease:

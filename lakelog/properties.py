@@ -392,6 +392,14 @@ PROPERTIES: dict[str, Property] = {
             "bytes of updated rows of marked files a change buffers, then writes together",
             low=1,
         ),
+        # the change data feed (docs/format.md, "Change data feed")
+        Property(
+            "lakelog.change_data_feed",
+            "bool",
+            "false",
+            "row-level changes record the rows they delete, insert and update in change "
+            "files, for the change feed",
+        ),
         # the Delta-compatible view (lakelog/interop/delta/, docs/delta-view.md)
         Property(
             "lakelog.delta_view",

@@ -27,6 +27,7 @@ __all__ = ["Table", "create_table", "open_table", "write_table"]
 
 if TYPE_CHECKING:
     from .changes import ChangeResult, MergeReport
+    from .filters import FilterLike, PartitionFilterLike
     from .inspect import TableInspect
     from .maintenance.claims import PlanStatus
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from .maintenance.clustering.spec import DeclaredClustering
     from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
     from .maintenance.report import MaintenanceReport
+    from .scan.changes import ChangeFeed
     from .upgrade import UpgradeReport
 
 WriteMode = Literal["append", "overwrite", "error"]
@@ -47,6 +49,13 @@ class Table:
     """
 
     def __init__(self, storage: Storage, snapshot: Snapshot) -> None:
+        """A table with ``snapshot`` cached (:func:`open_table` and :func:`create_table`
+        make one from a URI).
+
+        Args:
+            storage: the table's storage: its root URI and filesystem.
+            snapshot: the resolved snapshot to cache, a version of that table.
+        """
         self.storage = storage
         self._snapshot = snapshot
 
@@ -56,6 +65,7 @@ class Table:
     # -- state -------------------------------------------------------------------
     @property
     def uri(self) -> str:
+        """The URI of the table's root."""
         return self.storage.uri
 
     @property
@@ -65,18 +75,23 @@ class Table:
 
     @property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of the cached snapshot."""
         return self._snapshot.schema
 
     @property
     def partition_by(self) -> tuple[str, ...]:
+        """The partition columns, in order (empty: not partitioned)."""
         return self._snapshot.partition_by
 
     @property
     def properties(self) -> dict[str, str]:
+        """The table properties of the cached snapshot."""
         return self._snapshot.properties
 
     @property
     def metadata(self) -> Metadata:
+        """The ``metadata`` action of the cached snapshot (id, schema, partitioning,
+        properties, format version)."""
         return self._snapshot.metadata
 
     def refresh(self) -> Table:
@@ -109,7 +124,19 @@ class Table:
     def snapshot(
         self, version: int | None = None, *, as_of: dt.datetime | None = None
     ) -> ReadableSnapshot:
-        """The latest snapshot, the one at ``version``, or the latest at or before ``as_of``."""
+        """The latest snapshot, the one at ``version``, or the latest at or before ``as_of``.
+
+        Args:
+            version: the version to read; default None, the latest (the cache is
+                refreshed).
+            as_of: instead of ``version``, the latest version committed at or before
+                this datetime (naive means UTC); default None.
+
+        Raises:
+            InvalidArgumentError: both ``version`` and ``as_of``, or a value of another type.
+            VersionNotFoundError: no such version (:class:`VersionExpiredError` when
+                it was expired).
+        """
         if version is not None and as_of is not None:
             raise InvalidArgumentError("expected version or as_of, found both")
         if as_of is not None:
@@ -127,8 +154,50 @@ class Table:
         return readable(load_snapshot(self.storage, version))
 
     def history(self, limit: int | None = None) -> list[CommitHeader]:
-        """Commit headers, newest first (operation, parameters, metrics, time)."""
+        """Commit headers, newest first (operation, parameters, metrics, time).
+
+        Args:
+            limit: at most this many commits (an integer > 0), the newest; default None,
+                all of them.
+        """
         return core.commit_history(self.storage, limit)
+
+    def changes(
+        self,
+        start: int | dt.datetime,
+        end: int | dt.datetime | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike = None,
+    ) -> ChangeFeed:
+        """The rows that changed in versions ``start..end``: the change feed
+        (``docs/format.md``, "Change data feed"), ordered by commit version, with the
+        columns ``_change_type`` (``insert``, ``delete``, ``update_preimage``,
+        ``update_postimage``), ``_commit_version`` and ``_commit_timestamp``. Appends
+        give their rows as inserts; commits without data changes (compaction,
+        clustering, expiry) give nothing. Deletes, updates, merges and overwrites with
+        ``where`` are in the feed when the table property ``lakelog.change_data_feed``
+        was true when they committed; a range holding one committed without it raises
+        :class:`~lakelog.errors.ChangeFeedError`. A ``start`` before the oldest readable
+        version + 1 raises :class:`~lakelog.errors.VersionExpiredError`.
+
+        Args:
+            start: the first version, or a datetime: the first version committed at or
+                after it.
+            end: the last version, or a datetime: the last version committed at or
+                before it; default None, the latest version.
+            columns: the table's columns to return, in this order; default None, all.
+            filter: rows to keep, a :data:`~lakelog.FilterLike` over the table's
+                columns; it also skips files whose statistics cannot match. Default None.
+
+        Returns:
+            A :class:`~lakelog.scan.changes.ChangeFeed`: ``to_arrow()``,
+            ``to_batches(batch_size)``, ``schema``.
+        """
+        from .scan.changes import open_feed
+
+        latest = self.refresh()._snapshot
+        return open_feed(self.storage, start, end, columns=columns, filter=filter, latest=latest)
 
     # -- low-level commit ----------------------------------------------------------
     def commit(
@@ -146,9 +215,29 @@ class Table:
     ) -> CommitResult:
         """Commit actions on top of ``read_snapshot`` (default: the cached one).
 
-        This is the one place maintenance and engines write the log through.
-        ``lease`` is the writer lease the added files were written under: before
-        every put it checks they are still there (see :meth:`Lease.check`).
+        This is the one place maintenance and engines write the log through; the cached
+        snapshot moves to the version the commit lands.
+
+        Args:
+            actions: the log actions to commit (files added and removed, metadata, ...).
+            operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
+            kind: the conflict rules the commit follows (see :mod:`lakelog.transaction`).
+            read_snapshot: the snapshot the actions were planned on; default None, the
+                cached one.
+            parameters: the operation's parameters for the header; default none.
+            metrics: the operation's metrics for the header; default none.
+            replaced_partitions: the partitions an ``overwrite`` replaces (values in the
+                log's string form); default None, the whole table.
+            rebase: called with the winning commits before a retry, returns the actions
+                to commit instead; default None, the same actions.
+            lease: the writer lease the added files were written under; before every put
+                it checks they are still there (:meth:`Lease.check`). Default None.
+
+        Returns:
+            The version the commit landed at and the attempts it took.
+
+        Raises:
+            CommitConflictError: a concurrent commit conflicts with these actions.
         """
         done = core.commit(
             self.storage,
@@ -180,7 +269,16 @@ class Table:
         tags: Mapping[str, str] | None = None,
     ) -> WriteOptions:
         """The options data files are written with: each given one, else the table
-        properties' (see :func:`lakelog.core.write_options_from`)."""
+        properties' (see :func:`lakelog.core.write_options_from`).
+
+        Args:
+            target_file_size: bytes at which a file rolls to the next; default None,
+                ``lakelog.target_file_size``.
+            row_group_size: rows per Parquet row group; default None,
+                ``lakelog.row_group_size``.
+            compression: the Parquet codec; default None, ``lakelog.compression``.
+            tags: string tags recorded with each file written; default none.
+        """
         return core.write_options_from(
             self.properties,
             target_file_size=target_file_size,
@@ -207,6 +305,17 @@ class Table:
         ``app_version`` is newer than the version recorded for ``app_id``, atomically with
         the rows; otherwise (a retried batch, or the same batch racing) nothing is written
         and the result is the commit that recorded it, with ``skipped=True``.
+
+        Args:
+            data: the rows: a pyarrow Table, RecordBatch, RecordBatchReader, an Arrow
+                stream or an iterable of batches.
+            schema_mode: ``"strict"`` (default: the data must match the schema) or
+                ``"merge"`` (evolve it).
+            app_id: the writing application, for an exactly-once append; default None.
+            app_version: the batch's version for ``app_id`` (with it); default None.
+
+        Raises:
+            SchemaMismatchError: the data does not fit the schema (in ``strict`` mode).
         """
         return core.append(
             self,
@@ -222,7 +331,7 @@ class Table:
         data: Any,
         *,
         partitions: Sequence[Mapping[str, Any]] | None = None,
-        where: Any = None,
+        where: FilterLike = None,
         schema_mode: Literal["strict", "merge"] = "strict",
     ) -> CommitResult:
         """Replace the whole table, or only the given partitions, with ``data``.
@@ -232,6 +341,14 @@ class Table:
         for :meth:`delete`) replaces exactly the rows it matches, partitioned or not;
         every row of ``data`` must match it (returns a :class:`~lakelog.changes.ChangeResult`).
         ``schema_mode="merge"`` evolves the schema as for :meth:`append`.
+
+        Args:
+            data: the new rows, in any form :meth:`append` takes.
+            partitions: the partitions to replace, one mapping of partition column to
+                value each; default None, the whole table.
+            where: the rows to replace, a :data:`~lakelog.FilterLike`; default None. Not
+                with ``partitions`` or ``schema_mode="merge"``.
+            schema_mode: ``"strict"`` (default) or ``"merge"``, as for :meth:`append`.
         """
         if where is not None:
             from .changes import overwrite_rows
@@ -253,9 +370,21 @@ class Table:
         app: AppTransaction | None = None,
     ) -> CommitResult:
         """Commit data files already written: add them, or (``overwrite``) replace
-        every file live in ``read_snapshot`` with them. ``lease``: the writer lease
-        they were written under; ``app``: the app version they are (exactly-once:
-        :class:`AppVersionCommittedError` if it is not newer than the recorded one)."""
+        every file live in ``read_snapshot`` with them.
+
+        Args:
+            adds: the files, written under the table's root.
+            mode: ``"append"`` adds them; ``"overwrite"`` also removes every live file.
+            operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
+            read_snapshot: the snapshot to commit on; default None, the cached one.
+            parameters: the operation's parameters for the header; default none.
+            metrics: the operation's metrics for the header; default none.
+            lease: the writer lease the files were written under; default None.
+            app: the app version the files are, for exactly-once; default None.
+
+        Raises:
+            AppVersionCommittedError: ``app`` is not newer than the version recorded.
+        """
         done = core.commit_files(
             self.storage,
             read_snapshot or self._snapshot,
@@ -271,24 +400,34 @@ class Table:
         return done.result
 
     # -- row-level changes (see lakelog.changes) -----------------------------------
-    def delete(self, where: Any, *, dry_run: bool = False) -> ChangeResult:
+    def delete(self, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:
         """Delete the rows matching ``where`` (a pyarrow Expression, DNF tuples or a
         string such as ``"customer_id = 42"``; required: ``"true"`` deletes every row).
 
         Only files whose statistics can match are read and only files holding a
         matching row are rewritten, the rest of each kept row for row. Matching
-        nothing commits nothing (``result.committed`` is False). ``dry_run=True``
-        reports the files and rows that would change. See ``docs/changes.md``.
+        nothing commits nothing (``result.committed`` is False). See ``docs/changes.md``.
+
+        Args:
+            where: the rows to delete, a :data:`~lakelog.FilterLike`; required.
+            dry_run: only report the files and rows that would change; default False.
         """
         from .changes import delete_rows
 
         return delete_rows(self, where, dry_run=dry_run)
 
-    def update(self, where: Any, *, set: Mapping[str, Any], dry_run: bool = False) -> ChangeResult:
-        """Set columns of the rows matching ``where``: ``set`` maps a column to a
-        value or a pyarrow Expression over the row's current values, checked against
-        the schema before anything is written. Rewrites like :meth:`delete`; updated
-        rows stay in place."""
+    def update(
+        self, where: FilterLike, *, set: Mapping[str, Any], dry_run: bool = False
+    ) -> ChangeResult:
+        """Set columns of the rows matching ``where``, checked against the schema before
+        anything is written. Rewrites like :meth:`delete`; updated rows stay in place.
+
+        Args:
+            where: the rows to update, a :data:`~lakelog.FilterLike`; required.
+            set: each column to set, to a value or a pyarrow Expression over the row's
+                current values.
+            dry_run: only report the files and rows that would change; default False.
+        """
         from .changes import update_rows
 
         return update_rows(self, where, set, dry_run=dry_run)
@@ -313,6 +452,16 @@ class Table:
         sharing a key are an error unless ``duplicates`` is ``"last"`` or
         ``"first"``. Only files that may hold a source key are read. The report
         says rows inserted, updated, deleted and files rewritten.
+
+        Args:
+            source: the rows to merge, in any form :meth:`append` takes.
+            on: the key column, or columns, matching source rows to target rows.
+            when_matched: ``"update"`` (default), ``"delete"`` or ``"ignore"``.
+            when_not_matched: ``"insert"`` (default) or ``"ignore"``.
+            when_not_matched_by_source: ``"ignore"`` (default) or ``"delete"``.
+            duplicates: ``"error"`` (default), or keep the ``"last"`` or ``"first"``
+                source row of a key.
+            dry_run: only report what would change; default False.
         """
         from .changes import merge_rows
 
@@ -332,14 +481,21 @@ class Table:
 
         ``lakelog.*`` values are checked (see :mod:`lakelog.properties`); a bad value
         already stored does not block this, so setting a valid one fixes it.
+
+        Args:
+            properties: the properties to set; the others keep their values.
         """
         return core.set_properties(self, properties)
 
     # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
-        """Add nullable columns after the existing ones, in one metadata commit: a
-        ``pa.Field``, a list of them, a ``pa.Schema`` or ``{"name": pa.type()}``. Files
-        written before read them as null; nothing is rewritten."""
+        """Add nullable columns after the existing ones, in one metadata commit. Files
+        written before read them as null; nothing is rewritten.
+
+        Args:
+            columns: a ``pa.Field``, a list of them, a ``pa.Schema`` or
+                ``{"name": pa.type()}``.
+        """
         from .changes.schema import add_columns
 
         return add_columns(self, columns)
@@ -347,14 +503,23 @@ class Table:
     def drop_columns(self, names: str | Sequence[str]) -> CommitResult:
         """Remove columns (not partition columns) from the schema, in one metadata
         commit. Files keep their values unread; a dropped name can be added back only
-        once no live file holds it (``docs/schema-evolution.md``)."""
+        once no live file holds it (``docs/schema-evolution.md``).
+
+        Args:
+            names: the column, or columns, to drop.
+        """
         from .changes.schema import drop_columns
 
         return drop_columns(self, names)
 
     def widen_column(self, name: str, type: pa.DataType) -> CommitResult:
         """Change a column to a wider type (``int32`` -> ``int64``, ``float32`` ->
-        ``float64``, ...) in one metadata commit; older files are read converted."""
+        ``float64``, ...) in one metadata commit; older files are read converted.
+
+        Args:
+            name: the column.
+            type: its new type, one the old type widens to.
+        """
         from .changes.schema import widen_column
 
         return widen_column(self, name, type)
@@ -366,7 +531,12 @@ class Table:
         at ``as_of``) in one commit: its files and metadata come back, later files go.
         Refuses, committing nothing, when expiry or vacuum already deleted files it
         needs (:class:`DataFileMissingError` names them). ``skipped`` when the latest
-        version already reads like it. Recorded app versions stay."""
+        version already reads like it. Recorded app versions stay.
+
+        Args:
+            version: the version to bring back; one of it and ``as_of`` is required.
+            as_of: instead, the version current at this datetime; default None.
+        """
         from .changes.restore import restore_table
 
         return restore_table(self, version, as_of=as_of)
@@ -382,8 +552,17 @@ class Table:
     ) -> ExpireReport:
         """Make versions older than ``older_than`` and not among the newest
         ``retain_last`` unreadable, and delete the data and log files only they
-        used. Defaults: ``lakelog.expire.older_than_seconds`` (7 days) and
-        ``lakelog.expire.retain_last`` (10). See :mod:`lakelog.maintenance.cleanup.expire`.
+        used. See :mod:`lakelog.maintenance.cleanup.expire`.
+
+        Args:
+            older_than: the age of the versions to expire; default None,
+                ``lakelog.expire.older_than_seconds`` (7 days).
+            retain_last: the newest versions always kept; default None,
+                ``lakelog.expire.retain_last`` (10).
+            dry_run: only report what would be expired and deleted; default False.
+
+        Raises:
+            CleanupRunningError: another expiry or vacuum is running on the table.
         """
         from .maintenance.cleanup.expire import expire_snapshots
 
@@ -399,10 +578,18 @@ class Table:
         force: bool = False,
     ) -> VacuumReport:
         """List (or, with ``dry_run=False``, delete) files under the root that no
-        retained version references and that are older than ``older_than``
-        (default ``lakelog.vacuum.older_than_seconds``, 3 days). Values below
-        ``lakelog.vacuum.min_age_seconds`` (1 hour) need ``force=True``. See
+        retained version references and that are older than ``older_than``. See
         :mod:`lakelog.maintenance.cleanup.vacuum`.
+
+        Args:
+            older_than: the age of the files to delete; default None,
+                ``lakelog.vacuum.older_than_seconds`` (3 days).
+            dry_run: only list the files; default True.
+            force: accept ``older_than`` below ``lakelog.vacuum.min_age_seconds`` (1 hour),
+                when no writer runs; default False.
+
+        Raises:
+            CleanupRunningError: another expiry or vacuum is running on the table.
         """
         from .maintenance.cleanup.vacuum import vacuum
 
@@ -438,8 +625,18 @@ class Table:
     ) -> MaintenanceReport:
         """Finish the pending plan ``plan_id`` of a run that stopped (crashed, or failed):
         claim its pending groups again and rewrite only those; groups it landed are not
-        redone. Refused while the run's lease is live. ``execution`` and the keyword
-        arguments as in :meth:`compact`."""
+        redone. Refused while the run's lease is live.
+
+        Args:
+            plan_id: the plan to finish, as :meth:`plans` lists it.
+            execution: how to run it (:class:`lakelog.ExecutionOptions`); default None,
+                the keyword arguments below. A keyword beside it must agree with it.
+            max_concurrent_groups: groups rewritten at once; default None,
+                ``lakelog.compaction.max_concurrent_groups`` (2).
+            max_bytes_per_second: the run's total read rate; default None, unpaced.
+            partial_progress: commit every ``lakelog.compaction.groups_per_commit``
+                groups; default False, one commit.
+        """
         from .maintenance.options import ExecutionOptions, with_keywords
         from .maintenance.resume import resume_plan
 
@@ -464,7 +661,13 @@ class Table:
         ``sort_by``; checked as ``optimize`` checks them). With neither, the table
         declares none. A property change (``lakelog.clustering.columns`` and
         ``lakelog.clustering.curve``): one metadata commit. Files are not rewritten
-        until the next ``optimize``."""
+        until the next ``optimize``.
+
+        Args:
+            zorder_by: the columns of a space-filling curve; default None.
+            sort_by: instead, the columns of a linear sort; default None.
+            curve: the curve over ``zorder_by``, ``"hilbert"`` (default) or ``"zorder"``.
+        """
         from .maintenance.clustering.spec import declaration_properties
 
         snap = self.refresh()._snapshot
@@ -489,7 +692,7 @@ class Table:
         sort_by: Sequence[str] | None = None,
         curve: Literal["hilbert", "zorder"] = "hilbert",
         target_file_size: int | None = None,
-        partition_filter: Any = None,
+        partition_filter: PartitionFilterLike = None,
         incremental: bool = True,
         max_group_bytes: int | None = None,
         compression: str | None = None,
@@ -516,6 +719,31 @@ class Table:
         (:class:`lakelog.ExecutionOptions`) hold the same settings as objects; a keyword
         argument beside them must agree with the object where both set a field.
         See ``docs/maintenance.md``.
+
+        Args:
+            options: what to cluster, as an object; default None, the keywords below.
+            execution: how to run, as an object; default None, the keywords below.
+            zorder_by: the columns of a space-filling curve; default None.
+            sort_by: instead, the columns of a linear sort; default None.
+            curve: the curve over ``zorder_by``, ``"hilbert"`` (default) or ``"zorder"``.
+            target_file_size: output file size in bytes; default None,
+                ``lakelog.target_file_size`` (128 MiB).
+            partition_filter: only the partitions it matches, a
+                :data:`~lakelog.filters.PartitionFilterLike`; default None, all.
+            incremental: cluster new files within a rewrite budget; default True. False
+                reclusters everything.
+            max_group_bytes: in-memory sort budget in bytes; default None,
+                ``lakelog.clustering.max_group_bytes`` (1 GiB).
+            compression: Parquet codec of the new files; default None,
+                ``lakelog.compression``.
+            row_group_size: rows per row group of the new files; default None, the
+                smaller of ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
+            max_concurrent_groups: groups rewritten at once; default None,
+                ``lakelog.compaction.max_concurrent_groups`` (2).
+            max_bytes_per_second: the run's total read rate; default None, unpaced.
+            partial_progress: commit every ``lakelog.compaction.groups_per_commit``
+                groups; default False, one commit.
+            dry_run: only plan; default False.
         """
         from .maintenance.clustering.run import optimize_table
         from .maintenance.options import ClusteringOptions, ExecutionOptions, with_keywords
@@ -550,7 +778,16 @@ class Table:
         queries: Sequence[Mapping[str, tuple[Any, Any]]] | None = None,
     ) -> ClusteringReport:
         """Overlap depth and expected fraction of bytes read by range queries, from file
-        stats alone (see :func:`lakelog.maintenance.clustering.layout.clustering_report`)."""
+        stats alone (see :func:`lakelog.maintenance.clustering.layout.clustering_report`).
+
+        Args:
+            columns: the columns to measure.
+            version: the version to measure; default None, the latest.
+            selectivity: the fraction of each column's range a query covers, in (0, 1];
+                default 0.01.
+            queries: range queries, each ``{column: (low, high)}``, whose exact
+                fractions of bytes read are reported too; default None.
+        """
         from .maintenance.clustering.layout import clustering_report
 
         return clustering_report(
@@ -566,7 +803,7 @@ class Table:
         target_rows: int | None = None,
         min_file_size: int | None = None,
         min_input_files: int | None = None,
-        partition_filter: Any = None,
+        partition_filter: PartitionFilterLike = None,
         compression: str | None = None,
         row_group_size: int | None = None,
         max_concurrent_groups: int | None = None,
@@ -590,6 +827,29 @@ class Table:
         ``execution`` (:class:`lakelog.ExecutionOptions`) hold the same settings as
         objects; a keyword argument beside them must agree with the object where both
         set a field. See ``docs/maintenance.md``.
+
+        Args:
+            options: what to compact, as an object; default None, the keywords below.
+            execution: how to run, as an object; default None, the keywords below.
+            target_file_size: output file size in bytes; default None,
+                ``lakelog.target_file_size`` (128 MiB) unless ``target_rows`` alone bounds files.
+            target_rows: rows per output file; default None, not bounded by rows.
+            min_file_size: files below this many bytes are candidates; default None,
+                the target size times ``lakelog.compaction.min_file_size_ratio`` (0.75).
+            min_input_files: fewest files in a group worth rewriting; default None,
+                ``lakelog.compaction.min_input_files`` (2).
+            partition_filter: only the partitions it matches, a
+                :data:`~lakelog.filters.PartitionFilterLike`; default None, all.
+            compression: Parquet codec of the new files; default None,
+                ``lakelog.compression``.
+            row_group_size: rows per row group of the new files; default None,
+                ``lakelog.row_group_size``.
+            max_concurrent_groups: groups rewritten at once; default None,
+                ``lakelog.compaction.max_concurrent_groups`` (2).
+            max_bytes_per_second: the run's total read rate; default None, unpaced.
+            partial_progress: commit every ``lakelog.compaction.groups_per_commit``
+                groups; default False, one commit.
+            dry_run: only plan, write nothing; default False.
         """
         from .maintenance.compaction.run import compact_table
         from .maintenance.options import CompactionOptions, ExecutionOptions, with_keywords
@@ -618,7 +878,12 @@ class Table:
         """Adopt Parquet files another tool wrote under the table's root (files, or
         folders of them) in one append commit, after checking their schema and partition
         folders; files already in the table are refused. See
-        :func:`lakelog.interop.convert.add_files`."""
+        :func:`lakelog.interop.convert.add_files`.
+
+        Args:
+            paths: the files or folders (every Parquet file below them): paths relative
+                to the root, absolute paths or URLs under it.
+        """
         from .interop.convert import add_files
 
         return add_files(self, paths)
@@ -651,11 +916,27 @@ def create_table(
     cluster_by: Sequence[str] | None = None,
     cluster_curve: Literal["hilbert", "zorder", "linear"] = "hilbert",
 ) -> Table:
-    """Create an empty table; :class:`TableExistsError` if one is there.
+    """Create an empty table.
 
-    ``cluster_by`` declares the table's clustering (see :meth:`Table.set_clustering`): a
-    ``cluster_curve`` (``hilbert`` or ``zorder``) over those columns, or ``linear``, a
-    sort by them."""
+    Args:
+        uri: where the table's root goes (a path or an fsspec URL).
+        schema: the table's columns.
+        partition_by: the partition columns, in order; default none.
+        properties: table properties (``lakelog.*`` values are checked); default none.
+        storage_options: passed to the fsspec filesystem; default none.
+        single_writer: allow a store without put-if-absent, promising that no other
+            process writes the table; default False.
+        cluster_by: columns to declare the table's clustering by (see
+            :meth:`Table.set_clustering`); default None, none.
+        cluster_curve: the clustering over ``cluster_by``: ``"hilbert"`` (default) or
+            ``"zorder"`` curves, or ``"linear"``, a sort.
+
+    Returns:
+        The table, at version 0.
+
+    Raises:
+        TableExistsError: a table is already there.
+    """
     storage = _storage(uri, storage_options, single_writer)
     if cluster_by is not None:
         properties = {
@@ -692,7 +973,17 @@ def _clustering_properties(
 def open_table(
     uri: str, *, storage_options: Mapping[str, Any] | None = None, single_writer: bool = False
 ) -> Table:
-    """Open an existing table; :class:`TableNotFoundError` if there is none."""
+    """Open an existing table at its latest version.
+
+    Args:
+        uri: the table's root (a path or an fsspec URL).
+        storage_options: passed to the fsspec filesystem; default none.
+        single_writer: allow a store without put-if-absent, promising that no other
+            process writes the table; default False.
+
+    Raises:
+        TableNotFoundError: there is no table at ``uri``.
+    """
     storage = _storage(uri, storage_options, single_writer)
     return Table(storage, load_snapshot(storage))
 
@@ -710,9 +1001,22 @@ def write_table(
 ) -> CommitResult:
     """Write data to a table, creating it (with the data's schema) if needed.
 
-    ``mode``: ``"append"`` adds rows, ``"overwrite"`` replaces all rows,
-    ``"error"`` refuses to write to an existing table. ``schema_mode="merge"``
-    evolves an existing table's schema to take the data (see :meth:`Table.append`).
+    Args:
+        uri: the table's root (a path or an fsspec URL).
+        data: the rows, in any form :meth:`Table.append` takes.
+        mode: ``"append"`` (default) adds rows, ``"overwrite"`` replaces all rows,
+            ``"error"`` refuses to write to an existing table.
+        partition_by: the partition columns of a new table; an existing table's must be
+            the same. Default none.
+        properties: table properties of a new table (checked either way); default none.
+        storage_options: passed to the fsspec filesystem; default none.
+        single_writer: allow a store without put-if-absent, promising that no other
+            process writes the table; default False.
+        schema_mode: ``"strict"`` (default) or ``"merge"``, which evolves an existing
+            table's schema to take the data (see :meth:`Table.append`).
+
+    Raises:
+        TableExistsError: ``mode="error"`` and a table is there.
     """
     core.check_write_mode(mode)
     core.check_schema_mode(schema_mode)

@@ -86,7 +86,7 @@ from .log.actions import (
 from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
 from .log.expiry_marks import marks_above, read_mark
 from .log.files import replay
-from .log.format import DELETION_VECTORS, commit_version, metadata_version
+from .log.format import CHANGE_DATA_FEED, DELETION_VECTORS, commit_version, metadata_version
 from .log.snapshot import Snapshot, advance, load_snapshot, oldest_readable_version
 from .properties import get_bool, get_float, get_int
 from .storage import Storage
@@ -453,9 +453,7 @@ class Transaction:
         self.read_snapshot = read_snapshot
         self.operation = operation
         self.kind: Kind = kind
-        self.actions = _declare_vectors(
-            actions, read_snapshot.metadata.format_version if read_snapshot is not None else 0
-        )
+        self.actions = _declare_vectors(actions, read_snapshot)
         self.parameters = dict(parameters or {})
         self.metrics = dict(metrics or {})
         self.replaced_partitions = replaced_partitions
@@ -781,11 +779,13 @@ def _vector_changed(actions: Sequence[Action], read: Snapshot, fresh: Snapshot) 
     )
 
 
-def _declare_vectors(actions: Sequence[Action], read_format: int) -> list[Action]:
+def _declare_vectors(actions: Sequence[Action], read: Snapshot | None) -> list[Action]:
     """``actions``, with a ``metadata`` action declaring the version the registry gives it
-    (:func:`~.log.format.metadata_version`: 5 once deletion vectors are turned on, so
-    older readers refuse the table; format.md, "Deletion vectors"). Refuses one that
+    (:func:`~.log.format.metadata_version`: 5 once deletion vectors are turned on, 6 once
+    the change data feed is, so older readers refuse the table; format.md, "Deletion
+    vectors", "Change data feed"). Refuses one that
     would also keep the Delta view on."""
+    read_format = read.metadata.format_version if read is not None else 0
     out: list[Action] = []
     for a in actions:
         if not isinstance(a, Metadata):
@@ -793,7 +793,7 @@ def _declare_vectors(actions: Sequence[Action], read_format: int) -> list[Action
             continue
         view = get_bool(a.properties, "lakelog.delta_view")
         vectors = get_bool(a.properties, "lakelog.deletion_vectors")
-        if view and DELETION_VECTORS.declared_by(max(a.format_version, read_format)):
+        if view and _may_hold_vectors(max(a.format_version, read_format), read):
             raise InvalidArgumentError(
                 "expected a table without deletion vectors for lakelog.delta_view, found "
                 "one that declares format version 5 (lakelog.deletion_vectors was turned "
@@ -808,13 +808,28 @@ def _declare_vectors(actions: Sequence[Action], read_format: int) -> list[Action
                 "Turn one off (lakelog.delta_view=false, or "
                 "lakelog.deletion_vectors=false) and try again."
             )
-        declared = metadata_version(a.format_version, deletion_vectors=vectors)
+        declared = metadata_version(
+            a.format_version,
+            deletion_vectors=vectors,
+            change_data_feed=get_bool(a.properties, "lakelog.change_data_feed"),
+        )
         out.append(
             a
             if declared == a.format_version
             else msgspec.structs.replace(a, format_version=declared)
         )
     return out
+
+
+def _may_hold_vectors(declared: int, read: Snapshot | None) -> bool:
+    """Whether a table declaring ``declared`` may hold deletion vectors: version 5 says
+    they were turned on; from version 6 (the change data feed) the version alone no longer
+    says so, and a live file carrying a vector does."""
+    if not DELETION_VECTORS.declared_by(declared):
+        return False
+    if not CHANGE_DATA_FEED.declared_by(declared):
+        return True
+    return read is not None and any(f.deleted is not None for f in read.files())
 
 
 def _check_views(actions: Sequence[Action], read: Snapshot | None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,9 @@ from ..filters import FileStatsColumns
 from ..log.actions import AddFile, DataFile
 from ..log.snapshot import Snapshot
 from ..storage import Storage
+
+if TYPE_CHECKING:
+    from .feed import ChangeWriter
 
 __all__ = ["Counts", "RowChange", "Written"]
 
@@ -106,12 +109,33 @@ class RowChange(ABC):
         (deleted or updated), the updated rows with their new values (every column, or
         None when there are none), and what happened to the rows."""
 
-    def before(self, storage: Storage, lease_id: str) -> Written:
-        """New rows written before the rewrites (``overwrite``: the new data)."""
+    def split_changes(
+        self, batch: pa.RecordBatch
+    ) -> tuple[np.ndarray, np.ndarray, pa.RecordBatch | None, Counts]:
+        """:meth:`split` for the change data feed: also, per row of ``batch``, whether
+        it leaves its place because it is updated (its pre-image; the new values are
+        the rows :meth:`split` gives, in order) rather than deleted. This default serves
+        a change that only deletes or only updates; one that does both overrides it."""
+        leaving, new, counts = self.split(batch)
+        if counts.updated and counts.deleted:
+            raise TypeError(
+                f"expected {type(self).__name__} to say which rows it updates and which it "
+                f"deletes (split_changes), found a batch where it does both"
+            )
+        return leaving, leaving if counts.updated else np.zeros_like(leaving), new, counts
+
+    def before(
+        self, storage: Storage, lease_id: str, *, feed: ChangeWriter | None = None
+    ) -> Written:
+        """New rows written before the rewrites (``overwrite``: the new data), also
+        recorded in ``feed`` as inserts when the change data feed is on."""
         return Written()
 
-    def after(self, storage: Storage, lease_id: str) -> Written:
-        """New rows written after the rewrites (``merge``: the inserts)."""
+    def after(
+        self, storage: Storage, lease_id: str, *, feed: ChangeWriter | None = None
+    ) -> Written:
+        """New rows written after the rewrites (``merge``: the inserts), also recorded
+        in ``feed`` as inserts when the change data feed is on."""
         return Written()
 
     def metrics(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from ..log.files import files_from_adds
 from ..transaction import check_conflicts
 from .base import RowChange
 from .execute import Context, FileOutcome, run_files
+from .feed import ChangeWriter
 from .read import read_rows
 
 __all__ = ["RowLevelRebase", "added_conflicts"]
@@ -70,13 +71,17 @@ class RowLevelRebase:
         self.change = change
         self.extra: list[FileOutcome] = []
         self._metrics_of = metrics_of
+        self._feeds: list[ChangeWriter] = []
+        """The change files of each rebase (with the change data feed on)."""
 
     @property
     def metrics(self) -> Mapping[str, Any]:
         return self._metrics_of(self.extra)
 
     def written(self) -> list[str]:
-        return [p for o in self.extra for p in o.written]
+        return [p for o in self.extra for p in o.written] + [
+            p for feed in self._feeds for p in feed.written()
+        ]
 
     def __call__(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
         check_conflicts(kind="rowlevel", actions=actions, winners=winners)
@@ -100,20 +105,24 @@ class RowLevelRebase:
         if not self.change.rebase_rewrites:
             first = found[0][0]
             raise self._conflict(winners[first], [a.path for i, a in found if i == first])
-        try:
-            outcomes = run_files(
-                self.ctx, self.change, [DataFile.from_add(a) for _, a in found], write=True
-            )
-        except (DataFileMissingError, SchemaMismatchError) as e:
-            raise self._conflict(winners[found[0][0]], [a.path for _, a in found]) from e
 
         def later(i: int, path: str, data_change: bool) -> bool:
             return any(j > i and dc == data_change for j, dc in removed_by.get(path, ()))
+
+        feed = self.ctx.feed.sibling() if self.ctx.feed is not None else None
+        if feed is not None:
+            self._feeds.append(feed)
+        try:
+            outcomes = self._run(found, feed, lambda i, path: later(i, path, True))
+        except (DataFileMissingError, SchemaMismatchError) as e:
+            raise self._conflict(winners[found[0][0]], [a.path for _, a in found]) from e
 
         hits = [(i, o) for (i, _), o in zip(found, outcomes, strict=True) if o.rewritten]
         gone = [(i, o) for i, o in hits if later(i, o.file.path, False)]
         if gone:
             self.ctx.storage.delete([p for o in outcomes for p in o.written])
+            if feed is not None:
+                feed.discard()
             raise self._conflict(winners[gone[0][0]], [o.file.path for _, o in gone], again=True)
         # their rows live on in a later winner's adds, checked there
         dropped = [o for i, o in hits if later(i, o.file.path, True)]
@@ -125,7 +134,43 @@ class RowLevelRebase:
         for o in kept:
             out.append(o.file.to_remove(deletion_ms=now))
             out.extend(o.adds)
+        if feed is not None:
+            out.extend(feed.flush())
         return out
+
+    def _run(
+        self,
+        found: Sequence[tuple[int, AddFile]],
+        feed: ChangeWriter | None,
+        replaced_later: Callable[[int, str], bool],
+    ) -> list[FileOutcome]:
+        """The rewrites of the ``found`` files, in their order. With the change data
+        feed, ``feed`` records the changed rows of every file whose rows do not live on
+        in a later winner's adds (``replaced_later``): the rewrites of the others are
+        dropped, and so must their changes be."""
+        files = [DataFile.from_add(a) for _, a in found]
+        if feed is None:
+            return run_files(self.ctx, self.change, files, write=True)
+        keep = [not replaced_later(i, a.path) for i, a in found]
+        recorded = run_files(
+            dataclasses.replace(self.ctx, feed=feed),
+            self.change,
+            [f for f, k in zip(files, keep, strict=True) if k],
+            write=True,
+        )
+        try:
+            rest = run_files(
+                dataclasses.replace(self.ctx, feed=None),
+                self.change,
+                [f for f, k in zip(files, keep, strict=True) if not k],
+                write=True,
+            )
+        except BaseException:
+            self.ctx.storage.delete([p for o in recorded for p in o.written])
+            feed.discard()
+            raise
+        mine, others = iter(recorded), iter(rest)
+        return [next(mine) if k else next(others) for k in keep]
 
     def conflicting(self, added: Sequence[AddFile]) -> list[AddFile]:
         """The files of one winner's ``added`` holding a row this change would touch

@@ -37,10 +37,12 @@ import pyarrow.compute as pc
 from .. import threads
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import AddFile, DataFile
+from ..log.changes import DELETE, UPDATE_POST, UPDATE_PRE
 from ..log.deletion_vectors import MAX_BITMAP_BYTES, union_vector
 from ..properties import get_bool, get_int
 from ..storage import Storage
 from .base import Counts, RowChange
+from .feed import ChangeWriter
 from .read import read_positions, read_rows
 
 __all__ = ["MAX_WORKERS", "FileOutcome", "ProbeGuide", "RowSink", "run_files"]
@@ -185,6 +187,9 @@ class Context:
     (``lakelog.deletion_vectors.update_buffer_bytes``)."""
     sink: RowSink | None = None
     """Where marked files' updated rows go (None: a new file per marked file)."""
+    feed: ChangeWriter | None = None
+    """Where the rows the change deletes, updates and inserts are recorded
+    (``lakelog.change_data_feed``; None: not recorded)."""
 
     @staticmethod
     def vector_settings(properties: Mapping[str, str]) -> dict[str, Any]:
@@ -218,13 +223,54 @@ def _probe(ctx: Context, change: RowChange, f: DataFile) -> Counts:
     return total
 
 
+def _record(feed: ChangeWriter, change: RowChange, batch: pa.RecordBatch) -> None:
+    """Record what ``change`` does to the rows of ``batch`` (every column) in ``feed``:
+    deleted rows, and updated rows before and after."""
+    leaving, updated, new, _ = change.split_changes(batch)
+    _record_split(feed, batch, leaving, updated, new)
+
+
+def _record_split(
+    feed: ChangeWriter,
+    batch: pa.RecordBatch,
+    leaving: np.ndarray,
+    updated: np.ndarray,
+    new: pa.RecordBatch | None,
+) -> None:
+    deleted = leaving & ~updated
+    if deleted.any():
+        feed.add(batch.filter(pa.array(deleted)), DELETE)
+    if updated.any():
+        feed.add(batch.filter(pa.array(updated)), UPDATE_PRE)
+        if new is not None:
+            feed.add(new, UPDATE_POST)
+
+
+def _record_positions(
+    ctx: Context, feed: ChangeWriter, f: DataFile, leaving: np.ndarray, updated: np.ndarray
+) -> None:
+    """Record the rows of ``f`` at ``leaving`` positions, every column: those also in
+    ``updated`` as pre-images, the others as deleted."""
+    for batch, positions in read_positions(
+        ctx.storage, f, ctx.schema, ctx.partition_by, version=ctx.version
+    ):
+        out = np.isin(positions, leaving)
+        if not out.any():
+            continue
+        pre = out & np.isin(positions, updated)
+        _record_split(feed, batch, out, pre, None)
+
+
 def _rewrite(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
     counts = Counts()
+    feed = ctx.feed
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in read_rows(ctx.storage, f, ctx.schema, ctx.partition_by, version=ctx.version):
             out, c = change.apply(batch)
             counts.add(c)
+            if feed is not None and c.changed:
+                _record(feed, change, batch)
             if out.num_rows:
                 yield out
 
@@ -251,10 +297,19 @@ def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
     """The change as a deletion vector on ``f`` (format.md, "Deletion vectors"): the
     positions of its deleted and updated rows join the file's vector, and updated rows
     go, with their new values, to a new file. A file left with no row is removed; one
-    whose vector would encode past ``ctx.max_vector_bytes`` is rewritten instead."""
+    whose vector would encode past ``ctx.max_vector_bytes`` is rewritten instead.
+
+    With the change data feed, the rows that leave are recorded: as they are read when
+    the change reads every column, else by a second read of every column of this file
+    only, once it is known to change (most candidate files of a selective change
+    change nothing, and the first read stays the cheap one of a few columns)."""
     counts = Counts()
     gone: list[np.ndarray] = []
     sink = ctx.sink
+    feed = ctx.feed
+    whole = change.split_columns is None  # every column read: record rows as they come
+    pre: list[np.ndarray] = []  # positions of updated rows, for the second read
+    post: list[pa.RecordBatch] = []  # their new values, recorded once the file is marked
     kept: list[pa.RecordBatch] = []  # with a sink: this file's updated rows, until done
 
     def replaced() -> Iterator[pa.RecordBatch]:
@@ -266,7 +321,16 @@ def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
             columns=change.split_columns,
             version=ctx.version,
         ):
-            leaving, new, c = change.split(batch)
+            if feed is None:
+                leaving, new, c = change.split(batch)
+            else:
+                leaving, updated, new, c = change.split_changes(batch)
+                if whole and leaving.any():
+                    _record_split(feed, batch, leaving, updated, new)
+                elif leaving.any():
+                    pre.append(positions[updated])
+                    if new is not None and new.num_rows:  # new values: every column
+                        post.append(new)
             counts.add(c)
             if leaving.any():
                 gone.append(positions[leaving])
@@ -291,10 +355,16 @@ def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
     if not counts.changed:
         ctx.storage.delete([a.path for a in adds])
         return FileOutcome(f, counts)
-    vector = union_vector(f.deleted, np.concatenate(gone), f.num_rows, path=f.path)
+    leaving = np.concatenate(gone)
+    vector = union_vector(f.deleted, leaving, f.num_rows, path=f.path)
     if vector is not None and len(vector.bitmap) > ctx.max_vector_bytes:
         ctx.storage.delete([a.path for a in adds])
-        return _rewrite(ctx, change, f)
+        # the rewrite changes the same rows: recorded above already, or by it
+        return _rewrite(dataclasses.replace(ctx, feed=None) if whole else ctx, change, f)
+    if feed is not None and not whole:
+        _record_positions(ctx, feed, f, leaving, np.concatenate(pre))
+        for batch in post:
+            feed.add(batch, UPDATE_POST)
     if sink is not None and kept:
         sink.add(kept)
     if vector is not None:
@@ -380,6 +450,8 @@ def _process(ctx: Context, change: RowChange, f: DataFile, *, write: bool) -> Fi
     ctx.probing.record(counts)
     if not counts.changed or not (counts.kept or counts.updated):
         # nothing to change, or every row goes: the file is kept or removed as it is
+        if counts.changed and ctx.feed is not None:
+            ctx.feed.add_files([f], DELETE, version=ctx.version)
         return FileOutcome(f, counts)
     return _rewrite(ctx, change, f)
 

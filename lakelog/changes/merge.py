@@ -20,7 +20,7 @@ import bisect
 import copy
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -31,11 +31,15 @@ from ..filters import FileStatsColumns
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import DataFile
+from ..log.changes import INSERT
 from ..log.snapshot import Snapshot
 from ..partitioning import partition_scalar
 from ..stats import stats_scalar
 from ..storage import Storage
 from .base import Counts, RowChange, Written
+
+if TYPE_CHECKING:
+    from .feed import ChangeWriter
 
 __all__ = [
     "MatchedAction",
@@ -471,15 +475,27 @@ class MergeChange(RowChange):
         return out, counts
 
     def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
+        leaving, _, new, counts = self.split_changes(batch)
+        return leaving, new, counts
+
+    def split_changes(
+        self, batch: pa.RecordBatch
+    ) -> tuple[np.ndarray, np.ndarray, pa.RecordBatch | None, Counts]:
         idx, updated, deleted = self._classify(batch)
         counts = _counts(updated, deleted)
         updated = updated & ~deleted
         if not updated.any():
-            return deleted, None, counts
-        # the matched source rows: keys equal the target's, every other value is new
+            return deleted, updated, None, counts
+        return updated | deleted, updated, self._new_rows(batch, idx, updated), counts
+
+    def _new_rows(
+        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
+    ) -> pa.RecordBatch:
+        """The new values of the ``updated`` rows of ``batch`` (matched source rows
+        ``idx``), every column, in order: here the matched source rows, whose keys
+        equal the target's and every other value is new."""
         rows = self.source.table.take(pa.array(idx[updated])).combine_chunks().to_batches()
-        out = rows[0] if len(rows) == 1 else pa.concat_batches(rows)
-        return updated | deleted, out, counts
+        return rows[0] if len(rows) == 1 else pa.concat_batches(rows)
 
     def _updated(
         self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
@@ -504,7 +520,9 @@ class MergeChange(RowChange):
         idx = self._index.match(batch)
         return bool((idx >= 0).any())
 
-    def after(self, storage: Storage, lease_id: str) -> Written:
+    def after(
+        self, storage: Storage, lease_id: str, *, feed: ChangeWriter | None = None
+    ) -> Written:
         if self.when_not_matched != "insert":
             return Written()
         rows = np.flatnonzero(~self.matched)
@@ -516,6 +534,8 @@ class MergeChange(RowChange):
             step = 65536
             for start in range(0, len(rows), step):
                 part = self.source.table.take(pa.array(rows[start : start + step]))
+                if feed is not None:
+                    feed.add(part, INSERT)
                 yield from part.to_batches()
 
         adds = write_files(

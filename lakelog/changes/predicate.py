@@ -10,7 +10,7 @@ them hold a matching row, and only those are rewritten.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +31,14 @@ from ..filters.bind import cast_value
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import DataFile
+from ..log.changes import INSERT
 from ..log.snapshot import Snapshot
 from ..stats import referenced_columns
 from ..storage import Storage
 from .base import Counts, RowChange, Written, as_mask
+
+if TYPE_CHECKING:
+    from .feed import ChangeWriter
 from .read import evaluate, matched
 
 __all__ = ["DeleteChange", "OverwriteChange", "UpdateChange", "Where", "check_assignments"]
@@ -307,7 +311,9 @@ class OverwriteChange(DeleteChange):
     def parameters(self) -> dict[str, Any]:
         return {"where": self.where.text}
 
-    def before(self, storage: Storage, lease_id: str) -> Written:
+    def before(
+        self, storage: Storage, lease_id: str, *, feed: ChangeWriter | None = None
+    ) -> Written:
         rows = 0
 
         def checked() -> Iterator[pa.RecordBatch]:
@@ -324,6 +330,8 @@ class OverwriteChange(DeleteChange):
                         f"outside it; filter the data or widen where=. Nothing was committed."
                     )
                 rows += batch.num_rows
+                if feed is not None:
+                    feed.add(batch, INSERT)
                 yield batch
 
         adds = write_files(

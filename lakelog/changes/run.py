@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from .._failpoints import failpoint
 from ..core import staged, write_options_from
 from ..leases import Lease
-from ..log.actions import Action, AddFile
+from ..log.actions import Action, AddFile, ChangeFile
 from .base import RowChange, Written
 from .conflicts import RowLevelRebase
 from .execute import Context, FileOutcome, RowSink, run_files
+from .feed import change_writer
 from .merge import MergeChange
 from .result import ChangeResult, FileChange, MergeReport
 
@@ -91,18 +92,23 @@ def run_change(
             sink = RowSink(ctx)
             ctx = dataclasses.replace(ctx, sink=sink)
             files.track(sink.written)
+        feed = change_writer(ctx, snapshot.properties)
+        if feed is not None:  # the change data feed: its files go with the data files
+            ctx = dataclasses.replace(ctx, feed=feed)
+            files.track(feed.written)
         with files.before_commit():
-            before = change.before(storage, lease.lease_id)
+            before = change.before(storage, lease.lease_id, feed=feed)
             files.add(before.adds)
             outcomes = run_files(ctx, change, candidates, write=True)
             files.add_paths(p for o in outcomes for p in o.written)
             updated = ctx.sink.flush() if ctx.sink is not None else []
-            after = change.after(storage, lease.lease_id)
+            after = change.after(storage, lease.lease_id, feed=feed)
             files.add(after.adds)
             new = Written((*before.adds, *updated, *after.adds), before.rows + after.rows)
             rewritten = [o for o in outcomes if o.rewritten]
             if not rewritten and not new.adds and not extra_actions:
                 return _result(change, snapshot, outcomes, new, None, start, dry=False)
+            cdc = feed.flush() if feed is not None else []
             metrics = _metrics_of(change, snapshot, outcomes, new, start)
             rebase = RowLevelRebase(ctx, change, metrics)
             files.track(rebase.written)  # rewrites of files a rebase found changed
@@ -111,7 +117,7 @@ def run_change(
             table,
             change,
             snapshot,
-            _actions(rewritten, new, extra_actions),
+            _actions(rewritten, new, extra_actions, cdc),
             metrics,
             rebase,
             lease,
@@ -137,41 +143,58 @@ def commit_outcomes(
     lease: Lease,
     start: float,
     rebase: RebaseFactory = RowLevelRebase,
+    changes: Sequence[ChangeFile] = (),
 ) -> ChangeResult:
     """Step 3 of :func:`run_change` for outcomes computed elsewhere (the Spark tasks of
     :mod:`lakelog.spark.changes`): the same actions, the same ``rowlevel`` commit, and
     ``rebase`` (a :class:`RowLevelRebase`, or a subclass that checks winners its own
-    way) deciding every rebase. ``ctx`` is what the rebase reads and writes with.
+    way) deciding every rebase. ``ctx`` is what the rebase reads and writes with (with
+    the change data feed on, its ``feed`` gives the settings of the change files a rebase
+    writes); ``changes``: the change files the tasks wrote, committed with the change.
 
     When the commit certainly did not land (a lakelog error: a conflict, an expired
-    lease), every file of ``outcomes``, ``new`` and the rebase is deleted before the
+    lease), every file of ``outcomes``, ``new``, ``changes`` and the rebase is deleted before the
     error propagates; after any other error (which may follow a landed put) they stay
     for vacuum.
     """
     rewritten = [o for o in outcomes if o.rewritten]
     if not rewritten and not new.adds:
+        if changes:  # nothing changed after all: a change file of no change
+            table.storage.delete([c.path for c in changes])
         return _result(change, snapshot, outcomes, new, None, start, dry=False)
     metrics = _metrics_of(change, snapshot, outcomes, new, start)
-    checker = rebase(dataclasses.replace(ctx, lease_id=lease.lease_id), change, metrics)
+    ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
+    ctx = dataclasses.replace(ctx, feed=change_writer(ctx, snapshot.properties))
+    checker = rebase(ctx, change, metrics)
     with staged(table.storage) as files:
         files.add_paths(p for o in outcomes for p in o.written)
         files.add(new.adds)
+        files.add_paths(c.path for c in changes)
         files.track(checker.written)
         committed = _commit(
-            table, change, snapshot, _actions(rewritten, new, ()), metrics, checker, lease
+            table,
+            change,
+            snapshot,
+            _actions(rewritten, new, (), changes),
+            metrics,
+            checker,
+            lease,
         )
     return _result(change, snapshot, [*outcomes, *checker.extra], new, committed, start, dry=False)
 
 
 def _actions(
-    rewritten: Sequence[FileOutcome], new: Written, extra: Sequence[Action]
+    rewritten: Sequence[FileOutcome],
+    new: Written,
+    extra: Sequence[Action],
+    changes: Sequence[ChangeFile] = (),
 ) -> list[Action]:
     """A change's actions: each rewritten file removed, what replaces it, the new files
-    (inserts, updated rows) and ``extra`` (an app transaction)."""
+    (inserts, updated rows), ``extra`` (an app transaction) and the change files."""
     now = int(time.time() * 1000)
     actions: list[Action] = [o.file.to_remove(deletion_ms=now) for o in rewritten]
     actions += [a for o in rewritten for a in o.adds]
-    return [*actions, *new.adds, *extra]
+    return [*actions, *new.adds, *extra, *changes]
 
 
 def _metrics_of(

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "lakelog.cli.cluster",
     "lakelog.cli.upgrade",
     "lakelog.cli.changes",
+    "lakelog.cli.feed",
     "lakelog.cli.restore",
     "lakelog.cli.delta_view",
     "lakelog.cli.metadata",

@@ -48,8 +48,23 @@ def commit(
     """Commit ``actions`` on top of ``read_snapshot`` (see :class:`Transaction` for the
     conflict rules of ``kind``, ``replaced_partitions`` and ``rebase``).
 
-    ``lease``: the writer lease the added files were written under; before every put it
-    checks they are still there (:meth:`Lease.before_put`).
+    Args:
+        storage: the table's storage.
+        read_snapshot: the snapshot the actions were planned on.
+        actions: the log actions to commit.
+        operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
+        kind: the conflict rules the commit follows.
+        parameters: the operation's parameters for the header; default none.
+        metrics: the operation's metrics for the header; default none.
+        replaced_partitions: the partitions an ``overwrite`` replaces (log string
+            values); default None, the whole table.
+        rebase: called with the winning commits before a retry, returns the actions to
+            commit instead; default None, the same actions.
+        lease: the writer lease the added files were written under; before every put it
+            checks they are still there (:meth:`Lease.before_put`). Default None.
+
+    Returns:
+        The commit's result and the snapshot it landed.
     """
     # a store that ignores put-if-absent would let commits replace each other
     ensure_put_if_absent(storage, read_snapshot.properties, actions)
@@ -82,10 +97,23 @@ def commit_files(
     app: AppTransaction | None = None,
 ) -> Committed:
     """Commit data files already written on top of ``snapshot``: add them, or
-    (``overwrite``) replace every file live in ``snapshot`` with them. ``lease``: the
-    writer lease they were written under; ``app``: the app version they are
-    (exactly-once: :class:`~lakelog.errors.AppVersionCommittedError` if it is not newer
-    than the recorded one). The caller owns the files (and stages them)."""
+    (``overwrite``) replace every file live in ``snapshot`` with them. The caller owns
+    the files (and stages them).
+
+    Args:
+        storage: the table's storage.
+        snapshot: the snapshot to commit on.
+        adds: the files, written under the table's root.
+        mode: ``"append"`` adds them; ``"overwrite"`` also removes every live file.
+        operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
+        parameters: the operation's parameters for the header; default none.
+        metrics: the operation's metrics for the header; default none.
+        lease: the writer lease the files were written under; default None.
+        app: the app version the files are, for exactly-once; default None.
+
+    Raises:
+        AppVersionCommittedError: ``app`` is not newer than the version recorded.
+    """
     actions: list[Action] = list(adds)
     if app is not None:
         check_app_versions([app], snapshot.app_versions, snapshot.app_commits)

@@ -55,13 +55,32 @@ def create_with_files(
     metrics: Mapping[str, Any] | None = None,
     hint: str = OPEN_HINT,
 ) -> Snapshot:
-    """Create a table whose first version may already hold files (``adds``), under the
-    writer ``lease`` and an optional ``app`` transaction (exactly-once ingest: the first
-    batch creates the table). Returns version 0.
+    """Create a table whose first version may already hold files.
 
     Checks the schema (at least one column, distinct names), the partition columns and
-    the properties; refuses a location that holds a table, naming ``hint`` (what to do
-    instead) in the error. The files are the caller's: nothing here deletes them.
+    the properties; refuses a location that holds a table. The files are the caller's:
+    nothing here deletes them.
+
+    Args:
+        storage: where the table goes.
+        schema: the table's columns.
+        partition_by: the partition columns, in order.
+        properties: table properties, validated here; None for none.
+        adds: files of version 0, already written under the root; None for none.
+        operation: the operation recorded in the commit header; default
+            ``"CREATE TABLE"``.
+        lease: the writer lease ``adds`` were written under; default None.
+        app: an app version committed with them (exactly-once ingest: the first batch
+            creates the table); default None.
+        metrics: the operation's metrics for the header; default none.
+        hint: what to do instead, named in the error when a table is there; default
+            :data:`OPEN_HINT`.
+
+    Returns:
+        The snapshot of version 0.
+
+    Raises:
+        TableExistsError: a table is there, or another writer created one meanwhile.
     """
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
@@ -124,7 +143,15 @@ def write_new_table(
     """``write_table`` where no table is: create it with the data's schema and the data
     in version 0. When another writer creates the table meanwhile, the files already
     written (the data may be a stream that cannot be read again) are committed on top of
-    it (``mode`` append or overwrite), or refused (``mode="error"``)."""
+    it (``mode`` append or overwrite), or refused (``mode="error"``).
+
+    Args:
+        storage: where the table goes.
+        data: the rows, in any form :meth:`lakelog.Table.append` takes.
+        mode: ``"append"``, ``"overwrite"`` or ``"error"``, as for ``write_table``.
+        partition_by: the partition columns, in order.
+        properties: table properties, already validated.
+    """
     reader = to_reader(data)
     check_data_columns(reader.schema)
     schema = reader.schema.remove_metadata()

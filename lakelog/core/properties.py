@@ -27,7 +27,13 @@ def validate_properties_for(
     schema: pa.Schema, partition_by: tuple[str, ...], properties: Mapping[str, Any] | None
 ) -> dict[str, str]:
     """``properties`` validated (:func:`lakelog.properties.validate_properties`) and
-    checked against the table's columns (Parquet settings, a declared clustering)."""
+    checked against the table's columns (Parquet settings, a declared clustering).
+
+    Args:
+        schema: the table's columns.
+        partition_by: the partition columns.
+        properties: the properties to check; None for none.
+    """
     props = validate_properties(properties or {})
     check_parquet_properties(props, schema, partition_by)
     if any(k.startswith(_CLUSTERING_PREFIX) for k in props):

@@ -78,6 +78,14 @@ def plan_write(snapshot: Snapshot, data_schema: pa.Schema, schema_mode: SchemaMo
     ``strict``: the data must match (types that widen to the table's are converted).
     ``merge``: new columns are added (nullable), columns whose data type widens the
     table's are widened, and columns the data lacks (nullable) are written as nulls.
+
+    Args:
+        snapshot: the table's snapshot the write goes on.
+        data_schema: the schema of the incoming data.
+        schema_mode: ``"strict"`` or ``"merge"``.
+
+    Raises:
+        SchemaMismatchError: the data does not fit the table in this mode.
     """
     check_schema_mode(schema_mode)
     table_schema = snapshot.schema
@@ -100,7 +108,13 @@ def plan_write(snapshot: Snapshot, data_schema: pa.Schema, schema_mode: SchemaMo
 def evolved_metadata(
     snap: Snapshot, schema: pa.Schema, properties: Mapping[str, str] | None = None
 ) -> Metadata:
-    """The table's metadata with ``schema`` (and ``properties``) instead."""
+    """The table's metadata with ``schema`` (and ``properties``) instead.
+
+    Args:
+        snap: the snapshot whose metadata is changed.
+        schema: the new schema.
+        properties: the new properties; default None, the snapshot's.
+    """
     md = snap.metadata
     props = dict(md.properties if properties is None else properties)
     check_parquet_properties(props, schema, snap.partition_by)
@@ -109,7 +123,16 @@ def evolved_metadata(
 
 def readd_dropped(snap: Snapshot, schema: pa.Schema, added: Sequence[str]) -> pa.Schema:
     """``schema`` with ``added`` names taken off its dropped list, after checking that no
-    live file still holds a column of a dropped name being added back."""
+    live file still holds a column of a dropped name being added back.
+
+    Args:
+        snap: the snapshot whose live files are checked.
+        schema: the evolved schema, with its list of dropped columns.
+        added: the names of the columns being added.
+
+    Raises:
+        SchemaMismatchError: a live file holds a column of a dropped name in ``added``.
+    """
     dropped = dropped_columns(schema)
     again = [n for n in added if n in dropped]
     if not again:

@@ -62,8 +62,17 @@ def write_options_from(
     tags: Mapping[str, str] | None = None,
 ) -> WriteOptions:
     """The options data files are written with: each given one, else the table
-    ``properties``' (``lakelog.target_file_size``, ``row_group_size``, ``compression``
-    and the ``lakelog.parquet.*`` settings)."""
+    ``properties``' (and the ``lakelog.parquet.*`` settings from them).
+
+    Args:
+        properties: the table properties.
+        target_file_size: bytes at which a file rolls to the next; default None,
+            ``lakelog.target_file_size``.
+        row_group_size: rows per Parquet row group; default None,
+            ``lakelog.row_group_size``.
+        compression: the Parquet codec; default None, ``lakelog.compression``.
+        tags: string tags recorded with each file written; default none.
+    """
     return WriteOptions(
         target_file_size=target_file_size or get_int(properties, "lakelog.target_file_size"),
         row_group_size=row_group_size or get_int(properties, "lakelog.row_group_size"),
@@ -82,10 +91,21 @@ def write_rows(
     options: WriteOptions,
     lease_id: str,
 ) -> list[AddFile]:
-    """Write ``data`` (a Table, RecordBatch, RecordBatchReader or batches) as files of
-    ``schema``, converted to it batch by batch. The caller checked the data's schema
-    against ``schema`` (:func:`~.schema.plan_write`). Partial files of a failed write
-    are deleted by the writer."""
+    """Write ``data`` as files of ``schema``, converted to it batch by batch. The caller
+    checked the data's schema against ``schema`` (:func:`~.schema.plan_write`). Partial
+    files of a failed write are deleted by the writer.
+
+    Args:
+        storage: the table's storage.
+        data: the rows, in any form :meth:`lakelog.Table.append` takes.
+        schema: the schema the files are written with.
+        partition_by: the partition columns, in order.
+        options: how the files are written (:func:`write_options_from`).
+        lease_id: the writer lease's id, carried by every file.
+
+    Returns:
+        The ``add`` actions of the files written.
+    """
     batches = (conform(b, schema) for b in to_reader(data) if b.num_rows)
     return write_files(
         storage,
@@ -108,7 +128,16 @@ def append(
 ) -> CommitResult:
     """:meth:`lakelog.Table.append`: ``snapshot`` is the table's cached one, written on
     unless the schema may change or the append is exactly-once (then the latest is
-    read: the decision needs its schema and app versions)."""
+    read: the decision needs its schema and app versions).
+
+    Args:
+        table: the table appended to.
+        snapshot: its cached snapshot.
+        data: the rows.
+        schema_mode: ``"strict"`` (default) or ``"merge"``.
+        app_id: the writing application, for an exactly-once append; default None.
+        app_version: the batch's version for ``app_id``; default None.
+    """
     check_schema_mode(schema_mode)
     app = app_transaction(app_id, app_version)
     snap = snapshot
@@ -163,8 +192,14 @@ def append(
 def landed_first(
     storage: Storage, error: AppVersionCommittedError, *, operation: str
 ) -> CommitResult:
-    """The result of an exactly-once write whose app version landed first (``error``):
-    the commit that recorded it, with ``skipped=True``."""
+    """The result of an exactly-once write whose app version landed first: the commit
+    that recorded it, with ``skipped=True``.
+
+    Args:
+        storage: the table's storage.
+        error: the error the write's commit raised.
+        operation: the write's operation, for the result.
+    """
     return CommitResult(
         version=app_commit(
             storage,
@@ -205,7 +240,15 @@ def overwrite(
     schema_mode: SchemaMode = "strict",
 ) -> CommitResult:
     """:meth:`lakelog.Table.overwrite` of the whole table or of ``partitions``, on the
-    latest snapshot."""
+    latest snapshot.
+
+    Args:
+        table: the table overwritten.
+        data: the new rows.
+        partitions: the partitions replaced, one mapping of partition column to value
+            each; default None, the whole table.
+        schema_mode: ``"strict"`` (default) or ``"merge"``.
+    """
     check_schema_mode(schema_mode)
     snap: Snapshot = table.snapshot()
     scope: list[dict[str, str | None]] | None = None
@@ -297,7 +340,13 @@ def check_write_mode(mode: Any) -> None:
 
 def check_write_to(snapshot: Snapshot, *, mode: str, partition_by: Sequence[str]) -> None:
     """Refuse a ``write_table`` to the existing table of ``snapshot``: any write with
-    ``mode="error"``, and a ``partition_by`` other than the table's."""
+    ``mode="error"``, and a ``partition_by`` other than the table's.
+
+    Args:
+        snapshot: the existing table's latest snapshot.
+        mode: the write's mode.
+        partition_by: the partition columns the write gave (empty: none given).
+    """
     if mode == "error":
         raise TableExistsError(
             f"expected no table at {snapshot.storage.uri} (mode='error'), found one at "

@@ -19,6 +19,7 @@ __all__ = [
     "Action",
     "AddFile",
     "AppTransaction",
+    "ChangeFile",
     "ClaimGroup",
     "Commit",
     "CommitHeader",
@@ -196,8 +197,30 @@ class PlanRelease(msgspec.Struct, tag="release", frozen=True, kw_only=True):
     done: bool = False
 
 
+class ChangeFile(msgspec.Struct, tag="cdc", frozen=True, kw_only=True, omit_defaults=True):
+    """A change file of the commit: rows the commit deleted, inserted or updated, with
+    their ``_change_type`` (``docs/format.md``, "Change data feed").
+
+    Version 6. It adds no live file: a snapshot's rows do not change; the feed reads it,
+    and expiry and vacuum treat it as a data file of its commit. ``partition`` holds the
+    partition values of every row of the file."""
+
+    FORMAT: ClassVar[int] = fmt.CHANGE_DATA_FEED.version
+    path: str
+    size_bytes: int
+    num_rows: int
+    partition: dict[str, str | None] = {}
+
+
 Action: TypeAlias = (
-    Metadata | AddFile | RemoveFile | ExpireVersions | AppTransaction | PlanClaim | PlanRelease
+    Metadata
+    | AddFile
+    | RemoveFile
+    | ExpireVersions
+    | AppTransaction
+    | PlanClaim
+    | PlanRelease
+    | ChangeFile
 )
 
 

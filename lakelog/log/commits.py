@@ -18,7 +18,7 @@ from .._failpoints import pausepoint
 from ..errors import CorruptLogError, InvalidArgumentError, LogGapError, UnsupportedFormatError
 from ..paths import LOG_FOLDER, first_bad_data_path
 from ..storage import Storage
-from .actions import Action, AddFile, Commit, CommitHeader, RemoveFile
+from .actions import Action, AddFile, ChangeFile, Commit, CommitHeader, RemoveFile
 from .format import BASE, CURRENT, check_readable, readable
 
 __all__ = [
@@ -65,7 +65,7 @@ def commit_path(version: int) -> str:
 def encode_commit(header: CommitHeader, actions: Sequence[Action]) -> bytes:
     """One JSON document, one action per line so it reads well in a pager.
 
-    :class:`InvalidArgumentError` for an ``add`` or ``remove`` whose path is not a data
+    :class:`InvalidArgumentError` for an ``add``, ``remove`` or ``cdc`` whose path is not a data
     file inside the root (:func:`lakelog.paths.bad_data_path`): every reader would
     refuse the commit."""
     bad = _bad_path(actions)
@@ -130,15 +130,16 @@ def decode_commit(data: bytes, version: int, *, reader_version: int = CURRENT) -
 
 
 def _bad_path(actions: Sequence[object]) -> tuple[str, str] | None:
-    """The kind and path of the first ``add`` or ``remove`` whose path is not a data
-    file inside the root, or None."""
-    files = [a for a in actions if isinstance(a, (AddFile, RemoveFile))]
+    """The kind and path of the first ``add``, ``remove`` or ``cdc`` whose path is not a
+    data file inside the root, or None (change files follow the rules of data files)."""
+    files = [a for a in actions if isinstance(a, (AddFile, RemoveFile, ChangeFile))]
     bad = first_bad_data_path([a.path for a in files])
     if bad is None:
         return None
-    return next(
-        ("add" if isinstance(a, AddFile) else "remove") for a in files if a.path == bad
-    ), bad
+    return next(_KINDS[type(a)] for a in files if a.path == bad), bad
+
+
+_KINDS: dict[type, str] = {AddFile: "add", RemoveFile: "remove", ChangeFile: "cdc"}
 
 
 def outside_root_error(where: str, kind: str, path: str) -> CorruptLogError:

@@ -37,6 +37,8 @@ from .manifests import Root
 
 __all__ = ["Block", "FileSet", "conform_struct", "entries_block", "to_current"]
 
+_PIN_SHARE = 4
+"""A plan keeping less than 1/_PIN_SHARE of a block's files copies their rows."""
 _LOAD_BATCH = 16
 """Leaves read (and held) at once by an operation over many leaves."""
 
@@ -332,7 +334,13 @@ class FileSet:
             if mask is None:
                 parts.append((block, None))
             elif mask.any():
-                parts.append((block, np.flatnonzero(mask)))
+                pos = np.flatnonzero(mask)
+                if len(pos) * _PIN_SHARE < len(block):
+                    # a few files of a large block: hold a copy of their rows, not the
+                    # whole block (a sparse plan over many leaves would pin them all)
+                    parts.append((Leaf(block.table.take(pa.array(pos))), None))
+                else:
+                    parts.append((block, pos))
         return FileList(parts)
 
     def paths(self) -> list[str]:

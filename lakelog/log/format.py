@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP_TRANSACTIONS",
     "BASE",
+    "CHANGE_DATA_FEED",
     "CLAIMS",
     "COMMITS",
     "CURRENT",
@@ -109,6 +110,12 @@ DELETION_VECTORS: Final = Feature(
     "add actions carrying the positions of deleted rows",
     "Deletion vectors",
 )
+CHANGE_DATA_FEED: Final = Feature(
+    "change_data_feed",
+    6,
+    "cdc actions listing change files: the rows a row-level change deleted or updated",
+    "Change data feed",
+)
 
 FEATURES: Final[tuple[Feature, ...]] = (
     COMMITS,
@@ -118,6 +125,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     CLAIMS,
     PLANS_FILE,
     DELETION_VECTORS,
+    CHANGE_DATA_FEED,
 )
 """Every feature, by the version that introduced it."""
 
@@ -131,8 +139,8 @@ CURRENT: Final = max(f.version for f in FEATURES)
 NEW_TABLE: Final = CLAIMS.version
 """The version new tables declare, and the one ``lakelog upgrade`` moves a table to:
 version 4 changes only manifests (a writer uses plans files on any table of version
-3), and a table declares version 5 only from the ``metadata`` action that turns
-deletion vectors on (:func:`metadata_version`)."""
+3), and a table declares version 5 or 6 only from the ``metadata`` action that turns
+deletion vectors or the change data feed on (:func:`metadata_version`)."""
 
 
 def feature(name: str) -> Feature:
@@ -198,11 +206,20 @@ def commit_version(actions: Iterable[Action]) -> int:
     return need
 
 
-def metadata_version(declared: int, *, deletion_vectors: bool) -> int:
+def metadata_version(
+    declared: int, *, deletion_vectors: bool, change_data_feed: bool = False
+) -> int:
     """The version a ``metadata`` action declares: the one it was given
-    (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on, so older
-    readers refuse the table from then on. Turning them off again keeps the version."""
-    return max(declared, DELETION_VECTORS.version) if deletion_vectors else declared
+    (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on and to
+    :data:`CHANGE_DATA_FEED` when it turns the change data feed on, so older readers
+    refuse the table from then on (instead of missing vectors or change files).
+    Turning either off again keeps the version."""
+    need = declared
+    if deletion_vectors:
+        need = max(need, DELETION_VECTORS.version)
+    if change_data_feed:
+        need = max(need, CHANGE_DATA_FEED.version)
+    return need
 
 
 def manifest_version(

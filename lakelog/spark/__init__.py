@@ -18,6 +18,9 @@
 * :func:`merge`, :func:`delete` and :func:`update` are the row-level changes of
   :meth:`lakelog.Table.merge` (a DataFrame as the source), ``delete`` and ``update``,
   run file by file in Spark tasks with one commit on the driver.
+* :func:`read_changes` gives the change feed of :meth:`lakelog.Table.changes` as a
+  DataFrame read in Spark tasks; ``spark.readStream.format("lakelog")`` streams a table
+  (:mod:`lakelog.spark.source`).
 * :func:`register` makes ``spark.read.format("lakelog")`` and
   ``df.write.format("lakelog")`` available (Python data source; slower than
   :func:`read`, see ``docs/spark.md``).
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .changes import delete, merge, update
 from .convert import convert
+from .feed import read_changes
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
 from .write import STAGING_DIR, write
@@ -51,6 +55,7 @@ __all__ = [
     "optimize",
     "plan_read",
     "read",
+    "read_changes",
     "register",
     "update",
     "write",

@@ -52,6 +52,7 @@ from .. import errors as _errors
 from ..changes.base import Counts, RowChange, Written
 from ..changes.conflicts import RowLevelRebase
 from ..changes.execute import Context, FileOutcome, RowSink, process_file
+from ..changes.feed import ChangeWriter, feed_enabled
 from ..changes.merge import (
     MergeChange,
     SourceKeys,
@@ -70,7 +71,8 @@ from ..filters import FileStatsColumns, FilterLike
 from ..io.schema import conform
 from ..io.writer import WriteOptions, write_files
 from ..leases import Lease
-from ..log.actions import AddFile, DataFile
+from ..log.actions import AddFile, ChangeFile, DataFile
+from ..log.changes import INSERT
 from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
 from ..log.snapshot import Snapshot
@@ -127,7 +129,9 @@ def _record(kind: str, payload: bytes) -> pa.RecordBatch:
     )
 
 
-def _records(outcomes: Sequence[FileOutcome], new: Sequence[AddFile]) -> Iterator[pa.RecordBatch]:
+def _records(
+    outcomes: Sequence[FileOutcome], new: Sequence[AddFile], changes: Sequence[ChangeFile] = ()
+) -> Iterator[pa.RecordBatch]:
     for o in outcomes:
         c = o.counts
         yield _record(
@@ -135,6 +139,8 @@ def _records(outcomes: Sequence[FileOutcome], new: Sequence[AddFile]) -> Iterato
         )
     if new:
         yield _record("new", msgspec.json.encode(list(new)))
+    if changes:
+        yield _record("cdc", msgspec.json.encode(list(changes)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +158,8 @@ class _Job:
     """:meth:`Context.vector_settings` of the table."""
     files: dict[int, DataFile] = dataclasses.field(default_factory=dict)
     slots: tuple[tuple[int, ...], ...] = ()
+    feed: bool = False
+    """Whether tasks record change files (``lakelog.change_data_feed``)."""
 
     def context(self) -> Context:
         ctx = Context(
@@ -163,13 +171,27 @@ class _Job:
             lease_id=self.lease_id,
             **self.vectors,
         )
+        if self.feed:
+            ctx = dataclasses.replace(ctx, feed=self.change_writer(ctx.storage))
         return dataclasses.replace(ctx, sink=RowSink(ctx)) if ctx.vectors else ctx
+
+    def change_writer(self, storage: Storage) -> ChangeWriter:
+        """The writer of a task's change files (named with the run's lease)."""
+        return ChangeWriter(
+            storage,
+            schema=self.schema,
+            partition_by=self.partition_by,
+            options=self.options,
+            lease_id=self.lease_id,
+        )
 
 
 def _discard(ctx: Context, outcomes: Sequence[FileOutcome], extra: Sequence[str] = ()) -> None:
     paths = [p for o in outcomes for p in o.written] + list(extra)
     if ctx.sink is not None:
         paths += ctx.sink.written()
+    if ctx.feed is not None:
+        paths += ctx.feed.written()
     try:
         ctx.storage.delete(list(dict.fromkeys(paths)))
     except Exception:  # noqa: BLE001 - vacuum removes what this cannot
@@ -193,10 +215,11 @@ def _predicate_task(
                 for fid in job.slots[s]:
                     outcomes.append(process_file(ctx, change, job.files[fid], write=True))
             new = ctx.sink.flush() if ctx.sink is not None else []
+            changes = ctx.feed.flush() if ctx.feed is not None else []
         except BaseException:
             _discard(ctx, outcomes)
             raise
-        yield from _records(outcomes, new)
+        yield from _records(outcomes, new, changes)
 
     return run
 
@@ -266,15 +289,17 @@ def _run_predicate(
         job = _job(table, snap, lease, candidates, _parallelism(spark))
         outcomes: list[FileOutcome] = []
         new: list[AddFile] = []
+        changes: list[ChangeFile] = []
         try:
             if candidates:
                 _check_executors(spark)
                 n = len(job.slots)
                 slots = spark.range(0, n, 1, numPartitions=n)
                 tasks = _map_in_arrow(slots, _predicate_task(job, change), _RECORDS)
-                outcomes, new, _ = _decode(_collect(tasks, f"lakelog {change.operation.lower()}"))
+                done = _decode(_collect(tasks, f"lakelog {change.operation.lower()}"))
+                outcomes, new, changes = done.outcomes, done.new, done.changes
         except BaseException:
-            _delete(table.storage, outcomes, new)
+            _delete(table.storage, outcomes, new, changes)
             raise
         return commit_outcomes(
             table,
@@ -285,6 +310,7 @@ def _run_predicate(
             Written(tuple(new)),
             lease=lease,
             start=start,
+            changes=changes,
         )
 
 
@@ -429,22 +455,12 @@ class _TaskMerge(MergeChange):
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
+    def _new_rows(
+        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
+    ) -> pa.RecordBatch:
         if self.spec.when_matched != "assign":
-            return super().split(batch)
-        idx, updated, deleted = self._classify(batch)
-        counts = _counts(updated, deleted)
-        updated = updated & ~deleted
-        if not updated.any():
-            return deleted, None, counts
-        out = self._assigned(batch.filter(pa.array(updated)), idx[updated])
-        return updated | deleted, out, counts
-
-
-def _counts(updated: np.ndarray, deleted: np.ndarray) -> Counts:
-    d = int(np.count_nonzero(deleted))
-    u = int(np.count_nonzero(updated & ~deleted))
-    return Counts(deleted=d, updated=u, kept=len(updated) - d - u)
+            return super()._new_rows(batch, idx, updated)
+        return self._assigned(batch.filter(pa.array(updated)), idx[updated])
 
 
 def _conformed(rows: pa.Table, schema: pa.Schema, computed: Sequence[str]) -> pa.Table:
@@ -500,6 +516,7 @@ def _merge_task(
                 if spec.insert and change.matched.any():
                     keys.append(change.matched_keys())
             new = ctx.sink.flush() if ctx.sink is not None else []
+            changes = ctx.feed.flush() if ctx.feed is not None else []
             if keys:
                 path = f"{STAGING_DIR}/merge-{job.lease_id}/matched-{uuid.uuid4().hex}.parquet"
                 with ctx.storage.open_output(path) as fh:
@@ -508,7 +525,7 @@ def _merge_task(
         except BaseException:
             _discard(ctx, outcomes, staged)
             raise
-        yield from _records(outcomes, new)
+        yield from _records(outcomes, new, changes)
         for path in staged:
             yield _record("matched", path.encode())
 
@@ -520,22 +537,34 @@ def _insert_task(job: _Job) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage = Storage(job.uri, job.storage_options)
+        feed = job.change_writer(storage) if job.feed else None
 
         def rows() -> Iterator[pa.RecordBatch]:
             for b in batches:
                 if b.num_rows:
-                    yield conform(b.select(job.schema.names), job.schema)
+                    row = conform(b.select(job.schema.names), job.schema)
+                    if feed is not None:
+                        feed.add(row, INSERT)
+                    yield row
 
-        adds = write_files(
-            storage,
-            rows(),
-            schema=job.schema,
-            partition_by=job.partition_by,
-            options=job.options,
-            lease_id=job.lease_id,
-        )
+        try:
+            adds = write_files(
+                storage,
+                rows(),
+                schema=job.schema,
+                partition_by=job.partition_by,
+                options=job.options,
+                lease_id=job.lease_id,
+            )
+            changes = feed.flush() if feed is not None else []
+        except BaseException:
+            if feed is not None:
+                feed.discard()
+            raise
         if adds:
             yield _record("new", msgspec.json.encode(adds))
+        if changes:
+            yield _record("cdc", msgspec.json.encode(changes))
 
     return run
 
@@ -1055,6 +1084,7 @@ def _run_merge(
         job = _job(table, snap, lease, candidates, _parallelism(spark))
         outcomes: list[FileOutcome] = []
         new: list[AddFile] = []
+        changes: list[ChangeFile] = []
         try:
             _check_executors(spark)
             matched_paths: list[str] = []
@@ -1074,7 +1104,9 @@ def _run_merge(
                     routed = routed.unionByName(marks, allowMissingColumns=True)
                 grouped = routed.repartition(len(job.slots), _ROUTE).sortWithinPartitions(_FID)
                 tasks = _map_in_arrow(grouped, _merge_task(job, spec), _RECORDS)
-                outcomes, new, matched_paths = _decode(_collect(tasks, "lakelog merge"))
+                done = _decode(_collect(tasks, "lakelog merge"))
+                outcomes, new, changes = done.outcomes, done.new, done.changes
+                matched_paths = done.matched
             if insert:
                 rows = deduped.drop(*spec.computed)
                 if matched_paths:
@@ -1089,11 +1121,12 @@ def _run_merge(
                     rows = rows.coalesce(files)
                 rows = rows.select(*columns_of(snap.schema.names))
                 written = _map_in_arrow(rows, _insert_task(job), _RECORDS)
-                _, inserts, _ = _decode(_collect(written, "lakelog merge: inserts"))
-                new += inserts
-                change.inserted = sum(a.num_rows for a in inserts)
+                inserted = _decode(_collect(written, "lakelog merge: inserts"))
+                new += inserted.new
+                changes += inserted.changes
+                change.inserted = sum(a.num_rows for a in inserted.new)
         except BaseException:
-            _delete(storage, outcomes, new)
+            _delete(storage, outcomes, new, changes)
             discard_staging(storage, staging)
             raise
         probe_lock = threading.Lock()
@@ -1118,6 +1151,7 @@ def _run_merge(
                 lease=lease,
                 start=start,
                 rebase=rebase,
+                changes=changes,
             )
         finally:
             discard_staging(storage, staging)
@@ -1230,6 +1264,7 @@ def _job(table: Table, snap: Snapshot, lease: Lease, files: Sequence[DataFile], 
         vectors=Context.vector_settings(snap.properties),
         files=dict(enumerate(files)),
         slots=_slots(files, TASKS_PER_CORE * cores) if files else (),
+        feed=feed_enabled(snap.properties),
     )
 
 
@@ -1280,24 +1315,41 @@ def _task_error(error: Exception, what: str) -> Exception:
         return LakelogError(f"{what}: {m.group(1)}: {m.group(2)}")
 
 
-def _decode(rows: Sequence[Any]) -> tuple[list[FileOutcome], list[AddFile], list[str]]:
-    outcomes: list[FileOutcome] = []
-    new: list[AddFile] = []
-    staged: list[str] = []
+@dataclasses.dataclass
+class _Decoded:
+    """What a job's tasks sent back: file outcomes, new files, change files, and the
+    staged files of the keys a merge matched."""
+
+    outcomes: list[FileOutcome] = dataclasses.field(default_factory=list)
+    new: list[AddFile] = dataclasses.field(default_factory=list)
+    changes: list[ChangeFile] = dataclasses.field(default_factory=list)
+    matched: list[str] = dataclasses.field(default_factory=list)
+
+
+def _decode(rows: Sequence[Any]) -> _Decoded:
+    out = _Decoded()
     for r in rows:
         payload = bytes(r.payload)
         if r.kind == "file":
             o = msgspec.json.decode(payload, type=_Outcome)
-            outcomes.append(FileOutcome(o.file, Counts(o.deleted, o.updated, o.kept), o.adds))
+            out.outcomes.append(FileOutcome(o.file, Counts(o.deleted, o.updated, o.kept), o.adds))
         elif r.kind == "new":
-            new += msgspec.json.decode(payload, type=list[AddFile])
+            out.new += msgspec.json.decode(payload, type=list[AddFile])
+        elif r.kind == "cdc":
+            out.changes += msgspec.json.decode(payload, type=list[ChangeFile])
         elif r.kind == "matched":
-            staged.append(payload.decode())
-    return outcomes, new, staged
+            out.matched.append(payload.decode())
+    return out
 
 
-def _delete(storage: Storage, outcomes: Sequence[FileOutcome], new: Sequence[AddFile]) -> None:
+def _delete(
+    storage: Storage,
+    outcomes: Sequence[FileOutcome],
+    new: Sequence[AddFile],
+    changes: Sequence[ChangeFile] = (),
+) -> None:
     paths = [p for o in outcomes for p in o.written] + [a.path for a in new]
+    paths += [c.path for c in changes]
     if paths:
         try:
             storage.delete(list(dict.fromkeys(paths)))

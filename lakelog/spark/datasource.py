@@ -14,7 +14,12 @@ through Python workers as Arrow batches, so they are slower than
   ``versionAsOf`` / ``timestampAsOf`` select a version; rows that a file's deletion
   vector deletes (format version 5) are dropped as each file is read;
 * writes: each task writes its rows with lakelog's own Parquet writer; the
-  driver commits every task's files in one commit, or deletes them on abort.
+  driver commits every task's files in one commit, or deletes them on abort;
+* ``readChangeFeed``: the change feed of a range of versions
+  (:mod:`lakelog.spark.feed`, :func:`lakelog.spark.read_changes`);
+* ``spark.readStream.format("lakelog")``: the streaming source
+  (:mod:`lakelog.spark.source`), with its own options (``startingVersion``,
+  ``maxFilesPerTrigger``, ``skipChangeCommits``, ``readChangeFeed``, ...).
 
 Options: ``path`` (or ``load(path)``/``save(path)``), ``versionAsOf``, ``maxPartitionBytes``,
 ``timestampAsOf`` (ISO 8601), ``partitionBy`` (comma-separated, when a write
@@ -37,6 +42,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
@@ -104,6 +110,10 @@ def _opt(options: Mapping[str, str], name: str) -> str | None:
     return options.get(name) or options.get(name.lower())
 
 
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    return (_opt(options, name) or "").strip().lower() == "true"
+
+
 def _snapshot(options: Mapping[str, str]) -> Snapshot:
     storage = _storage(options)
     version = _opt(options, "versionAsOf")
@@ -121,10 +131,24 @@ class LakelogDataSource(DataSource):
         return "lakelog"
 
     def schema(self) -> StructType:
+        if _flag(self.options, "readChangeFeed"):
+            from .feed import options_schema
+
+            return to_spark_schema(options_schema(_storage(self.options), dict(self.options)))
         return to_spark_schema(_snapshot(self.options).schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if _flag(self.options, "readChangeFeed"):
+            from .feed import FeedReader
+
+            return FeedReader(_storage(self.options), dict(self.options))
         return _Reader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The streaming source (:mod:`lakelog.spark.source`)."""
+        from .source import stream_reader
+
+        return stream_reader(_storage(self.options), dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return _Writer(dict(self.options), schema, overwrite)

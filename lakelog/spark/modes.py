@@ -59,6 +59,7 @@ from ..filters import FilterLike, parse_filter
 from ..io.schema import conform
 from ..leases import Lease
 from ..log.actions import Action, AddFile, AppTransaction
+from ..log.changes import INSERT
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import partition_string
 from ..storage import Storage
@@ -68,6 +69,8 @@ from .schema import _strip, check_dataframe_schema, to_arrow_type, to_spark_sche
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
+
+    from ..changes.feed import ChangeWriter
 
 __all__ = [
     "PARTITION_OVERWRITE_CONF",
@@ -382,7 +385,11 @@ class _StagedOverwrite(DeleteChange):
     def parameters(self) -> dict[str, Any]:
         return {"where": self.where.text}
 
-    def before(self, storage: Storage, lease_id: str) -> Written:
+    def before(
+        self, storage: Storage, lease_id: str, *, feed: ChangeWriter | None = None
+    ) -> Written:
+        if feed is not None:  # Spark's tasks wrote them: their rows are read back
+            feed.add_files(self.new.adds, INSERT)
         return self.new
 
 

@@ -30,6 +30,7 @@ from lakelog.log.actions import (
     Action,
     AddFile,
     AppTransaction,
+    ChangeFile,
     ClaimGroup,
     DeletionVector,
     ExpireVersions,
@@ -282,7 +283,8 @@ _ACTIONS: list[tuple[Action, int]] = [
         3,
     ),
     (PlanRelease(plan_id="p", done=True), 3),
-    *[(msgspec.structs.replace(_META, format_version=v), v) for v in range(1, 6)],
+    (ChangeFile(path="_change_data/c.parquet", size_bytes=1, num_rows=1), 6),
+    *[(msgspec.structs.replace(_META, format_version=v), v) for v in range(1, 7)],
 ]
 
 
@@ -291,7 +293,8 @@ def test_a_commit_declares_the_highest_version_its_actions_need(
     picked: list[tuple[Action, int]],
 ) -> None:
     """The numbers of the spec's "Versioning" section: add, remove and expire 1, an add
-    with a deletion vector 5, app_txn 2, claim and release 3, metadata what it declares."""
+    with a deletion vector 5, app_txn 2, claim and release 3, cdc 6, metadata what it
+    declares."""
     want = max([1] + [need for _, need in picked])
     assert fmt.commit_version([a for a, _ in picked]) == want
 
@@ -310,12 +313,27 @@ def test_commits_on_the_log_declare_those_versions(tmp_path: Path) -> None:
     assert t.snapshot().metadata.format_version == 5  # turning them off keeps 5
 
 
-@given(declared=st.integers(1, 6), vectors=st.booleans())
-def test_a_metadata_action_declares_5_once_deletion_vectors_are_on(
-    declared: int, vectors: bool
+@given(declared=st.integers(1, 6), vectors=st.booleans(), feed=st.booleans())
+def test_a_metadata_action_declares_5_with_deletion_vectors_and_6_with_the_feed(
+    declared: int, vectors: bool, feed: bool
 ) -> None:
-    got = fmt.metadata_version(declared, deletion_vectors=vectors)
-    assert got == (max(declared, 5) if vectors else declared)
+    got = fmt.metadata_version(declared, deletion_vectors=vectors, change_data_feed=feed)
+    assert got == max(declared, 6 if feed else 5 if vectors else declared)
+
+
+def test_turning_the_change_data_feed_on_declares_6(tmp_path: Path) -> None:
+    """Readers of version 5 refuse the table from the ``metadata`` action that turns the
+    feed on (they would miss its change files); turning it off keeps 6."""
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(pa.table({"id": [1]}))
+    t.set_properties({"lakelog.change_data_feed": "true"})
+    t.set_properties({"lakelog.change_data_feed": "false"})
+    said = [read_header(t.storage, v).format_version for v in range(t.version + 1)]
+    assert said == [3, 1, 6, 6]
+    assert t.snapshot().metadata.format_version == 6
+    read_commit(t.storage, 1, reader_version=5)
+    with pytest.raises(UnsupportedFormatError, match="<= 5, found 6"):
+        read_commit(t.storage, 2, reader_version=5)
 
 
 @given(

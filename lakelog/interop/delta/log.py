@@ -27,6 +27,7 @@ from ...log.actions import (
     Action,
     AddFile,
     AppTransaction,
+    ChangeFile,
     CommitHeader,
     ExpireVersions,
     Metadata,
@@ -34,13 +35,16 @@ from ...log.actions import (
     PlanRelease,
     RemoveFile,
 )
+from ...log.changes import PROPERTY as CDF_PROPERTY
 from ...log.snapshot import Snapshot
+from ...properties import get_bool
 from ...storage import Storage
 from .stats import StatsConverter
 from .types import delta_protocol, delta_schema_string
 
 __all__ = [
     "BROKEN_MARK",
+    "CDF_FLAG",
     "DELTA_LOG",
     "ENGINE",
     "LAST_CHECKPOINT",
@@ -48,6 +52,7 @@ __all__ = [
     "checkpoint_path",
     "delta_commit_path",
     "encode_delta_commit",
+    "feed_flag",
     "list_delta_log",
     "read_commit_info",
     "read_last_checkpoint",
@@ -59,6 +64,7 @@ LAST_CHECKPOINT = f"{DELTA_LOG}/_last_checkpoint"
 BROKEN_MARK = f"{DELTA_LOG}/_lakelog_broken.json"
 """Written when lakelog finds a Delta commit it did not write; removed by a rebuild."""
 ENGINE = f"lakelog/{__about__.__version__}"
+CDF_FLAG = "delta.enableChangeDataFeed"
 _COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _OTHER_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\..+\.(parquet|json)$")
@@ -135,7 +141,26 @@ def delta_path(path: str) -> str:
     return quote(path, safe="/=")
 
 
+def feed_flag(md: Metadata) -> str | None:
+    """The view's ``delta.enableChangeDataFeed``: ``"true"`` while the lakelog property
+    is on; ``"false"`` once it is set back to false, so Delta readers refuse a range
+    over that version (as Spark and delta-rs do) instead of reading the change commits
+    after it, which have no ``cdc`` actions, as whole-file inserts and deletes; None
+    when the property was never set (the view as it was before the feed)."""
+    if CDF_PROPERTY not in md.properties:
+        return None
+    return "true" if get_bool(md.properties, CDF_PROPERTY) else "false"
+
+
+def protocol_action(md: Metadata) -> dict[str, Any]:
+    return delta_protocol(md.arrow_schema(), change_data_feed=feed_flag(md) is not None)
+
+
 def metadata_action(md: Metadata) -> dict[str, Any]:
+    configuration = {"lakelog.delta_view": "true"}
+    flag = feed_flag(md)
+    if flag is not None:
+        configuration[CDF_FLAG] = flag
     return {
         "id": _table_uuid(md.table_id),
         "name": None,
@@ -143,7 +168,7 @@ def metadata_action(md: Metadata) -> dict[str, Any]:
         "format": {"provider": "parquet", "options": {}},
         "schemaString": delta_schema_string(md.arrow_schema()),
         "partitionColumns": list(md.partition_by),
-        "configuration": {"lakelog.delta_view": "true"},
+        "configuration": configuration,
         "createdTime": md.created_ms,
     }
 
@@ -181,6 +206,18 @@ def remove_action(r: RemoveFile, partition_by: Sequence[str]) -> dict[str, Any]:
     if r.size_bytes is not None:
         out["size"] = r.size_bytes
     return out
+
+
+def cdc_action(c: ChangeFile, partition_by: Sequence[str]) -> dict[str, Any]:
+    """A lakelog change file as Delta's ``cdc`` action: the same Parquet file (the
+    table's columns but the partition columns, then ``_change_type``), which changes
+    no table state, hence ``dataChange: false``."""
+    return {
+        "path": delta_path(c.path),
+        "partitionValues": _partition_values(c.partition, partition_by),
+        "size": c.size_bytes,
+        "dataChange": False,
+    }
 
 
 def _txn(app_id: str, version: int, last_updated: int | None) -> dict[str, Any]:
@@ -225,7 +262,7 @@ def encode_delta_commit(
     """
     lines: list[dict[str, Any]] = [{"commitInfo": commit_info(header, actions)}]
     if start or any(isinstance(a, Metadata) for a in actions):
-        lines.append({"protocol": delta_protocol(metadata.arrow_schema())})
+        lines.append({"protocol": protocol_action(metadata)})
         lines.append({"metaData": metadata_action(metadata)})
     parts = metadata.partition_by
     stats = StatsConverter(metadata.arrow_schema(), parts)
@@ -234,6 +271,8 @@ def encode_delta_commit(
             lines.append({"add": add_action(a, parts, stats, header.timestamp_ms)})
         elif isinstance(a, RemoveFile):
             lines.append({"remove": remove_action(a, parts)})
+        elif isinstance(a, ChangeFile):
+            lines.append({"cdc": cdc_action(a, parts)})
         elif isinstance(a, AppTransaction):  # Delta's own idempotent-write marker
             lines.append({"txn": _txn(a.app_id, a.app_version, a.timestamp_ms or None)})
         elif isinstance(a, (Metadata, ExpireVersions, PlanClaim, PlanRelease)):
@@ -412,7 +451,7 @@ def write_checkpoint(storage: Storage, snapshot: Snapshot) -> bool:
         txns = [_txn(app, v, None) for app, v in sorted(snapshot.app_versions.items())]
         writer.write_table(
             _rows(
-                protocol=delta_protocol(snapshot.schema),
+                protocol=protocol_action(snapshot.metadata),
                 metadata=metadata_action(snapshot.metadata),
                 txns=txns,
             )

@@ -11,7 +11,7 @@ The protocol is the lowest that states what the view is: reader version 1 (3 wit
 the ``timestampNtz`` reader feature when a column is a timestamp without time zone),
 writer version 7 with the writer feature ``lakelogView``, which no other Delta writer
 knows, so conforming writers refuse to write to the view (readers ignore writer
-features).
+features), and ``changeDataFeed`` while the view carries the change data feed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pyarrow as pa
 from ...errors import DeltaViewError
 
 __all__ = [
+    "CDF_FEATURE",
     "VIEW_FEATURE",
     "check_schema",
     "delta_protocol",
@@ -33,6 +34,8 @@ __all__ = [
 
 VIEW_FEATURE = "lakelogView"
 """The writer feature that marks a table as lakelog's read-only view."""
+CDF_FEATURE = "changeDataFeed"
+"""Delta's writer feature of the change data feed (``cdc`` actions)."""
 _BAD_NAME_CHARS = " ,;{}()\n\t="
 _INTS = {8: "byte", 16: "short", 32: "integer", 64: "long"}
 
@@ -148,13 +151,20 @@ def _has_ntz(t: pa.DataType) -> bool:
     return False
 
 
-def delta_protocol(schema: pa.Schema) -> dict[str, Any]:
-    """The lowest protocol that reads ``schema`` and keeps other writers out."""
+def delta_protocol(schema: pa.Schema, *, change_data_feed: bool = False) -> dict[str, Any]:
+    """The lowest protocol that reads ``schema`` and keeps other writers out.
+
+    ``change_data_feed``: the view carries ``delta.enableChangeDataFeed`` (and ``cdc``
+    actions); Delta ties that flag to the writer feature ``changeDataFeed`` on a table
+    with writer features, the table-features form of legacy writer version 4."""
+    writer = [VIEW_FEATURE]
+    if change_data_feed:
+        writer.insert(0, CDF_FEATURE)
     if any(_has_ntz(f.type) for f in schema):
         return {
             "minReaderVersion": 3,
             "minWriterVersion": 7,
             "readerFeatures": ["timestampNtz"],
-            "writerFeatures": ["timestampNtz", VIEW_FEATURE],
+            "writerFeatures": ["timestampNtz", *writer],
         }
-    return {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": [VIEW_FEATURE]}
+    return {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": writer}

@@ -469,11 +469,12 @@ def finish_trim(storage: Storage) -> bool:
 
 
 def view_listed_files(storage: Storage, oldest: int) -> set[str]:
-    """Data files (paths as the Delta entries spell them, unquoted) that Delta readers
-    may still open a version listing, beyond the retained lakelog versions: those the
-    Delta commits and checkpoints below ``oldest`` list (a trim that did not happen: the
-    view turned off and kept, or not trimmed yet), and, in a view broken by another
-    engine, those every Delta entry lists. Expiry and vacuum keep them.
+    """Data and change files (paths as the Delta entries spell them, unquoted) that
+    Delta readers may still open a version listing, beyond the retained lakelog
+    versions: those the Delta commits and checkpoints below ``oldest`` list (a trim
+    that did not happen: the view turned off and kept, or not trimmed yet), and, in a
+    view broken by another engine, those every Delta entry lists. Expiry and vacuum
+    keep them.
 
     A trimmed view costs one listing of ``_delta_log/``."""
     listing = list_delta_log(storage)
@@ -483,13 +484,15 @@ def view_listed_files(storage: Storage, oldest: int) -> set[str]:
         commits, checkpoints = list(listing.commits), list(listing.checkpoints)
     paths: set[str] = set()
     for v in commits:
-        paths.update(_commit_adds(storage, v))
+        paths.update(_commit_files(storage, v))
     for v in checkpoints:
         paths.update(_checkpoint_adds(storage, v))
     return paths
 
 
-def _commit_adds(storage: Storage, version: int) -> Iterator[str]:
+def _commit_files(storage: Storage, version: int) -> Iterator[str]:
+    """The paths of the ``add`` and ``cdc`` actions of a Delta commit (a change-feed
+    reader of that version opens its change files)."""
     try:
         data = storage.read_bytes(delta_commit_path(version))
     except FileNotFoundError:
@@ -499,9 +502,10 @@ def _commit_adds(storage: Storage, version: int) -> Iterator[str]:
             obj = _DEC.decode(line) if line.strip() else None
         except msgspec.DecodeError:
             continue  # not an action a Delta reader would follow either
-        add = obj.get("add") if isinstance(obj, dict) else None
-        if isinstance(add, dict) and isinstance(add.get("path"), str):
-            yield unquote(add["path"])
+        for kind in ("add", "cdc"):
+            action = obj.get(kind) if isinstance(obj, dict) else None
+            if isinstance(action, dict) and isinstance(action.get("path"), str):
+                yield unquote(action["path"])
 
 
 def _checkpoint_adds(storage: Storage, version: int) -> Iterator[str]:

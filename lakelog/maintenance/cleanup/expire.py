@@ -16,7 +16,8 @@ latest. The steps, each safe to be killed after (a rerun finishes the job):
    log, never by listing: files removed by commits ``<= O``, minus files live
    at ``O`` or added after ``O`` (a removed-but-retained file stays), minus
    files that Delta entries below ``O`` still list (a view off but kept, or
-   broken: :func:`lakelog.interop.delta.view.view_listed_files`);
+   broken: :func:`lakelog.interop.delta.view.view_listed_files`); and the change
+   files (``cdc``) of commits ``<= O``, whose feed is no longer readable;
 4. delete the manifest leaves only manifests below ``O`` list (the manifests at
    or above ``O`` are listed again just before), then the commit files and
    manifests below ``O``, commits oldest first.
@@ -321,8 +322,12 @@ def _expire(
             removed.add(path)
             if size is not None:
                 sizes[path] = size
+        # change files belong to their commit: the feed starts after the oldest version
+        removed.update(change.changes)
+        sizes.update(change.changes)
     for change in read_changes(storage, [v for v in list_log(storage).commits if v > oldest]):
         retained.update(change.added)
+        retained.update(change.changes)
     data_files = sorted(removed - retained)
     if listed:
         from .vacuum import normalize_path

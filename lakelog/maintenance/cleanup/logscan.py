@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ...log.actions import AddFile, ExpireVersions, RemoveFile
+from ...log.actions import AddFile, ChangeFile, ExpireVersions, RemoveFile
 from ...log.commits import commit_path, decode_commit, outside_root_error
 from ...log.format import BASE, readable
 from ...paths import first_bad_data_path
@@ -35,6 +35,11 @@ class _Remove(msgspec.Struct, tag="remove"):
     size_bytes: int | None = None
 
 
+class _Cdc(msgspec.Struct, tag="cdc"):
+    path: str
+    size_bytes: int = 0
+
+
 class _Metadata(msgspec.Struct, tag="metadata"):
     pass
 
@@ -51,7 +56,7 @@ class _Header(msgspec.Struct):
 
 class _Light(msgspec.Struct):
     header: _Header
-    actions: list[_Add | _Remove | _Metadata | _Expire]
+    actions: list[_Add | _Remove | _Cdc | _Metadata | _Expire]
 
 
 _DECODER = msgspec.json.Decoder(_Light)
@@ -66,6 +71,9 @@ class FileChanges:
     """Path -> size in bytes of every file added."""
     removed: dict[str, int | None] = field(default_factory=dict)
     """Path -> size in bytes (None if not recorded) of every file removed."""
+    changes: dict[str, int] = field(default_factory=dict)
+    """Path -> size in bytes of every change file the commit lists (``cdc``): a data
+    file of this commit for expiry and vacuum, never live."""
     oldest_version: int | None = None
     """The ``oldest_version`` of an expiry action in this commit, if any."""
     txn_id: str = ""
@@ -89,12 +97,14 @@ def _decode(data: bytes, version: int) -> FileChanges:
                 out.added[a.path] = a.size_bytes
             elif isinstance(a, _Remove):
                 out.removed[a.path] = a.size_bytes
+            elif isinstance(a, _Cdc):
+                out.changes[a.path] = a.size_bytes
             elif isinstance(a, _Expire):
                 out.oldest_version = max(out.oldest_version or 0, a.oldest_version)
         # what expiry deletes comes from here: refused as every reader refuses it
-        bad = first_bad_data_path([*out.added, *out.removed])
+        bad = first_bad_data_path([*out.added, *out.removed, *out.changes])
         if bad is not None:
-            kind = "add" if bad in out.added else "remove"
+            kind = "add" if bad in out.added else "remove" if bad in out.removed else "cdc"
             raise outside_root_error(commit_path(version), kind, bad)
         return out
     commit = decode_commit(data, version)  # typed errors, or a newer action
@@ -104,6 +114,8 @@ def _decode(data: bytes, version: int) -> FileChanges:
             out.added[action.path] = action.size_bytes
         elif isinstance(action, RemoveFile):
             out.removed[action.path] = action.size_bytes
+        elif isinstance(action, ChangeFile):
+            out.changes[action.path] = action.size_bytes
         elif isinstance(action, ExpireVersions):
             out.oldest_version = max(out.oldest_version or 0, action.oldest_version)
     return out

@@ -28,8 +28,9 @@ short, from expired versions. What is kept, always:
   first, as Hadoop and Spark have it; ``_col=value`` partition folders are
   not hidden): other engines' markers and checksums (``_SUCCESS``,
   ``.part-0.parquet.crc``, ``_temporary/``). lakelog's own Spark staging
-  folder (``_spark_staging/``) is the exception: everything a killed Spark job
-  left there is vacuumed like any other orphan.
+  folder (``_spark_staging/``) and its change files (``_change_data/``) are the
+  exceptions: everything a killed Spark job left in the first is vacuumed like any
+  other orphan, and change files like data files (those of retained commits kept).
 
 Order matters. The root is listed first and the log read after, so a file
 committed before the log is read is known to be referenced; then the leases
@@ -67,6 +68,7 @@ from ...leases import (
     lease_path,
     read_leases,
 )
+from ...log.changes import CHANGE_DIR
 from ...log.checkpoint import repair_roots
 from ...log.commits import LOG_DIR, list_log
 from ...log.leaves import LEAF_DIR, leaf_version
@@ -134,7 +136,7 @@ def referenced_paths(storage: Storage) -> tuple[set[str], int, int]:
 
     Retained files = files live at the oldest readable version plus files
     added by any later commit (files removed since stay referenced until
-    their versions expire).
+    their versions expire), plus the change files those later commits list.
     """
     for _ in range(5):  # an expiry may move the oldest version while we read
         snap = load_snapshot(storage)
@@ -150,6 +152,7 @@ def referenced_paths(storage: Storage) -> tuple[set[str], int, int]:
         latest = snap.version
         for change in read_changes(storage, [v for v in listing.commits if v > oldest]):
             paths.update(change.added)
+            paths.update(change.changes)
             latest = max(latest, change.version)
         return {normalize_path(p, storage) for p in paths}, oldest, latest
     raise VersionExpiredError(
@@ -174,9 +177,14 @@ def _live_leaves(storage: Storage, manifests: Sequence[int]) -> set[str]:
 
 
 def _newly_added(storage: Storage, after: int) -> tuple[set[str], int]:
-    """Paths added by commits that landed after version ``after``, and the newest version."""
+    """Paths added by commits that landed after version ``after`` (data and change
+    files), and the newest version."""
     newer = [v for v in list_log(storage).commits if v > after]
-    paths = {normalize_path(p, storage) for c in read_changes(storage, newer) for p in c.added}
+    paths = {
+        normalize_path(p, storage)
+        for c in read_changes(storage, newer)
+        for p in (*c.added, *c.changes)
+    }
     return paths, max([after, *newer])
 
 
@@ -219,8 +227,11 @@ class _Guard:
 
 def _foreign_hidden(rel: str) -> bool:
     """A hidden file or a file under a hidden folder, outside lakelog's staging folder
-    (everything there, markers included, is what a killed lakelog Spark job left)."""
+    (everything there, markers included, is what a killed lakelog Spark job left) and
+    its change files (``_change_data/``: its own, named like data files)."""
     parts = rel.split("/")
+    if parts[0] == CHANGE_DIR:
+        return any(hidden_name(p) for p in parts[1:])
     return parts[0] != STAGING_DIR and any(hidden_name(p) for p in parts)
 
 
