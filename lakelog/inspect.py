@@ -143,7 +143,7 @@ class TableInspect:
 def _files_and_stats(snap: Snapshot, filter: FilterLike) -> tuple[pa.Table, FileStatsColumns]:
     if filter is None:
         return snap.file_table, snap.stats_columns
-    files = snap.files(filter)
+    files = list(snap.files(filter))
     table = files_from_adds(files) if files else FILES_SCHEMA.empty_table()
     return table, stats_columns(table, snap.schema, snap.partition_by)
 

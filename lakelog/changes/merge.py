@@ -434,7 +434,7 @@ class MergeChange(RowChange):
     def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         if self.noop:
             return []
-        files = snapshot.files()
+        files = list(snapshot.files())
         if self.by_source == "delete":
             return files
         if self.source.empty:

@@ -53,7 +53,7 @@ def _file_row(f: FileLayout) -> dict[str, Any]:
 def cmd_inspect_files(args: argparse.Namespace) -> int:
     table = open_from_args(args)
     snap = table.snapshot(args.version)
-    files = snap.files(args.filter)
+    files = list(snap.files(args.filter))
     layouts = describe_files(table.storage, files)
     skipped: dict[str, Any] | None = None
     if args.filter is not None:

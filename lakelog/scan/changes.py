@@ -434,8 +434,12 @@ class ChangeFeed:
         columns: Sequence[str] | None = None,
         predicate: Predicate | None = None,
         filter: pc.Expression | None = None,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
+        """``cache_bytes``: the range's commit files are kept in memory when they total at
+        most this many bytes, else read again for each pass."""
         self.storage = storage
+        self._cache_bytes = cache_bytes
         self.start = start
         self.end = end
         self.table_schema = table_schema
@@ -533,9 +537,9 @@ class ChangeFeed:
             if not cdc:
                 wanted.update(a.path for a in commit.actions if isinstance(a, RemoveFile))
             size += len(data)
-            if size <= CACHE_BYTES:
+            if size <= self._cache_bytes:
                 cached.append(commit)
-        self._cached = cached if size <= CACHE_BYTES else None
+        self._cached = cached if size <= self._cache_bytes else None
         self._wanted = frozenset(wanted)
         # with no metadata action in the range, every version has the feed's schema
         self._schema_before = None if schema_changes else self.table_schema
@@ -567,6 +571,7 @@ def open_feed(
     columns: Sequence[str] | None = None,
     filter: FilterLike = None,
     latest: ResolvedSnapshot | None = None,
+    cache_bytes: int = CACHE_BYTES,
 ) -> ChangeFeed:
     """The change feed of versions ``start..end`` of the table at ``storage`` (see
     :meth:`lakelog.Table.changes`); ``latest``: the latest snapshot when the caller has
@@ -595,6 +600,7 @@ def open_feed(
         columns=cols,
         predicate=pred,
         filter=expr,
+        cache_bytes=cache_bytes,
     )
 
 

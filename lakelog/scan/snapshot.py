@@ -82,7 +82,7 @@ class Snapshot(ResolvedSnapshot):
             raise InvalidArgumentError(
                 f"expected deleted to be 'refuse' or 'include', found {deleted!r}"
             )
-        files = self.files(filter)
+        files = list(self.files(filter))  # built once: read below more than once
         if deleted == "refuse":
             marked = [f.path for f in files if f.deleted is not None]
             if marked:
@@ -133,7 +133,7 @@ class Snapshot(ResolvedSnapshot):
         """
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
-        files = self.files(expr)
+        files = list(self.files(expr))  # built once: read below more than once
         if any(f.deleted is not None for f in files):
             out = self._out_schema(cols)
             with self._reading():  # in this thread: no pyarrow thread holds the generator
@@ -166,7 +166,7 @@ class Snapshot(ResolvedSnapshot):
         _check_batch_size(batch_size)
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
-        files = self.files(expr)
+        files = list(self.files(expr))  # built once: read below more than once
         if any(f.deleted is not None for f in files):
             return self._typed(self._live_batches(files, cols, expr, batch_size))
         return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
@@ -192,7 +192,7 @@ class Snapshot(ResolvedSnapshot):
         _check_batch_size(batch_size)
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
-        files = self.files(expr)
+        files = list(self.files(expr))  # built once: read below more than once
         if any(f.deleted is not None for f in files):
             return ds.Scanner.from_batches(
                 self._live_batches(files, cols, expr, batch_size),

@@ -720,7 +720,7 @@ class _DriverMerge(RowChange):
         }
 
     def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
-        files = snapshot.files()
+        files = list(snapshot.files())
         if self.spec.by_source == "delete":
             return files
         if not self.facts.keyed:

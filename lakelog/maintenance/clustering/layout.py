@@ -105,7 +105,7 @@ class FileBoxes:
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, columns: Sequence[str]) -> FileBoxes:
-        files = snapshot.files()
+        files = list(snapshot.files())
         mins: dict[str, list[Any]] = {c: [] for c in columns}
         maxs: dict[str, list[Any]] = {c: [] for c in columns}
         for f in files:

@@ -181,7 +181,7 @@ def prepare_clustering(
         snap.properties, default_concurrency=default_concurrency
     )
     partition_filter = options.partition_filter
-    files: Sequence[DataFile] = snap.files()
+    files: Sequence[DataFile] = list(snap.files())
     claimed = () if dry_run else claimed_files(table.storage, snap)
     if claimed:  # under another run's live claim: that run rewrites them
         files = [f for f in files if f.path not in claimed]
