@@ -70,7 +70,7 @@ class Where:
     def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         if self.never:
             return []
-        return snapshot.files(self.predicate)
+        return list(snapshot.files(self.predicate))  # read more than once, by index too
 
     def prune(self, files: FileStatsColumns) -> np.ndarray:
         return as_mask(prune_mask(self.predicate, files))

@@ -89,8 +89,8 @@ class FileList(Sequence[DataFile]):
             raise IndexError("file list index out of range")
         b = int(np.searchsorted(self._ends, index, side="right"))
         start = int(self._ends[b - 1]) if b else 0
-        at = self._positions[b][index - start : index - start + 1]
-        return self._blocks[b].data_files(_mask(len(self._blocks[b]), at))[0]
+        at = int(self._positions[b][index - start])
+        return Leaf(self._blocks[b].table.slice(at, 1)).data_files()[0]
 
     def __iter__(self) -> Iterator[DataFile]:
         for block, pos in zip(self._blocks, self._positions, strict=True):
