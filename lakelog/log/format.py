@@ -31,6 +31,7 @@ __all__ = [
     "BASE",
     "CHANGE_DATA_FEED",
     "CLAIMS",
+    "COLUMN_MAPPING",
     "COMMITS",
     "CURRENT",
     "DELETION_VECTORS",
@@ -116,6 +117,12 @@ CHANGE_DATA_FEED: Final = Feature(
     "cdc actions listing change files: the rows a row-level change deleted or updated",
     "Change data feed",
 )
+COLUMN_MAPPING: Final = Feature(
+    "column_mapping",
+    7,
+    "column ids and physical names: renamed columns, nested fields that evolve",
+    "Column ids, renames and nested fields",
+)
 
 FEATURES: Final[tuple[Feature, ...]] = (
     COMMITS,
@@ -126,6 +133,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     PLANS_FILE,
     DELETION_VECTORS,
     CHANGE_DATA_FEED,
+    COLUMN_MAPPING,
 )
 """Every feature, by the version that introduced it."""
 
@@ -207,14 +215,21 @@ def commit_version(actions: Iterable[Action]) -> int:
 
 
 def metadata_version(
-    declared: int, *, deletion_vectors: bool, change_data_feed: bool = False
+    declared: int,
+    *,
+    deletion_vectors: bool,
+    change_data_feed: bool = False,
+    column_mapping: bool = False,
 ) -> int:
     """The version a ``metadata`` action declares: the one it was given
-    (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on and to
-    :data:`CHANGE_DATA_FEED` when it turns the change data feed on, so older readers
-    refuse the table from then on (instead of missing vectors or change files).
-    Turning either off again keeps the version."""
+    (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on, to
+    :data:`CHANGE_DATA_FEED` when it turns the change data feed on and to
+    :data:`COLUMN_MAPPING` when its schema has column ids, so older readers refuse the
+    table from then on (instead of missing vectors or change files, or reading renamed
+    columns by their old names). Turning the first two off again keeps the version."""
     need = declared
+    if column_mapping:
+        need = max(need, COLUMN_MAPPING.version)
     if deletion_vectors:
         need = max(need, DELETION_VECTORS.version)
     if change_data_feed:
