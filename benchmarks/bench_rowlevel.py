@@ -13,8 +13,9 @@ rows, one file each), built once as a lakelog table and once as a Delta table by
                         inserting the rest (delta-rs:
                         ``.merge(...).when_matched_update_all().when_not_matched_insert_all()``)
 
-Two lakelog runs per case: ``lakelog`` copy-on-write (the default) and ``lakelog-dv``
-with ``lakelog.deletion_vectors=true`` (set on the copy before the timer starts):
+Two lakelog runs per case: ``lakelog`` copy-on-write (``lakelog.deletion_vectors=false``)
+and ``lakelog-dv`` with ``lakelog.deletion_vectors=true`` (either set on the copy before
+the timer starts when the table says otherwise; new tables have vectors on by default):
 changed rows are marked in deletion vectors, updated and inserted rows written to new
 files (docs/format.md, "Deletion vectors"). delta-rs rewrites files in both (it does not
 write deletion vectors).
@@ -35,6 +36,8 @@ delta-rs; peak RSS bounded by the source plus a few target files.
     python benchmarks/bench_rowlevel.py                # 400 appends (10M rows), 3 runs
     python benchmarks/bench_rowlevel.py --batches 100  # 2.5M rows
     python benchmarks/bench_rowlevel.py --quick        # 20 appends, 1 run
+    python benchmarks/bench_rowlevel.py --default-decision --runs 3
+        # copy-on-write vs deletion vectors for new tables: bench_rowlevel_default.py
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def child_lakelog(path: str, case: str, n: int, vectors: str = "false") -> dict[
     import lakelog
 
     table = lakelog.open_table(path)
-    if vectors == "true":
-        table.set_properties({"lakelog.deletion_vectors": "true"})
+    if table.properties.get("lakelog.deletion_vectors", "false") != vectors:
+        table.set_properties({"lakelog.deletion_vectors": vectors})
     source = upsert_source(n) if case == "upsert" else None
     before = _lakelog_files(table)
     log_before = table.snapshot().version
@@ -264,8 +267,20 @@ def run_once(kind: str, case: str, pristine: Path, work: Path, n: int) -> dict[s
 def main() -> None:
     from bench_compact import build
 
+    if "--default-decision" in sys.argv[1:]:
+        # copy-on-write vs deletion vectors for new tables over a sequence of corrections:
+        # bench_rowlevel_default.py, with the remaining options (--runs, --quick, ...)
+        import bench_rowlevel_default
+
+        bench_rowlevel_default.main([a for a in sys.argv[1:] if a != "--default-decision"])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="20 appends, 1 run")
+    ap.add_argument(
+        "--default-decision",
+        action="store_true",
+        help="copy-on-write vs deletion vectors for new tables (bench_rowlevel_default.py)",
+    )
     ap.add_argument("--batches", type=int, default=None, help="appends of 25,000 rows")
     ap.add_argument("--runs", type=int, default=None, help="timed runs of each (default 3)")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset")

@@ -20,7 +20,8 @@ child's Python process, its peak RSS is the driver's; the time is the operation 
 after the same operation ran twice on a small table to warm the session), ``embedded``
 and ``embedded-dv``, and ``delta`` (delta-rs rewrites files: it writes no deletion
 vectors). ``-dv`` runs set
-``lakelog.deletion_vectors=true`` on the copy first. Bytes written are the data files
+``lakelog.deletion_vectors=true`` on the copy first, the others ``false`` (new tables have
+vectors on by default). Bytes written are the data files
 added plus lakelog's commit files. An empty SparkSession's driver RSS (a session that ran
 one tiny job) is measured the same way, for the "driver below 2x an empty session" target.
 
@@ -177,8 +178,9 @@ def _lakelog_change(path: str, case: str, source: str, engine: str) -> dict[str,
     import lakelog
 
     table = lakelog.open_table(path)
-    if engine.endswith("-dv"):
-        table.set_properties({"lakelog.deletion_vectors": "true"})
+    vectors = "true" if engine.endswith("-dv") else "false"
+    if table.properties.get("lakelog.deletion_vectors", "false") != vectors:
+        table.set_properties({"lakelog.deletion_vectors": vectors})
     before, log_before = _files(table), table.refresh().snapshot().version
     if engine.startswith("spark"):
         import lakelog.spark as lspark

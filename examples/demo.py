@@ -123,6 +123,17 @@ def main(folder: str) -> None:
         f"{table.snapshot().num_files} files"
     )
 
+    section("a correction and a rename, without rewriting files")
+    fixed = table.delete("status = 'fail' and sensor_id < 50")  # deletion vectors: the default
+    print(fixed.summary())
+    table.rename_column("ts", "event_time")  # column ids: old files read the new name
+    early = pc.field("event_time") < 5 * 10**6
+    renamed = table.snapshot()
+    print(
+        f"'event_time < 5000000': {renamed.to_arrow(filter=early).num_rows:,} rows from "
+        f"{len(renamed.files(early))} of {renamed.num_files} files (statistics still prune)"
+    )
+
     section("time travel across maintenance")
     old_snap = table.snapshot(version=before_maintenance)
     print(

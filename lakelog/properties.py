@@ -400,6 +400,14 @@ PROPERTIES: dict[str, Property] = {
             "row-level changes record the rows they delete, insert and update in change "
             "files, for the change feed",
         ),
+        # column ids (docs/format.md, "Column ids, renames and nested fields")
+        Property(
+            "lakelog.column_mapping",
+            "bool",
+            "false",
+            "every column has a stable id and a physical name, so columns can be renamed "
+            "and nested fields evolve (format version 7; cannot be turned off)",
+        ),
         # the Delta-compatible view (lakelog/interop/delta/, docs/delta-view.md)
         Property(
             "lakelog.delta_view",

@@ -489,35 +489,56 @@ class Table:
 
     # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
-        """Add nullable columns after the existing ones, in one metadata commit. Files
-        written before read them as null; nothing is rewritten.
+        """Add nullable columns after the existing ones, or nullable fields at the end
+        of a struct, in one metadata commit. Files written before read them as null;
+        nothing is rewritten. A nested field turns column ids on (format version 7).
 
         Args:
             columns: a ``pa.Field``, a list of them, a ``pa.Schema`` or
-                ``{"name": pa.type()}``.
+                ``{"name": pa.type()}``; a key may be a path to a struct's new field,
+                ``{("s", "z"): pa.int64()}`` (a list's element is ``"element"``, a
+                map's value ``"value"``: ``("events", "element", "score")``).
         """
         from .changes.schema import add_columns
 
         return add_columns(self, columns)
 
-    def drop_columns(self, names: str | Sequence[str]) -> CommitResult:
-        """Remove columns (not partition columns) from the schema, in one metadata
-        commit. Files keep their values unread; a dropped name can be added back only
-        once no live file holds it (``docs/schema-evolution.md``).
+    def drop_columns(self, names: str | Sequence[str | Sequence[str]]) -> CommitResult:
+        """Remove columns (not partition columns), or fields of a struct, from the
+        schema, in one metadata commit. Files keep their values unread; a dropped name
+        can be added back only once no live file holds it, or, with column ids, under
+        a new physical name (``docs/schema-evolution.md``).
 
         Args:
-            names: the column, or columns, to drop.
+            names: the column, or columns, to drop; paths (tuples) for nested fields,
+                e.g. ``[("s", "x")]`` (the struct keeps at least one field).
         """
         from .changes.schema import drop_columns
 
         return drop_columns(self, names)
 
-    def widen_column(self, name: str, type: pa.DataType) -> CommitResult:
-        """Change a column to a wider type (``int32`` -> ``int64``, ``float32`` ->
-        ``float64``, ...) in one metadata commit; older files are read converted.
+    def rename_column(self, old: str, new: str) -> CommitResult:
+        """Rename a column, in one metadata commit; nothing is rewritten. The column
+        keeps its id and the name its files store it under, so files written before
+        read under the new name, and statistics keep pruning. The first rename turns
+        column ids on (format version 7: older lakelog refuses the table). Partition
+        columns keep their names (``docs/schema-evolution.md``).
 
         Args:
-            name: the column.
+            old: the column's name.
+            new: its new name, one no column has.
+        """
+        from .changes.rename import rename_column
+
+        return rename_column(self, old, new)
+
+    def widen_column(self, name: str | Sequence[str], type: pa.DataType) -> CommitResult:
+        """Change a column, or a nested field, to a wider type (``int32`` -> ``int64``,
+        ``float32`` -> ``float64``, a struct with new fields at its end, ...) in one
+        metadata commit; older files are read converted.
+
+        Args:
+            name: the column, or the path of a nested field, e.g. ``("s", "x")``.
             type: its new type, one the old type widens to.
         """
         from .changes.schema import widen_column

@@ -74,6 +74,7 @@ from .errors import (
     LogGapError,
 )
 from .hooks import HOOKS, LARGE_COMMIT_BYTES, Landed, PostCommitHook, run_hooks
+from .log import mapping
 from .log.actions import (
     Action,
     AddFile,
@@ -82,11 +83,12 @@ from .log.actions import (
     CommitHeader,
     Metadata,
     RemoveFile,
+    encode_schema,
 )
 from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
 from .log.expiry_marks import marks_above, read_mark
 from .log.files import replay
-from .log.format import CHANGE_DATA_FEED, DELETION_VECTORS, commit_version, metadata_version
+from .log.format import DELETION_VECTORS, commit_version, metadata_version
 from .log.snapshot import Snapshot, advance, load_snapshot, oldest_readable_version
 from .properties import get_bool, get_float, get_int
 from .storage import Storage
@@ -309,15 +311,18 @@ def check_conflicts(
     winners: Sequence[Commit],
     replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
     read_metadata: Metadata | None = None,
+    rebased_removes: frozenset[str] = frozenset(),
 ) -> None:
     """Raise :class:`CommitConflictError` if ``actions`` cannot rebase over ``winners``.
 
     ``replaced_partitions`` is the overwrite scope (None = whole table).
     ``read_metadata``: the metadata the actions were made against; given, an append of
     data files rebases over a winner that changed only properties.
+    ``rebased_removes``: paths of removes a rebase callback added for files the
+    ``winners`` added (it checked them itself): not compared with their removes.
     Pure: nothing is read.
     """
-    my_removes = {a.path for a in actions if isinstance(a, RemoveFile)}
+    my_removes = {a.path for a in actions if isinstance(a, RemoveFile)} - rebased_removes
     scope = (
         None if replaced_partitions is None else {_partition_key(p) for p in replaced_partitions}
     )
@@ -597,12 +602,20 @@ class Transaction:
             return mine
         # the rebase callback first (it may drop actions, e.g. abandoned groups),
         # then the conflict rules on what is left
+        before = {id(a) for a in self.actions}
         if self.rebase is not None:
             self.actions = self.rebase(new, self.actions)
         check_conflicts(
             kind=self.kind,
             actions=self.actions,
             winners=new,
+            # removes the callback added are of files these winners added, which it
+            # checked against the winners after them; a winner that gave a file a new
+            # deletion vector both removed and added its path, and the remove added here
+            # is of the file it added
+            rebased_removes=frozenset(
+                a.path for a in self.actions if isinstance(a, RemoveFile) and id(a) not in before
+            ),
             replaced_partitions=self.replaced_partitions,
             read_metadata=None if self.read_snapshot is None else self.read_snapshot.metadata,
         )
@@ -783,35 +796,20 @@ def _declare_vectors(actions: Sequence[Action], read: Snapshot | None) -> list[A
     """``actions``, with a ``metadata`` action declaring the version the registry gives it
     (:func:`~.log.format.metadata_version`: 5 once deletion vectors are turned on, 6 once
     the change data feed is, so older readers refuse the table; format.md, "Deletion
-    vectors", "Change data feed"). Refuses one that
-    would also keep the Delta view on."""
-    read_format = read.metadata.format_version if read is not None else 0
+    vectors", "Change data feed"). Vectors and the Delta view go together: the view
+    writes them as Delta deletion vectors (docs/delta-view.md)."""
     out: list[Action] = []
     for a in actions:
         if not isinstance(a, Metadata):
             out.append(a)
             continue
-        view = get_bool(a.properties, "lakelog.delta_view")
         vectors = get_bool(a.properties, "lakelog.deletion_vectors")
-        if view and _may_hold_vectors(max(a.format_version, read_format), read):
-            raise InvalidArgumentError(
-                "expected a table without deletion vectors for lakelog.delta_view, found "
-                "one that declares format version 5 (lakelog.deletion_vectors was turned "
-                "on): the Delta view cannot express deletion vectors yet, so its readers "
-                "would see deleted rows. Read the table through lakelog's readers "
-                "(docs/reading.md) instead."
-            )
-        if view and vectors:
-            raise InvalidArgumentError(
-                "expected lakelog.deletion_vectors and lakelog.delta_view not both true, "
-                "found both set: the Delta view cannot express deletion vectors yet. "
-                "Turn one off (lakelog.delta_view=false, or "
-                "lakelog.deletion_vectors=false) and try again."
-            )
+        a = _declare_mapping(a, read)
         declared = metadata_version(
             a.format_version,
             deletion_vectors=vectors,
             change_data_feed=get_bool(a.properties, "lakelog.change_data_feed"),
+            column_mapping=get_bool(a.properties, "lakelog.column_mapping"),
         )
         out.append(
             a
@@ -821,15 +819,27 @@ def _declare_vectors(actions: Sequence[Action], read: Snapshot | None) -> list[A
     return out
 
 
-def _may_hold_vectors(declared: int, read: Snapshot | None) -> bool:
-    """Whether a table declaring ``declared`` may hold deletion vectors: version 5 says
-    they were turned on; from version 6 (the change data feed) the version alone no longer
-    says so, and a live file carrying a vector does."""
-    if not DELETION_VECTORS.declared_by(declared):
-        return False
-    if not CHANGE_DATA_FEED.declared_by(declared):
-        return True
-    return read is not None and any(f.deleted is not None for f in read.files())
+def _declare_mapping(md: Metadata, read: Snapshot | None) -> Metadata:
+    """``md`` with column ids on its schema when it turns ``lakelog.column_mapping`` on
+    (format.md, "Column ids, renames and nested fields"); refused when it would turn
+    mapping off on a table that has it."""
+    on = get_bool(md.properties, "lakelog.column_mapping")
+    was = read is not None and get_bool(read.metadata.properties, "lakelog.column_mapping")
+    # (a restore of a version from before the ids brings back a schema without them,
+    # with that version's files, which store every column under its name: allowed)
+    if was and not on and mapping.is_mapped(md.arrow_schema()):
+        raise InvalidArgumentError(
+            "expected lakelog.column_mapping to stay true, found it set to false: a table "
+            "with column ids keeps them (its files and statistics are keyed by physical "
+            "names). Leave the property as it is."
+        )
+    if not on:
+        return md
+    schema = md.arrow_schema()
+    mapped = mapping.enable(schema)
+    if mapped.equals(schema, check_metadata=True):
+        return md
+    return msgspec.structs.replace(md, schema=encode_schema(mapped))
 
 
 def _check_views(actions: Sequence[Action], read: Snapshot | None) -> None:

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
 from ..io.writer import WriteOptions, split_partitions
+from ..log import mapping
 from ..log.actions import AddFile, ChangeFile, DataFile
 from ..log.changes import CHANGE_DIR, CHANGE_TYPE, CHANGE_TYPES, PROPERTY
 from ..partitioning import check_partition_dir
@@ -186,7 +187,9 @@ class ChangeWriter:
         path = "/".join(p for p in (CHANGE_DIR, folder, name) if p)
         with self._lock:
             self._paths.append(path)  # staged before it exists: a failed write is removed
-        table = pa.Table.from_batches(parts, schema=self.file_schema)
+        # columns under their physical names, as in data files (format.md, "Column ids")
+        physical = [mapping.to_physical(b, self.file_schema) for b in parts]
+        table = pa.Table.from_batches(physical, schema=mapping.physical_schema(self.file_schema))
         codec = self.options.compression
         with self.storage.open_output(path) as sink:
             pq.write_table(

@@ -30,6 +30,7 @@ from ..errors import InvalidArgumentError
 from ..filters import FileStatsColumns
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
+from ..log import mapping
 from ..log.actions import DataFile
 from ..log.changes import INSERT
 from ..log.snapshot import Snapshot
@@ -234,12 +235,13 @@ class SourceKeys:
             value = partition_scalar(file.partition[key], t)
             return value, value
         stats = file.stats
-        if stats is None or key not in stats.min or key not in stats.max:
+        stored = mapping.physical_name(schema.field(key))  # the log's key (format.md)
+        if stats is None or stored not in stats.min or stored not in stats.max:
             return None
         if pa.types.is_floating(t):
             return None
         try:
-            return stats_scalar(stats.min[key], t), stats_scalar(stats.max[key], t)
+            return stats_scalar(stats.min[stored], t), stats_scalar(stats.max[stored], t)
         except (pa.ArrowException, ValueError, TypeError, ArithmeticError):
             return None
 

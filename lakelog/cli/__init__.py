@@ -43,6 +43,7 @@ COMMAND_MODULES = (
     "lakelog.cli.adopt",
     "lakelog.cli.plans",
     "lakelog.cli.check_storage",
+    "lakelog.cli.schema",
 )
 
 EXIT_STATUSES = """\

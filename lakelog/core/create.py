@@ -25,10 +25,12 @@ from ..errors import (
 from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import check_data_columns, check_schema, duplicate_columns, to_reader
 from ..leases import Lease
+from ..log import mapping
 from ..log.actions import Action, AddFile, AppTransaction, Metadata, encode_schema
 from ..log.commits import list_log
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import check_partition_columns
+from ..properties import get_bool
 from ..storage import Storage
 from ..storage_check import ensure_put_if_absent, record_created
 from ..transaction import CommitResult, Transaction
@@ -40,6 +42,10 @@ from .write import write_options_from, write_rows
 __all__ = ["OPEN_HINT", "create_with_files", "write_new_table"]
 
 OPEN_HINT = "open it with lakelog.open_table()"
+
+
+NEW_TABLE_VECTORS = ("lakelog.deletion_vectors", "true")
+"""The property a new table gets unless its creator sets it: deletion vectors on."""
 
 
 def create_with_files(
@@ -93,6 +99,11 @@ def create_with_files(
         )
     parts = check_partition_columns(schema, partition_by)
     props = validate_properties_for(schema, parts, properties)
+    # new tables mark deleted rows in deletion vectors unless told otherwise, or created
+    # with the Delta view, which then stays readable by every Delta reader (docs/changes.md,
+    # "Copy-on-write or deletion vectors": the default and why)
+    if not get_bool(props, "lakelog.delta_view"):
+        props.setdefault(NEW_TABLE_VECTORS[0], NEW_TABLE_VECTORS[1])
     listing = list_log(storage)
     if listing.commits or listing.manifests:
         raise TableExistsError(
@@ -102,7 +113,8 @@ def create_with_files(
         )
     md = Metadata(
         table_id=uuid.uuid4().hex,
-        schema=encode_schema(schema.remove_metadata()),
+        # column ids are the table's own: never taken from a schema copied from another
+        schema=encode_schema(mapping.strip(schema).remove_metadata()),
         partition_by=parts,
         properties=props,
         created_ms=int(time.time() * 1000),

@@ -21,7 +21,14 @@ import pyarrow.parquet as pq
 from .. import threads
 from ..errors import InvalidArgumentError, SchemaMismatchError
 from ..io.parquet_settings import check_parquet_properties
-from ..io.schema import check_schema, dropped_columns, merge_schema, with_dropped
+from ..io.schema import (
+    check_schema,
+    dropped_columns,
+    merge_schema,
+    nested_changes,
+    with_dropped,
+)
+from ..log import mapping
 from ..log.actions import Metadata, encode_schema
 from ..log.snapshot import Snapshot
 
@@ -34,6 +41,9 @@ __all__ = [
     "plan_write",
     "readd_dropped",
 ]
+
+COLUMN_MAPPING = "lakelog.column_mapping"
+"""The table property that turns column ids on (format version 7)."""
 
 SchemaMode = Literal["strict", "merge"]
 SCHEMA_MODES = ("strict", "merge")
@@ -49,6 +59,8 @@ class WritePlan:
     metadata: Metadata | None = None
     added: tuple[str, ...] = ()
     widened: tuple[str, ...] = ()
+    nested: tuple[str, ...] = ()
+    """Paths of the nested fields added or widened (``s.z``, ``events[].score``)."""
 
     def parameters(self) -> dict[str, Any]:
         """What the commit header records about the schema change (empty: none)."""
@@ -59,6 +71,8 @@ class WritePlan:
             out["added_columns"] = list(self.added)
         if self.widened:
             out["widened_columns"] = list(self.widened)
+        if self.nested:
+            out["nested_fields"] = list(self.nested)
         return out
 
 
@@ -78,6 +92,8 @@ def plan_write(snapshot: Snapshot, data_schema: pa.Schema, schema_mode: SchemaMo
     ``strict``: the data must match (types that widen to the table's are converted).
     ``merge``: new columns are added (nullable), columns whose data type widens the
     table's are widened, and columns the data lacks (nullable) are written as nulls.
+    Nested fields too (:func:`lakelog.io.schema.merge_schema`): a merge that changes
+    one turns column mapping on.
 
     Args:
         snapshot: the table's snapshot the write goes on.
@@ -96,27 +112,47 @@ def plan_write(snapshot: Snapshot, data_schema: pa.Schema, schema_mode: SchemaMo
     if merged is table_schema:
         return WritePlan(table_schema)
     added = tuple(n for n in merged.names if n not in table_schema.names)
+    nested = tuple(nested_changes(table_schema, merged))
     widened = tuple(
         f.name
         for f in table_schema
-        if f.name in merged.names and merged.field(f.name).type != f.type
+        if f.name in merged.names
+        and merged.field(f.name).type != f.type
+        and not pa.types.is_nested(f.type)  # listed in `nested`
     )
     merged = readd_dropped(snapshot, merged, added)
-    return WritePlan(merged, evolved_metadata(snapshot, merged), added, widened)
+    # nested fields evolve with column ids (format.md, "Column ids, renames and nested
+    # fields"); the files are written with the ids and physical names the new ones get
+    md = evolved_metadata(snapshot, merged, column_mapping=bool(nested))
+    return WritePlan(md.arrow_schema(), md, added, widened, nested)
 
 
 def evolved_metadata(
-    snap: Snapshot, schema: pa.Schema, properties: Mapping[str, str] | None = None
+    snap: Snapshot,
+    schema: pa.Schema,
+    properties: Mapping[str, str] | None = None,
+    *,
+    column_mapping: bool = False,
 ) -> Metadata:
     """The table's metadata with ``schema`` (and ``properties``) instead.
+
+    On a table with column mapping (or when ``column_mapping`` turns it on: renames and
+    nested changes need it), fields without a column id get one and a physical name
+    (:func:`lakelog.log.mapping.assign`; format.md, "Column ids, renames and nested
+    fields"), and the property ``lakelog.column_mapping`` is set, which makes the
+    ``metadata`` action declare format version 7.
 
     Args:
         snap: the snapshot whose metadata is changed.
         schema: the new schema.
         properties: the new properties; default None, the snapshot's.
+        column_mapping: turn column mapping on if it is not. Default False.
     """
     md = snap.metadata
     props = dict(md.properties if properties is None else properties)
+    if column_mapping or mapping.is_mapped(schema):
+        schema = mapping.enable(schema)
+        props[COLUMN_MAPPING] = "true"
     check_parquet_properties(props, schema, snap.partition_by)
     return msgspec.structs.replace(md, schema=encode_schema(schema), properties=props)
 
@@ -135,7 +171,9 @@ def readd_dropped(snap: Snapshot, schema: pa.Schema, added: Sequence[str]) -> pa
     """
     dropped = dropped_columns(schema)
     again = [n for n in added if n in dropped]
-    if not again:
+    if not again or mapping.is_mapped(schema):
+        # with column mapping, a name added back gets a new physical name
+        # (mapping.assign): the dropped physical names stay listed
         return schema
     holding = _files_holding(snap, again)
     if holding:

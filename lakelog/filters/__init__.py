@@ -62,6 +62,7 @@ from .tree import (
     Predicate,
     Unknown,
     predicate_columns,
+    rename_columns,
     to_expression,
 )
 
@@ -83,5 +84,6 @@ __all__ = [
     "parse_filter",
     "prune_mask",
     "predicate_columns",
+    "rename_columns",
     "to_expression",
 ]

@@ -13,7 +13,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias
 
 import pyarrow as pa
@@ -111,6 +111,35 @@ class FileStatsColumns:
     """column -> upper bounds (null: unknown)"""
     null_count: Mapping[str, pa.Array]
     """column -> int64 null counts (null: unknown)"""
+
+    def relabel(self, names: Mapping[str, str]) -> FileStatsColumns:
+        """These columns under other names (``names``: old to new; a column not in
+        ``names`` is left out, so its statistics are unknown)."""
+
+        def keyed(cols: Mapping[str, pa.Array]) -> dict[str, pa.Array]:
+            return {names[k]: v for k, v in cols.items() if k in names}
+
+        return FileStatsColumns(
+            num_rows=self.num_rows,
+            partition=keyed(self.partition),
+            min=keyed(self.min),
+            max=keyed(self.max),
+            null_count=keyed(self.null_count),
+        )
+
+
+def rename_columns(pred: Predicate, names: Mapping[str, str]) -> Predicate:
+    """``pred`` over other column names (``names``: old to new; others kept)."""
+    if isinstance(pred, (Compare, In, IsNull)):
+        new = names.get(pred.column, pred.column)
+        return pred if new == pred.column else replace(pred, column=new)
+    if isinstance(pred, And):
+        return And(tuple(rename_columns(p, names) for p in pred.parts))
+    if isinstance(pred, Or):
+        return Or(tuple(rename_columns(p, names) for p in pred.parts))
+    if isinstance(pred, Not):
+        return Not(rename_columns(pred.part, names))
+    return pred
 
 
 def predicate_columns(pred: Predicate) -> frozenset[str]:

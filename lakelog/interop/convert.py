@@ -39,10 +39,12 @@ from ..errors import (
     AdoptedFilesMissingError,
     CommitConflictError,
     InvalidArgumentError,
+    SchemaMismatchError,
     TableExistsError,
 )
 from ..io.parquet_settings import check_parquet_properties
 from ..leases import Lease
+from ..log import mapping
 from ..log.actions import Action, AddFile, Commit
 from ..log.commits import list_log
 from ..partitioning import check_partition_columns
@@ -319,6 +321,16 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
             f"version {snap.version}; nothing was committed."
         )
     infos.sort(key=lambda i: i.path)
+    if snap.relabelled:
+        renamed = [f.name for f in snap.schema if mapping.physical_name(f) != f.name]
+        raise SchemaMismatchError(
+            f"expected a table whose columns are stored under their own names to adopt "
+            f"files into, found columns {renamed} stored under other names (renamed, or "
+            f"added back after a drop; docs/format.md, 'Column ids'): files written by "
+            f"another tool would hold them under their new names, which lakelog would "
+            f"not read. Append the files' rows instead (table.append). Nothing was "
+            f"committed."
+        )
     # The files carry no lease id: the lease names them, so vacuum keeps them from now
     # on; a vacuum that read the leases just before may still take the old ones.
     with Lease.acquire(

@@ -263,7 +263,7 @@ def unify_schemas(footers: Sequence[Footer]) -> pa.Schema:
             seen_in[name] += len(paths)
             nullable[name] = nullable[name] and field.nullable
             have = types[name]
-            if have == field.type or readable_as(field.type, have):
+            if have == field.type or readable_as(field.type, have, dropped=False):
                 continue
             if widens(have, field.type):
                 types[name] = field.type
@@ -305,7 +305,7 @@ def _with(groups: Mapping[pa.Schema, list[str]], name: str, t: pa.DataType) -> l
     return [
         p
         for s, paths in groups.items()
-        if name in s.names and readable_as(s.field(name).type, t)
+        if name in s.names and readable_as(s.field(name).type, t, dropped=False)
         for p in paths
     ]
 
@@ -499,7 +499,7 @@ def check_against_table(footers: Sequence[Footer], file_schema: pa.Schema) -> No
                     mine.append(f"missing non-nullable column {field.name!r}")
                 continue
             got = f.schema.field(field.name).type
-            if not readable_as(got, field.type):
+            if not readable_as(got, field.type, dropped=False):
                 mine.append(f"column {field.name!r} is {got}, the table's is {field.type}")
         if mine:
             bad.append(f.path)

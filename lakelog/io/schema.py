@@ -17,6 +17,7 @@ from ..errors import InvalidArgumentError, SchemaMismatchError
 __all__ = [
     "DROPPED_KEY",
     "Data",
+    "bare_field",
     "check_data_columns",
     "check_schema",
     "conform",
@@ -24,8 +25,10 @@ __all__ = [
     "duplicate_columns",
     "file_columns",
     "merge_schema",
+    "nested_changes",
     "readable_as",
     "to_reader",
+    "widening_problems",
     "widens",
     "with_dropped",
 ]
@@ -58,7 +61,24 @@ _FLOATS = {pa.float16(): 16, pa.float32(): 32, pa.float64(): 64}
 def widens(source: pa.DataType, target: pa.DataType) -> bool:
     """Whether changing a column from ``source`` to ``target`` is a safe widening: every
     value, and every statistic recorded for files written before (JSON numbers, decimal
-    strings), is exactly the same value in ``target`` (format.md, "Schema evolution")."""
+    strings), is exactly the same value in ``target`` (format.md, "Schema evolution").
+
+    Nested types (format.md, "Column ids, renames and nested fields") widen when their
+    shape stays and at least one field changes, none for the worse: a struct keeps every
+    field, in its order and nullability, each the same type or a widening of it, and may
+    gain nullable fields at its end; a list (or large list) widens when its element does
+    (a list and a large list of the same element change into each other too: the same
+    Parquet type, as ``string`` and ``large_string``); a map keeps its key type and widens
+    when its value does. Dropping a field, reordering fields or making one non-nullable
+    is not a widening.
+    """
+    if _kind(source) is not None or _kind(target) is not None:
+        problems: list[str] = []
+        return _widen_problems(source, target, "", problems) and not problems
+    return _widens_leaf(source, target)
+
+
+def _widens_leaf(source: pa.DataType, target: pa.DataType) -> bool:
     if source == target:
         return False
     if source in _SIGNED:
@@ -84,15 +104,330 @@ def widens(source: pa.DataType, target: pa.DataType) -> bool:
     return _same_type(source, target) and not bool(pa.types.is_dictionary(source))
 
 
-def readable_as(stored: pa.DataType, target: pa.DataType) -> bool:
+def readable_as(stored: pa.DataType, target: pa.DataType, *, dropped: bool = True) -> bool:
     """Whether values stored as ``stored`` read as ``target`` without loss: the same type
-    (up to string/binary width and dictionary encoding) or a widening of it."""
-    return _same_type(stored, target) or widens(stored, target)
+    (up to string/binary width and dictionary encoding) or a widening of it.
+
+    Nested types are read field by field, by name (as Arrow's cast of a struct does): a
+    stored struct reads as a target struct when each field both have reads as the
+    target's, every target field the stored one lacks is nullable (it reads as null), and
+    stored fields the target lacks are ignored (``dropped``: they were dropped from the
+    table; pass False where such a field would be lost instead, e.g. when deciding a
+    schema for files or data); lists (and large lists) read element by element, maps
+    value by value with the same key type.
+    """
+    if _kind(stored) is None and _kind(target) is None:
+        return _same_type(stored, target) or _widens_leaf(stored, target)
+    problems: list[str] = []
+    _read_problems(stored, target, "", problems, data=False, extra_ok=dropped)
+    return not problems
 
 
 def _fits(got: pa.DataType, want: pa.DataType) -> bool:
-    """Incoming data of type ``got`` converts to a column of type ``want`` exactly."""
-    return readable_as(got, want) or got == pa.null()
+    """Incoming data of type ``got`` converts to a column of type ``want`` exactly (a
+    null type, also of a nested field, converts to anything; unlike a stored file, data
+    may not hold a nested field the table lacks: it would be lost)."""
+    if _kind(got) is None and _kind(want) is None:
+        return readable_as(got, want) or got == pa.null()
+    problems: list[str] = []
+    _read_problems(got, want, "", problems, data=True)
+    return not problems
+
+
+# -- nested types ----------------------------------------------------------------------
+#
+# Paths name nested fields as format.md does: a struct's field after a dot (``s.x``), a
+# list's element as ``[]`` (``s.items[].x``), a map's value as ``{}`` (``m{}.x``).
+
+
+def _kind(t: pa.DataType) -> str | None:
+    """The nested shape of ``t`` (None: not nested, or not a shape that evolves)."""
+    if pa.types.is_struct(t):
+        return "struct"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list"
+    if pa.types.is_fixed_size_list(t):
+        return "fixed_size_list"
+    if pa.types.is_map(t):
+        return "map"
+    return None
+
+
+def _fields_of(t: pa.DataType) -> list[pa.Field]:
+    return [t.field(i) for i in range(t.num_fields)]
+
+
+def _child_path(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _where(path: str) -> str:
+    """How a message names the field at ``path``: a column (top level), a nested field,
+    or (the empty path) the value itself."""
+    if not path:
+        return "the value"
+    nested = any(c in path for c in ".[{")
+    return f"{'field' if nested else 'column'} {path!r}"
+
+
+def _read_problems(
+    stored: pa.DataType,
+    target: pa.DataType,
+    path: str,
+    out: list[str],
+    *,
+    data: bool,
+    extra_ok: bool | None = None,
+) -> None:
+    """Append to ``out`` why values of type ``stored`` do not read as ``target``, naming
+    the nested field's path. ``data``: incoming data rather than a stored file (a null
+    type fits, and unless ``extra_ok``, a field the target lacks is refused); a stored
+    file's fields the target lacks are ignored unless ``extra_ok`` is False."""
+    if extra_ok is None:
+        extra_ok = not data
+    if data and stored == pa.null():
+        return
+    ks, kt = _kind(stored), _kind(target)
+    if ks is None and kt is None:
+        if not (_same_type(stored, target) or _widens_leaf(stored, target)):
+            out.append(f"{_where(path)}: expected {target}, found {stored}")
+        return
+    if ks != kt:
+        out.append(f"{_where(path)}: expected {target}, found {stored}")
+        return
+    if kt == "struct":
+        have = {f.name: f for f in _fields_of(stored)}
+        if len(have) < stored.num_fields:
+            out.append(f"{_where(path)}: expected distinct field names, found {stored}")
+            return
+        wanted = {f.name for f in _fields_of(target)}
+        for f in _fields_of(target):
+            p = _child_path(path, f.name)
+            got = have.get(f.name)
+            if got is None:
+                if not f.nullable:
+                    out.append(f"missing non-nullable field {p!r} ({f.type})")
+                continue
+            _read_problems(got.type, f.type, p, out, data=data, extra_ok=extra_ok)
+        if not extra_ok:
+            extra = [_child_path(path, n) for n in have if n not in wanted]
+            if extra:
+                out.append(f"unexpected fields {extra}")
+    elif kt == "map":
+        if not _same_type(stored.key_type, target.key_type):
+            out.append(
+                f"keys of {_where(path)}: expected {target.key_type}, found {stored.key_type} "
+                f"(map keys do not change type)"
+            )
+        _read_problems(
+            stored.item_type, target.item_type, f"{path}{{}}", out, data=data, extra_ok=extra_ok
+        )
+    else:
+        if kt == "fixed_size_list" and stored.list_size != target.list_size:
+            out.append(f"{_where(path)}: expected {target}, found {stored}")
+            return
+        _read_problems(
+            stored.value_type, target.value_type, f"{path}[]", out, data=data, extra_ok=extra_ok
+        )
+
+
+def _widen_problems(source: pa.DataType, target: pa.DataType, path: str, out: list[str]) -> bool:
+    """Whether changing ``source`` to ``target`` changes anything (a widening, or a field
+    added); why it is not a widening goes to ``out``, naming the nested field's path."""
+    ks, kt = _kind(source), _kind(target)
+    if ks is None and kt is None:
+        if source == target:
+            return False
+        if _widens_leaf(source, target):
+            return True
+        out.append(f"{_where(path)}: {source} does not widen to {target}")
+        return False
+    if ks != kt:
+        out.append(f"{_where(path)}: {source} does not widen to {target}")
+        return False
+    if kt == "struct":
+        old, new = _fields_of(source), _fields_of(target)
+        names = [f.name for f in new]
+        if len(set(names)) < len(names):
+            out.append(f"{_where(path)}: expected distinct field names, found {target}")
+            return False
+        kept = [f.name for f in old]
+        gone = [_child_path(path, n) for n in kept if n not in names]
+        if gone:
+            out.append(f"fields {gone} dropped (drop them with drop_columns)")
+            return False
+        if names[: len(kept)] != kept:
+            out.append(
+                f"{_where(path)}: fields reordered ({kept} -> {names}); new fields go at the "
+                f"struct's end"
+            )
+            return False
+        changed = False
+        for a, b in zip(old, new, strict=False):
+            p = _child_path(path, a.name)
+            if a.nullable and not b.nullable:
+                out.append(f"field {p!r} made non-nullable")
+            changed = _widen_problems(a.type, b.type, p, out) or changed
+        for b in new[len(old) :]:
+            p = _child_path(path, b.name)
+            if not b.nullable:
+                out.append(f"new field {p!r} is non-nullable (older rows hold no value for it)")
+            if b.type == pa.null():
+                out.append(f"new field {p!r} has type null")
+            changed = True
+        return changed
+    if kt == "map":
+        if source.key_type != target.key_type:
+            out.append(
+                f"keys of {_where(path)}: {source.key_type} -> {target.key_type} (map keys do "
+                f"not change type)"
+            )
+            return False
+        return _widen_problems(source.item_type, target.item_type, f"{path}{{}}", out)
+    if kt == "fixed_size_list" and source.list_size != target.list_size:
+        out.append(f"{_where(path)}: {source} does not widen to {target}")
+        return False
+    changed = _widen_problems(source.value_type, target.value_type, f"{path}[]", out)
+    return changed or source.id != target.id  # list -> large_list
+
+
+def _merge_field(field: pa.Field, got: pa.DataType, path: str, out: list[str]) -> pa.Field:
+    """``field`` (of the table, at ``path``) evolved to take data of type ``got`` in a
+    ``merge`` write: nested fields the data adds are appended (nullable, without
+    metadata) to their struct, nested fields it holds wider are widened, everything
+    else keeps its type and metadata (column ids). ``field`` itself when nothing changes;
+    why the data does not fit goes to ``out``."""
+    t = field.type
+    kt = _kind(t)
+    if kt is not None and kt == _kind(got):
+        if kt == "struct":
+            have = {f.name: f for f in _fields_of(got)}
+            if len(have) < got.num_fields:
+                out.append(f"{_where(path)}: expected distinct field names, found {got}")
+                return field
+            kids: list[pa.Field] = []
+            changed = False
+            for f in _fields_of(t):
+                g = have.get(f.name)
+                if g is None:
+                    if not f.nullable:
+                        out.append(
+                            f"missing field {_child_path(path, f.name)!r}, which is "
+                            f"non-nullable ({f.type})"
+                        )
+                    kids.append(f)
+                    continue
+                new = _merge_field(f, g.type, _child_path(path, f.name), out)
+                changed = changed or new is not f
+                kids.append(new)
+            names = {f.name for f in _fields_of(t)}
+            for g in _fields_of(got):
+                if g.name in names:
+                    continue
+                if g.type == pa.null():
+                    out.append(
+                        f"new field {_child_path(path, g.name)!r} has type null (no values); "
+                        f"cast it to the type it should have"
+                    )
+                    continue
+                kids.append(bare_field(g).with_nullable(True))
+                changed = True
+            return field.with_type(pa.struct(kids)) if changed else field
+        if kt == "map":
+            if not _same_type(got.key_type, t.key_type):
+                out.append(
+                    f"keys of {_where(path)}: the table has {t.key_type}, the data "
+                    f"{got.key_type} (map keys do not change type)"
+                )
+                return field
+            item = t.item_field  # each access makes a new object: compared by identity
+            value = _merge_field(item, got.item_type, f"{path}{{}}", out)
+            if value is item:
+                return field
+            return field.with_type(pa.map_(t.key_field, value, keys_sorted=t.keys_sorted))
+        if kt == "list" or got.list_size == t.list_size:
+            old = t.value_field
+            element = _merge_field(old, got.value_type, f"{path}[]", out)
+            if element is old:
+                return field
+            if kt == "fixed_size_list":
+                return field.with_type(pa.list_(element, t.list_size))
+            if pa.types.is_large_list(t):
+                return field.with_type(pa.large_list(element))
+            return field.with_type(pa.list_(element))
+    if _fits(got, t):
+        return field
+    if _kind(t) is None and _kind(got) is None and _widens_leaf(t, got):
+        return field.with_type(got)
+    out.append(
+        f"{_where(path)}: the table has {t}, the data {got}, and neither widens safely to the other"
+    )
+    return field
+
+
+def widening_problems(source: pa.DataType, target: pa.DataType, *, path: str) -> list[str]:
+    """Why changing the field at ``path`` from ``source`` to ``target`` is not a widening
+    (:func:`widens`), each naming the nested field's path (``s.items[].x``); empty when
+    it is one, or when nothing changes."""
+    out: list[str] = []
+    if _kind(source) is None and _kind(target) is None:
+        if source != target and not _widens_leaf(source, target):
+            out.append(f"{_where(path)}: {source} does not widen to {target}")
+        return out
+    _widen_problems(source, target, path, out)
+    return out
+
+
+def nested_changes(before: pa.Schema, after: pa.Schema) -> list[str]:
+    """Paths of the nested fields ``after`` adds to, or changes in, the columns both
+    schemas have (``s.z``, ``events[].score``): what needs column ids (format.md,
+    "Column ids, renames and nested fields"). A changed top-level type that is not
+    nested is not listed."""
+    out: list[str] = []
+    names = set(after.names)
+    for f in before:
+        if f.name in names and _kind(f.type) is not None:
+            _changed_paths(f.type, after.field(f.name).type, f.name, out)
+    return out
+
+
+def _changed_paths(a: pa.DataType, b: pa.DataType, path: str, out: list[str]) -> None:
+    ka = _kind(a)
+    if ka is None or ka != _kind(b):
+        if a != b:
+            out.append(path)
+        return
+    if ka == "struct":
+        old = {f.name: f for f in _fields_of(a)}
+        for f in _fields_of(b):
+            p = _child_path(path, f.name)
+            if f.name in old:
+                _changed_paths(old[f.name].type, f.type, p, out)
+            else:
+                out.append(p)
+    elif ka == "map":
+        _changed_paths(a.item_type, b.item_type, f"{path}{{}}", out)
+    else:
+        _changed_paths(a.value_type, b.value_type, f"{path}[]", out)
+        if a.id != b.id:
+            out.append(path)
+
+
+def bare_field(field: pa.Field) -> pa.Field:
+    """``field`` without metadata, its nested fields too (a new field gets its column
+    id and physical name from the table, never from the data)."""
+    t = field.type
+    k = _kind(t)
+    if k == "struct":
+        t = pa.struct([bare_field(f) for f in _fields_of(t)])
+    elif k == "map":
+        t = pa.map_(bare_field(t.key_field), bare_field(t.item_field), keys_sorted=t.keys_sorted)
+    elif k == "fixed_size_list":
+        t = pa.list_(bare_field(t.value_field), t.list_size)
+    elif k == "list":
+        bare = bare_field(t.value_field)
+        t = pa.large_list(bare) if pa.types.is_large_list(t) else pa.list_(bare)
+    return pa.field(field.name, t, nullable=field.nullable)
 
 
 def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
@@ -101,6 +436,9 @@ def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
     Column order may differ; string/binary widths, dictionary encoding and types that
     widen to the table's (``int32`` data in an ``int64`` column, a column of nulls) are
     converted; names must otherwise match exactly (see :func:`merge_schema` to evolve).
+    Nested fields are matched by name the same way: a struct in the data may lack a
+    nullable field (written as null) but not hold one the table lacks (it would be lost);
+    a refusal names the field's path (``s.items[].x``).
     """
     check_data_columns(data_schema)
     problems: list[str] = []
@@ -111,7 +449,7 @@ def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
             continue
         got = data_schema.field(field.name).type
         if not _fits(got, field.type):
-            problems.append(f"column {field.name!r}: expected {field.type}, found {got}")
+            _read_problems(got, field.type, field.name, problems, data=True)
     extra = [n for n in data_schema.names if n not in table_schema.names]
     if extra:
         problems.append(f"unexpected columns {extra}")
@@ -132,8 +470,12 @@ def merge_schema(
     Columns the data lacks must be nullable (they are written as nulls); a column whose
     data type widens the table's is widened (a partition column only between integer
     types); a narrower one is converted; the data's new columns are added, nullable,
-    after the table's, in the data's order. Anything else is a
-    :class:`SchemaMismatchError`. Returns ``table_schema`` itself when nothing changes.
+    after the table's, in the data's order. Nested fields (of structs, also inside lists
+    and map values) evolve the same way: the data's new fields are added, nullable, at
+    their struct's end; fields it holds wider are widened. Every field kept keeps its
+    metadata (column ids), and new fields come without any (the table gives them ids).
+    Anything else is a :class:`SchemaMismatchError` naming the field's path
+    (``s.items[].x``). Returns ``table_schema`` itself when nothing changes.
     """
     check_data_columns(data_schema)
     problems: list[str] = []
@@ -148,7 +490,11 @@ def merge_schema(
             fields.append(field)
             continue
         got = data_schema.field(field.name).type
-        if _fits(got, field.type):
+        if _kind(field.type) is not None and _kind(field.type) == _kind(got):
+            merged = _merge_field(field, got, field.name, problems)
+            changed = changed or merged is not field
+            fields.append(merged)
+        elif _fits(got, field.type):
             fields.append(field)
         elif widens(field.type, got) and _partition_widening_ok(field, got, partition_by):
             fields.append(field.with_type(got))
@@ -167,7 +513,7 @@ def merge_schema(
                 f"it should have"
             )
             continue
-        fields.append(field.with_nullable(True).remove_metadata())
+        fields.append(bare_field(field).with_nullable(True))
         changed = True
     if problems:
         raise SchemaMismatchError(
@@ -218,9 +564,10 @@ def file_columns(stored: pa.Schema, expected: pa.Schema, *, path: str) -> list[s
     """The columns of ``expected`` that a data file (``stored``: its Arrow schema) holds,
     to read; the others read as nulls (added after the file was written).
 
-    A stored type that does not read as the expected one, or a missing non-nullable
-    column, means the file was not written by lakelog for this table:
-    :class:`SchemaMismatchError`.
+    A stored type that does not read as the expected one (nested types field by field:
+    :func:`readable_as`), or a missing non-nullable column, means the file was not
+    written by lakelog for this table: :class:`SchemaMismatchError` naming the column or
+    nested field (``s.items[].x``).
     """
     present: list[str] = []
     problems: list[str] = []
@@ -231,7 +578,7 @@ def file_columns(stored: pa.Schema, expected: pa.Schema, *, path: str) -> list[s
             continue
         got = stored.field(field.name).type
         if not readable_as(got, field.type):
-            problems.append(f"column {field.name!r}: expected {field.type}, found {got}")
+            _read_problems(got, field.type, field.name, problems, data=False)
             continue
         present.append(field.name)
     if problems:

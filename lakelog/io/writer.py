@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
+from ..log import mapping
 from ..log.actions import AddFile
 from ..partitioning import check_partition_dir, partition_dir, partition_string
 from ..stats import stats_from_metadata
@@ -197,7 +198,13 @@ class RollingWriter:
         lease_id: str | None = None,
     ) -> None:
         self.storage = storage
-        self.schema = file_schema
+        self.logical_schema = file_schema
+        """The schema of the batches given to :meth:`write`."""
+        self.schema = mapping.physical_schema(file_schema)
+        """The schema of the files: columns under their physical names (format.md,
+        "Column ids"); the same as :attr:`logical_schema` without column mapping."""
+        self._mapped = mapping.is_mapped(file_schema)
+        self._physical = mapping.physical_names(file_schema)
         self.partition = dict(partition)
         self.folder = partition_dir(partition_by, partition) if partition_by else ""
         self.options = options
@@ -239,6 +246,8 @@ class RollingWriter:
         return limit
 
     def write(self, batch: pa.RecordBatch) -> None:
+        if self._mapped:
+            batch = mapping.to_physical(batch, self.logical_schema)
         while batch.num_rows:
             limit = self._row_group_limit()
             take = min(batch.num_rows, limit - self._buffered_rows)
@@ -281,13 +290,15 @@ class RollingWriter:
 
     def _sort_keys(self) -> list[tuple[str, str]]:
         names = self.schema.names
-        return [(c, "ascending") for c in self.options.parquet.sorting_columns if c in names]
+        wanted = (self._physical.get(c, c) for c in self.options.parquet.sorting_columns)
+        return [(c, "ascending") for c in wanted if c in names]
 
     def _bloom_options(self, first: pa.Table) -> dict[str, dict[str, float | int]]:
         """pyarrow's ``bloom_filter_options`` for the bloom filter columns of this file."""
         pq_opts = self.options.parquet
         out: dict[str, dict[str, float | int]] = {}
-        for name in pq_opts.bloom_filter_columns:
+        for column in pq_opts.bloom_filter_columns:
+            name = self._physical.get(column, column)
             i = self.schema.get_field_index(name)
             if i < 0 or not bloom_type_ok(self.schema.field(i).type):
                 continue

@@ -94,7 +94,11 @@ class FileEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         num_rows: rows in the file, deleted ones included (see :attr:`live_rows`).
         partition: partition columns to their string form (``None`` for null), as in
             the folder name.
-        stats: per-column statistics from the footer (None: none recorded).
+        stats: per-column statistics from the footer (None: none recorded), keyed by
+            the names the file stores columns under: the column names, except on a
+            table with column ids, where a renamed column keeps its physical name
+            (:func:`lakelog.log.mapping.physical_name`; ``Snapshot.stats_columns`` gives
+            them by column name).
         modification_ms: when the file was written, in ms since the epoch.
         tags: facts writers record about the file (its clustering key range, whether
             its column chunks are single pages).

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ..filters import FileStatsColumns
+from . import mapping
 
 __all__ = [
     "bounded_columns",
@@ -208,7 +209,19 @@ def stats_columns(
 ) -> FileStatsColumns:
     """Typed partition values, bounds and null counts of every file of ``files``
     (a table of :data:`~lakelog.log.files.FILES_SCHEMA`), one row per file; only of
-    ``columns`` when given (a filter on partition columns parses no statistics)."""
+    ``columns`` when given (a filter on partition columns parses no statistics).
+
+    Keyed by the names of ``schema``: with column mapping, the log keys statistics by
+    physical name, which are read and then relabelled."""
+    if mapping.relabelled(schema):
+        to_physical = mapping.physical_names(schema)
+        got = stats_columns(
+            files,
+            mapping.physical_schema(schema),
+            partition_by,
+            columns=None if columns is None else [to_physical.get(c, c) for c in columns],
+        )
+        return got.relabel(mapping.logical_names(schema))
     if columns is not None:
         wanted = set(columns)
         partition_by = tuple(c for c in partition_by if c in wanted)

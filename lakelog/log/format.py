@@ -145,10 +145,11 @@ CURRENT: Final = max(f.version for f in FEATURES)
 """The newest format version this lakelog reads and writes."""
 
 NEW_TABLE: Final = CLAIMS.version
-"""The version new tables declare, and the one ``lakelog upgrade`` moves a table to:
-version 4 changes only manifests (a writer uses plans files on any table of version
-3), and a table declares version 5 or 6 only from the ``metadata`` action that turns
-deletion vectors or the change data feed on (:func:`metadata_version`)."""
+"""The version new tables declare without deletion vectors (on by default: then 5), and
+the one ``lakelog upgrade`` moves a table to: version 4 changes only manifests (a writer
+uses plans files on any table of version 3), and a table declares version 5 or 6 only
+from the ``metadata`` action that turns deletion vectors or the change data feed on
+(:func:`metadata_version`), its first one when created with them."""
 
 
 def feature(name: str) -> Feature:

@@ -40,6 +40,7 @@ from ..filters import (
     Unknown,
     parse_filter,
     predicate_columns,
+    rename_columns,
     to_expression,
 )
 from ..stats import (
@@ -48,6 +49,7 @@ from ..stats import (
     referenced_columns,
 )
 from ..storage import Storage
+from . import mapping
 from .actions import Commit, ExpireVersions, Metadata
 from .commits import (
     TAIL_MAX_BATCH,
@@ -131,7 +133,7 @@ class Snapshot:
         self.metadata = metadata
         self.oldest_version = oldest_version
         """Oldest readable version as of this version (0: nothing expired)."""
-        schema, part = metadata.arrow_schema(), metadata.partition_by
+        schema, part = mapping.physical_schema(metadata.arrow_schema()), metadata.partition_by
         if state is None:
             base = entries_block(
                 files if files is not None else FILES_SCHEMA.empty_table(), schema, part
@@ -209,6 +211,27 @@ class Snapshot:
         return self._cached("counts", lambda fs: fs.counts())
 
     @cached_property
+    def physical_schema(self) -> pa.Schema:
+        """The schema under the names data files store columns by, which the log keys
+        statistics by (format.md, "Column ids, renames and nested fields"); the schema
+        itself without column mapping."""
+        return mapping.physical_schema(self.schema)
+
+    @cached_property
+    def relabelled(self) -> bool:
+        """Whether some column's physical name differs from its name (a rename, or a
+        column added back after a drop): then files must be read through lakelog."""
+        return mapping.relabelled(self.schema)
+
+    @cached_property
+    def _to_physical(self) -> dict[str, str]:
+        return mapping.physical_names(self.schema)
+
+    @cached_property
+    def _to_logical(self) -> dict[str, str]:
+        return mapping.logical_names(self.schema)
+
+    @cached_property
     def file_schema(self) -> pa.Schema:
         """Schema of the data files: the table schema without partition columns."""
         keep = [f for f in self.schema if f.name not in self.partition_by]
@@ -227,7 +250,12 @@ class Snapshot:
                 st = live.state
                 assert st.base is not None  # set when the snapshot was made
                 live.fileset = FileSet(
-                    self.storage, self.metadata, self.schema, st.base, st.added, st.removed
+                    self.storage,
+                    self.metadata,
+                    self.physical_schema,
+                    st.base,
+                    st.added,
+                    st.removed,
                 )
             return live.fileset
 
@@ -290,7 +318,13 @@ class Snapshot:
     def stats_columns(self) -> FileStatsColumns:
         """Typed partition values and statistics of every live file, one row per file
         in ``file_table`` order: what pruning compares."""
-        return self._cached("stats_columns", lambda fs: fs.stats_columns(None))
+        return self._cached("stats_columns", lambda fs: self.logical(fs.stats_columns(None)))
+
+    def logical(self, cols: FileStatsColumns) -> FileStatsColumns:
+        """Statistics columns the log keys by physical name, by column name instead."""
+        if not self.relabelled:
+            return cols
+        return cols.relabel(self._to_logical)
 
     def _filter(self, filter: FilterLike) -> tuple[Predicate | None, pc.Expression | None]:
         """A filter as lakelog's predicate (for pruning) and as a row expression."""
@@ -315,10 +349,16 @@ class Snapshot:
         pred, expr = self._filter(filter)
         if pred is None or expr is None:
             return self._all_files
-        if isinstance(pred, Unknown):  # a shape lakelog does not model: pyarrow decides
+        if isinstance(pred, Unknown) and not self.relabelled:
+            # a shape lakelog does not model: pyarrow decides (over names as in the log)
             return self._prune(self._all_files, expr)
+        if self.relabelled:  # the log keys statistics by physical name
+            if isinstance(pred, Unknown):
+                return self._all_files
+            pred = rename_columns(pred, self._to_physical)
         names = predicate_columns(pred)
-        return self._use(lambda fs: fs.files(pred, names))
+        phys = pred
+        return self._use(lambda fs: fs.files(phys, names))
 
     def _prune(self, files: FileList, expr: pc.Expression) -> FileList:
         schema = self.schema
@@ -411,7 +451,9 @@ def _from_manifest(storage: Storage, version: int) -> ReplayState | None:
         return None
     h = m.header
     base = (
-        entries_block(m.files, h.metadata.arrow_schema(), h.metadata.partition_by)
+        entries_block(
+            m.files, mapping.physical_schema(h.metadata.arrow_schema()), h.metadata.partition_by
+        )
         if isinstance(m, Manifest)
         else m
     )

@@ -17,12 +17,20 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..io.schema import conform, file_columns
+from ..log import mapping
 from ..log.actions import DataFile
 from ..log.deletion_vectors import keep_mask
 from ..storage import Storage
 from .pacing import Pacer
 
-__all__ = ["dataset_of", "dictionary_columns", "file_schema_of", "read_ahead", "read_group"]
+__all__ = [
+    "dataset_of",
+    "dictionary_columns",
+    "file_schema_of",
+    "read_ahead",
+    "read_group",
+    "scan_batches",
+]
 
 _RELEASE_EVERY = 64 * 1024 * 1024
 
@@ -52,12 +60,13 @@ def read_group(
     resident set near what is live rather than what was ever allocated.
     """
     fs = storage.arrow_filesystem()
-    names = file_schema.names
+    physical = mapping.physical_schema(file_schema)  # what files hold (format.md, "Column ids")
+    names = physical.names
     since_release = 0
     for f in files:
         with fs.open_input_file(storage.full(f.path)) as source:
             pf = pq.ParquetFile(source, pre_buffer=False)
-            _check_source(pf.schema_arrow, file_schema, f.path)
+            _check_source(pf.schema_arrow, physical, f.path)
             md = pf.metadata
             chunks = [_compressed_size(md.row_group(rg)) for rg in range(md.num_row_groups)]
             if pacer is not None:  # the footer and headers, read on opening
@@ -80,7 +89,7 @@ def read_group(
                         if not live.all():
                             batch = batch.filter(pa.array(live))
                     if batch.num_rows:
-                        yield conform(batch, file_schema)
+                        yield mapping.to_logical(conform(batch, physical), file_schema)
                 since_release += meta.total_byte_size
                 if since_release >= _RELEASE_EVERY:
                     pa.default_memory_pool().release_unused()
@@ -175,12 +184,32 @@ def _check_source(found: pa.Schema, expected: pa.Schema, path: str) -> None:
 
 def dataset_of(storage: Storage, files: Sequence[DataFile], schema: pa.Schema) -> ds.Dataset:
     """An Arrow dataset of exactly ``files`` (no listing; sizes from the log), for threaded
-    scans of a group or a sample. It returns every physical row: rows deletion vectors
-    mark included, so only samples read it when a file has one."""
+    scans of a group or a sample, in the *physical* schema of ``schema`` (the names the
+    files store columns by; :func:`scan_batches` reads it under the table's names). It
+    returns every physical row: rows deletion vectors mark included, so only samples
+    read it when a file has one."""
     fs = storage.arrow_filesystem()
     fmt = ds.ParquetFileFormat()
     frags = [
         fmt.make_fragment(storage.full(f.path), filesystem=fs, file_size=f.size_bytes)
         for f in files
     ]
-    return ds.FileSystemDataset(frags, schema, fmt, fs)
+    return ds.FileSystemDataset(frags, mapping.physical_schema(schema), fmt, fs)
+
+
+def scan_batches(
+    storage: Storage,
+    files: Sequence[DataFile],
+    schema: pa.Schema,
+    *,
+    columns: Sequence[str] | None = None,
+    **options: Any,
+) -> Iterator[pa.RecordBatch]:
+    """Every physical row of ``files`` as batches of ``columns`` of ``schema`` (default
+    all), a threaded scan of :func:`dataset_of` (``options`` go to its ``to_batches``),
+    under the table's column names."""
+    names = list(schema.names if columns is None else columns)
+    sub = pa.schema([schema.field(n) for n in names])
+    physical = [mapping.physical_name(f) for f in sub]
+    for batch in dataset_of(storage, files, schema).to_batches(columns=physical, **options):
+        yield mapping.to_logical(batch, sub)

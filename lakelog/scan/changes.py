@@ -17,6 +17,7 @@ independent units, so an engine can spread them over workers (:func:`read_part`)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,9 +41,11 @@ from ..filters import (
     parse_filter,
     predicate_columns,
     prune_mask,
+    rename_columns,
     to_expression,
 )
 from ..io.schema import readable_as
+from ..log import mapping
 from ..log.actions import AddFile, ChangeFile, Commit, DataFile, Metadata, RemoveFile
 from ..log.changes import (
     CHANGE_TYPE,
@@ -295,6 +298,9 @@ def read_part(
     out = feed_schema(schema, names)
     stamp = pa.scalar(part.timestamp_ms, pa.timestamp("ms", tz="UTC"))
     version = pa.scalar(part.version, pa.int64())
+    # the part's columns under this schema's names (a column renamed since reads under
+    # its new name; one dropped since is not read: format.md, "Column ids")
+    part = dataclasses.replace(part, schema=mapping.named_like(part.schema, schema))
     present = [n for n in wide if n in part.schema.names]
     for rows, kinds in _raw(storage, part, present, partition_by, batch_size):
         n = rows.num_rows
@@ -514,10 +520,11 @@ class ChangeFeed:
             else p.file
             for p in parts
         ]
-        block = entries_block(files_from_adds(entries), self.table_schema, self.partition_by)
-        cols = block.stats_columns(
-            self.table_schema, self.partition_by, predicate_columns(pred), "feed"
-        )
+        # the log keys statistics by physical name (format.md, "Column ids")
+        physical = mapping.physical_schema(self.table_schema)
+        pred = rename_columns(pred, mapping.physical_names(self.table_schema))
+        block = entries_block(files_from_adds(entries), physical, self.partition_by)
+        cols = block.stats_columns(physical, self.partition_by, predicate_columns(pred), "feed")
         keep = prune_mask(pred, cols).to_pylist()
         return [p for p, k in zip(parts, keep, strict=True) if k]
 

@@ -78,7 +78,9 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
         dataset = cls(list(full.get_fragments()), full.schema, full.format, full.filesystem)
         dataset._snapshot = snapshot
         dataset._base = base
-        dataset._marked = any(f.deleted is not None for f in snapshot.files(base))
+        # deletion vectors, renamed columns: only the snapshot's scanner reads them
+        files = list(snapshot.files(base))
+        dataset._marked = snapshot._own_reader(files) or snapshot.relabelled
         return dataset
 
     @property

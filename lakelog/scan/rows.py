@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from .. import threads
 from ..errors import DataFileMissingError
 from ..io.schema import conform, file_columns
+from ..log import mapping
 from ..log.actions import AddFile, DataFile
 from ..log.deletion_vectors import keep_mask
 from ..partitioning import partition_scalar
@@ -73,9 +74,11 @@ def read_positions(
     """As :func:`read_rows`, each batch with the physical positions of its rows in the
     file (int64; what a deletion vector records)."""
     names = list(schema.names if columns is None else columns)
-    out = pa.schema([schema.field(n) for n in names])
+    out = mapping.strip(pa.schema([schema.field(n) for n in names]))
     stored = [n for n in names if n not in partition_by]
     stored_schema = pa.schema([schema.field(n) for n in stored])
+    # files store columns under their physical names (format.md, "Column ids")
+    physical = mapping.physical_schema(stored_schema)
     constants = {
         n: partition_scalar(file.partition.get(n), schema.field(n).type)
         for n in names
@@ -90,7 +93,7 @@ def read_positions(
     start = 0
     with source:
         pf = pq.ParquetFile(source, pre_buffer=False)
-        present = file_columns(pf.schema_arrow, stored_schema, path=file.path)
+        present = file_columns(pf.schema_arrow, physical, path=file.path)
         for batch in pf.iter_batches(batch_size=batch_size, columns=present, use_threads=False):
             n = batch.num_rows
             if not n:
@@ -104,7 +107,7 @@ def read_positions(
                         continue
                     batch = batch.filter(pa.array(live))
                     positions = positions[live]
-            rows = conform(batch, stored_schema) if stored else batch
+            rows = mapping.to_logical(conform(batch, physical), stored_schema) if stored else batch
             yield _with_constants(rows, out, constants), positions
 
 
@@ -164,7 +167,9 @@ def _with_constants(
     batch: pa.RecordBatch, schema: pa.Schema, constants: Mapping[str, pa.Scalar]
 ) -> pa.RecordBatch:
     if not constants:
-        return batch
+        if not batch.num_columns or batch.schema.equals(schema, check_metadata=True):
+            return batch  # (a batch of no columns keeps its row count)
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
     n = batch.num_rows
     arrays = [
         pa.repeat(constants[f.name], n) if f.name in constants else batch.column(f.name)

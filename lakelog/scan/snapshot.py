@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -23,8 +24,20 @@ from ..errors import (
     DeletedRowsError,
     InvalidArgumentError,
     LakelogError,
+    SchemaMismatchError,
 )
-from ..filters import FilterLike
+from ..filters import (
+    And,
+    FilterLike,
+    Not,
+    Or,
+    Predicate,
+    Unknown,
+    parse_filter,
+    rename_columns,
+    to_expression,
+)
+from ..log import mapping
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot as ResolvedSnapshot
 from ..stats import file_guarantee, filter_may_select_nan, referenced_columns
@@ -82,6 +95,16 @@ class Snapshot(ResolvedSnapshot):
             raise InvalidArgumentError(
                 f"expected deleted to be 'refuse' or 'include', found {deleted!r}"
             )
+        if self.reads_through_lakelog and deleted == "refuse":
+            raise SchemaMismatchError(
+                f"expected a table whose data files store every column under its name for "
+                f"a plain pyarrow Dataset of version {self.version} of {self.storage.uri}, "
+                f"found renamed columns or evolved nested fields, which files store under "
+                f"physical names or in older shapes (docs/format.md, 'Column ids'): a "
+                f"Dataset would read them as nulls. Read with snapshot.to_arrow(), "
+                f"to_batches() or scanner() (or to_duckdb/to_polars/to_pandas), which map "
+                f"them."
+            )
         files = list(self.files(filter))  # built once: read below more than once
         if deleted == "refuse":
             marked = [f.path for f in files if f.deleted is not None]
@@ -97,8 +120,13 @@ class Snapshot(ResolvedSnapshot):
                 )
         return self._dataset_of(files, filter)
 
-    def _dataset_of(self, files: Sequence[DataFile], filter: FilterLike) -> ds.FileSystemDataset:
-        schema = self.schema
+    def _dataset_of(
+        self, files: Sequence[DataFile], filter: FilterLike, *, physical: bool = False
+    ) -> ds.FileSystemDataset:
+        """A Dataset of ``files``, pruned by ``filter``: over the table's names, or with
+        ``physical`` over the names the files store columns by (``filter`` an expression
+        over those: :meth:`_physical_expression`)."""
+        schema = mapping.strip(self.physical_schema if physical else self.schema)
         fmt = ds.ParquetFileFormat()
         fs = self.storage.arrow_filesystem()
         true = pc.scalar(True)
@@ -113,7 +141,7 @@ class Snapshot(ResolvedSnapshot):
                     file_size=f.size_bytes,
                 )
             )
-        pred, expr = self._filter(filter)
+        pred, expr = self._filter(filter) if not physical else self._physical_filter(filter)
         if expr is not None and wants_footers(pred, self.partition_by):
             try:
                 frags = prune_fragments(self.storage, frags, pred, expr, schema)  # type: ignore[arg-type]
@@ -134,11 +162,19 @@ class Snapshot(ResolvedSnapshot):
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         files = list(self.files(expr))  # built once: read below more than once
-        if any(f.deleted is not None for f in files):
+        if self._own_reader(files, expr):
             out = self._out_schema(cols)
             with self._reading():  # in this thread: no pyarrow thread holds the generator
                 got = list(self._live_batches(files, cols, expr, 65536))
             return pa.Table.from_batches(got, schema=out)
+        if self.relabelled:  # renamed columns: a Dataset under the files' names
+            phys = self._physical_expression(expr)
+            wanted = self._physical_columns(cols)
+            with self._reading():
+                got = self._dataset_of(files, phys, physical=True).to_table(
+                    columns=wanted, filter=phys
+                )
+            return pa.Table.from_arrays(got.columns, schema=self._out_schema(cols))
         dataset = self._dataset_of(files, expr)
         with self._reading():
             if expr is not None and filter_may_select_nan(expr, self.schema):
@@ -167,8 +203,10 @@ class Snapshot(ResolvedSnapshot):
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         files = list(self.files(expr))  # built once: read below more than once
-        if any(f.deleted is not None for f in files):
+        if self._own_reader(files, expr):
             return self._typed(self._live_batches(files, cols, expr, batch_size))
+        if self.relabelled:
+            return self._typed(self._physical_batches(files, cols, expr, batch_size))
         return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
 
     def scanner(
@@ -193,9 +231,14 @@ class Snapshot(ResolvedSnapshot):
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         files = list(self.files(expr))  # built once: read below more than once
-        if any(f.deleted is not None for f in files):
+        if self._own_reader(files, expr) or self.relabelled:
+            rows = (
+                self._physical_batches(files, cols, expr, batch_size)
+                if not self._own_reader(files, expr)
+                else self._live_batches(files, cols, expr, batch_size)
+            )
             return ds.Scanner.from_batches(
-                self._live_batches(files, cols, expr, batch_size),
+                rows,
                 schema=self._out_schema(cols),
                 batch_size=batch_size,
                 use_threads=False,
@@ -204,10 +247,81 @@ class Snapshot(ResolvedSnapshot):
             columns=cols, filter=expr, batch_size=batch_size
         )
 
+    @cached_property
+    def reads_through_lakelog(self) -> bool:
+        """Whether the data files must be read through lakelog's reader (which maps
+        columns), not a plain Arrow dataset: some column is stored under another name
+        (renamed, or added back after a drop), or the table has column ids and nested
+        types, whose fields may have evolved (format.md, "Column ids")."""
+        schema = self.schema
+        if not mapping.is_mapped(schema):
+            return False
+        return self.relabelled or any(pa.types.is_nested(f.type) for f in schema)
+
+    @cached_property
+    def _nested_ids(self) -> bool:
+        """Column ids and nested types: a struct's fields may have evolved or be stored
+        under other names, which only lakelog's reader maps."""
+        schema = self.schema
+        return mapping.is_mapped(schema) and any(pa.types.is_nested(f.type) for f in schema)
+
+    def _own_reader(self, files: Sequence[DataFile], expr: pc.Expression | None = None) -> bool:
+        """Whether ``files`` are read through :meth:`_live_batches` only: a file has a
+        deletion vector, a struct may have evolved, or columns are renamed and the filter
+        is one lakelog cannot rename (or may select NaN)."""
+        if self._nested_ids or any(f.deleted is not None for f in files):
+            return True
+        if not self.relabelled or expr is None:
+            return False
+        return filter_may_select_nan(expr, self.schema) or self._physical_expression(expr) is None
+
+    def _physical_filter(self, filter: FilterLike) -> tuple[Predicate | None, pc.Expression | None]:
+        """An expression over physical names (:meth:`_physical_expression`) as the
+        predicate and expression :meth:`_dataset_of` prunes with."""
+        expr = filter if isinstance(filter, pc.Expression) or filter is None else None
+        if expr is None:
+            return None, None
+        pred = parse_filter(expr, mapping.strip(self.physical_schema))
+        return pred, expr
+
+    def _physical_expression(self, expr: pc.Expression | None) -> pc.Expression | None:
+        """``expr`` (over the table's names) over the names files store columns by;
+        None when there is none, or when it holds a condition lakelog does not model
+        (which it cannot rename)."""
+        if expr is None:
+            return None
+        pred, _ = self._filter(expr)
+        if pred is None or _has_unknown(pred):
+            return None
+        return to_expression(rename_columns(pred, mapping.physical_names(self.schema)))
+
+    def _physical_columns(self, columns: list[str] | None) -> list[str]:
+        names = self.schema.names if columns is None else columns
+        return [mapping.physical_name(self.schema.field(n)) for n in names]
+
+    def _physical_batches(
+        self,
+        files: Sequence[DataFile],
+        columns: list[str] | None,
+        expr: pc.Expression | None,
+        batch_size: int,
+    ) -> Iterator[pa.RecordBatch]:
+        """The matching rows of ``files`` of a table with renamed columns, read by a
+        Dataset under the names the files store columns by and relabelled (zero-copy)."""
+        phys = self._physical_expression(expr)
+        out = self._out_schema(columns)
+        dataset = self._dataset_of(files, phys, physical=True)
+        with self._reading():
+            for batch in dataset.to_batches(
+                columns=self._physical_columns(columns), filter=phys, batch_size=batch_size
+            ):
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=out)
+
     def _out_schema(self, columns: list[str] | None) -> pa.Schema:
+        schema = mapping.strip(self.schema)
         if columns is None:
-            return self.schema
-        return pa.schema([self.schema.field(n) for n in columns])
+            return schema
+        return pa.schema([schema.field(n) for n in columns])
 
     def _live_batches(
         self,
@@ -219,8 +333,11 @@ class Snapshot(ResolvedSnapshot):
         """The matching rows of ``files``, some with deletion vectors: those are read
         through :func:`lakelog.scan.rows.live_batches` (positions dropped, several files at
         once), the rest through a Dataset as usual; both filtered and projected."""
-        plain = [f for f in files if f.deleted is None]
-        marked = [f for f in files if f.deleted is not None]
+        if self.reads_through_lakelog:
+            plain, marked = [], list(files)
+        else:
+            plain = [f for f in files if f.deleted is None]
+            marked = [f for f in files if f.deleted is not None]
         if plain:
             yield from self._stream(self._dataset_of(plain, expr), columns, expr, batch_size)
         yield from live_batches(
@@ -363,3 +480,14 @@ def _with_filter_columns(
 def readable(resolved: ResolvedSnapshot) -> Snapshot:
     """The readable form of a resolved snapshot (see :meth:`Snapshot.of`)."""
     return Snapshot.of(resolved)
+
+
+def _has_unknown(pred: Predicate) -> bool:
+    """Whether ``pred`` holds a condition lakelog does not model."""
+    if isinstance(pred, Unknown):
+        return True
+    if isinstance(pred, (And, Or)):
+        return any(_has_unknown(p) for p in pred.parts)
+    if isinstance(pred, Not):
+        return _has_unknown(pred.part)
+    return False

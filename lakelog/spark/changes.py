@@ -81,7 +81,7 @@ from ..stats import referenced_columns
 from ..storage import Storage
 from .jobs import short_error
 from .read import columns_of, spark_url
-from .schema import check_dataframe_schema
+from .schema import check_dataframe_schema, to_spark_schema
 from .write import discard_staging
 
 if TYPE_CHECKING:
@@ -1110,7 +1110,12 @@ def _run_merge(
             if insert:
                 rows = deduped.drop(*spec.computed)
                 if matched_paths:
-                    hit = spark.read.parquet(*(spark_url(storage, p) for p in matched_paths))
+                    # the tasks staged the matched keys under the table's (logical) names
+                    # (not data files: no physical names); read exactly those columns
+                    keyed = pa.schema([snap.schema.field(k) for k in spec.keys])
+                    hit = spark.read.schema(to_spark_schema(keyed)).parquet(
+                        *(spark_url(storage, p) for p in matched_paths)
+                    )
                     rows = rows.join(hit, on=list(spec.keys), how="left_anti")
                 # a few files (two tasks per core), not one per shuffle partition; a
                 # partition's rows in one task

@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from ..errors import CorruptLogError, LakelogError
 from ..io.writer import WriteOptions
+from ..log import mapping
 from ..log.actions import AddFile, DataFile, encode_schema
 from ..maintenance.clustering.planner import ClusterSettings
 from ..maintenance.clustering.sort import Segment, file_cuts
@@ -60,6 +61,7 @@ from ..maintenance.clustering.spec import (
 from ..maintenance.groups import FileGroup, GroupResult
 from ..maintenance.sources import dictionary_columns, file_schema_of, read_group
 from ..storage import Storage
+from .columns import logical_columns, spark_physical_schema
 from .deleted import drop_deleted, scan_layers
 from .read import columns_of, session_conf, spark_url
 from .schema import check_dataframe_schema, output_timestamp_type, to_spark_schema
@@ -115,11 +117,14 @@ def _unused_name(base: str, taken: Sequence[str]) -> str:
     return name
 
 
-def _sample_keys(df: DataFrame, spec: ClusterSpec, schema: pa.Schema, rows: int) -> np.ndarray:  # type: ignore[type-arg]
-    """Sorted curve keys of about :data:`KEY_SAMPLE_ROWS` rows, sampled by Spark."""
+def _sample_keys(
+    df: DataFrame, spec: ClusterSpec, schema: pa.Schema, file_schema: pa.Schema, rows: int
+) -> np.ndarray:  # type: ignore[type-arg]
+    """Sorted curve keys of about :data:`KEY_SAMPLE_ROWS` rows, sampled by Spark from
+    ``df`` (the group's rows under the physical names of ``file_schema``)."""
     fraction = min(1.0, 1.2 * KEY_SAMPLE_ROWS / max(1, rows))
     cols = list(spec.columns)
-    picked = df.select(*columns_of(cols))
+    picked = df.select(*logical_columns(file_schema, cols))
     if fraction < 1.0:
         picked = picked.sample(withReplacement=False, fraction=fraction, seed=20240611)
     sample = picked.toArrow()
@@ -168,14 +173,15 @@ def _segments_for_size(
 def _group_rows(
     spark: SparkSession, storage: Storage, file_schema: pa.Schema, files: Sequence[DataFile]
 ) -> DataFrame:
-    """The live rows of a group's files as a DataFrame of ``file_schema``: one Spark scan
+    """The live rows of a group's files as a DataFrame of ``file_schema`` under its
+    physical names, as the files store them (format.md, "Column ids"): one Spark scan
     of the files without a deletion vector, and scans whose deleted rows are dropped
     (:mod:`lakelog.spark.deleted`) for those with one."""
 
     def scan(chosen: Sequence[DataFile]) -> DataFrame:
         with session_conf(spark, {_LISTING_THRESHOLD: str(2**31 - 1)}):
             return (
-                spark.read.schema(to_spark_schema(file_schema))
+                spark.read.schema(spark_physical_schema(file_schema))
                 .option("__globPaths__", "false")
                 .parquet(*(spark_url(storage, f.path) for f in chosen))
             )
@@ -255,7 +261,9 @@ def cluster_large_group(
     started = time.time()
     sc = spark.sparkContext
     file_schema = file_schema_of(schema, partition_by)
-    names = file_schema.names
+    # the job works in the files' physical names throughout (format.md, "Column ids"):
+    # it reads them, and its staged files hold them, which the finalizing pass reads
+    names = mapping.physical_schema(file_schema).names
     file_col = _unused_name("lakelog_file", names)
     key_col = _unused_name("lakelog_key", names)
     route_col = _unused_name("lakelog_route", names)
@@ -273,7 +281,7 @@ def cluster_large_group(
     added: list[AddFile] = []
     try:
         df = _group_rows(spark, storage, file_schema, group.files)
-        keys = _sample_keys(df, spec, schema, group.num_rows)
+        keys = _sample_keys(df, spec, schema, file_schema, group.num_rows)
         sized = _segments_for_size(storage, group, segments, spec, file_schema, options)
         cuts = file_cuts(sized, keys)
         sampled = time.time()
@@ -305,7 +313,7 @@ def cluster_large_group(
             ),
         )
         keyed = df.select(
-            *columns_of(names), udf(*columns_of(spec.columns)).alias(struct_col)
+            *columns_of(names), udf(*logical_columns(file_schema, spec.columns)).alias(struct_col)
         ).select(
             *columns_of(names),
             F.col(struct_col).getField("f").alias(file_col),

@@ -60,6 +60,7 @@ from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result
 from .modes import (
+    as_written,
     commit_written,
     dataframe_plan,
     outside_rows,
@@ -343,10 +344,14 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             return
         spec = spec_from_options(self.options, overwrite=self.overwrite)
         snap = None if self.read_version is None else load_snapshot(storage, self.read_version)
+        written = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
         if snap is None:
-            plan = WritePlan(pa.ipc.read_schema(pa.py_buffer(self.schema_bytes)))
+            plan = WritePlan(written)
         else:
-            plan = dataframe_plan(self.spark_schema, snap, spec.schema_mode)
+            # the tasks wrote with the plan made before them: its physical names stand
+            plan = as_written(
+                dataframe_plan(self.spark_schema, snap, spec.schema_mode), written, snap
+            )
         where = parse_replace_where(spec, plan.schema)
         outside = sum(m.outside for m in done)
         if where is not None and outside:

@@ -25,12 +25,14 @@ Options of the data source (and the streaming sink) map to the same fields:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,7 +60,8 @@ from ..errors import (
 from ..filters import FilterLike, parse_filter
 from ..io.schema import conform
 from ..leases import Lease
-from ..log.actions import Action, AddFile, AppTransaction
+from ..log import mapping
+from ..log.actions import Action, AddFile, AppTransaction, encode_schema
 from ..log.changes import INSERT
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import partition_string
@@ -77,6 +80,7 @@ __all__ = [
     "Mode",
     "PartitionOverwrite",
     "WriteSpec",
+    "as_written",
     "commit_written",
     "count_outside",
     "dataframe_plan",
@@ -342,24 +346,84 @@ def _outside_counter(
     return count
 
 
-def count_outside(spark: SparkSession, staged_url: str, schema: pa.Schema, where: Where) -> int:
-    """Rows of the files a Spark job wrote under ``staged_url`` (partition folders and all)
-    that ``where`` does not match, counted by Spark tasks: the files are read back by
-    Spark's reader, only the filter's columns, and each task evaluates the filter with
+def count_outside(
+    spark: SparkSession,
+    staged_url: str,
+    schema: pa.Schema,
+    where: Where,
+    *,
+    partition_by: Sequence[str] = (),
+) -> int:
+    """Rows of the files a Spark job wrote under ``staged_url`` (partition folders of
+    ``partition_by`` and all) that ``where`` does not match, counted by Spark tasks: the
+    files are read back by Spark's reader (columns under their physical names, as they
+    were written), only the filter's columns, and each task evaluates the filter with
     lakelog's semantics (Arrow's, as the embedded overwrite) on its batches."""
     from pyspark.sql import functions as F
 
-    from .read import columns_of
+    from .columns import logical_columns, spark_physical_schema
 
     columns = [c for c in where.columns if c in schema.names] or [schema.names[0]]
-    frame = spark.read.schema(to_spark_schema(schema)).parquet(staged_url)
+    stored = spark_physical_schema(schema, keep=partition_by)
+    frame = spark.read.schema(stored).parquet(staged_url)
     counter = _outside_counter(where.expression, schema.serialize().to_pybytes())
     with warnings.catch_warnings():
         # PySpark warns about the installed pandas on every Arrow UDF; no pandas is used
         warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas")
-        counts = frame.select(*columns_of(columns)).mapInArrow(counter, "n long")
+        picked = frame.select(*logical_columns(schema, columns, keep=partition_by))
+        counts = picked.mapInArrow(counter, "n long")
     total = counts.agg(F.sum("n")).collect()[0][0]
     return int(total or 0)
+
+
+def as_written(plan: WritePlan, written: pa.Schema, snap: Snapshot | None) -> WritePlan:
+    """``plan``, made again at commit time on ``snap``, with the column ids and physical
+    names of ``written``, the schema the write's files were written with (by tasks, from
+    a plan made before them).
+
+    A plan gives a field it adds a physical name (``docs/format.md``, "Column ids"), a
+    random ``col-<hex>`` one for a name added back after a drop, so planning twice gives
+    two names while the files hold the first: for fields this plan adds (ids not in
+    ``snap``), the written names are kept. A column of the table stored under another
+    name than the files hold it (dropped and added back, or renamed, while the write ran)
+    is refused with :class:`SchemaMismatchError`: committing would lose its values.
+    """
+    if not (mapping.is_mapped(plan.schema) or mapping.is_mapped(written)):
+        return plan
+    planned, wrote = _stored_paths(plan.schema), _stored_paths(written)
+    known = set(mapping.ids_of(snap.schema)) if snap is not None else set()
+    adopt = False
+    for path, (pid, stored) in planned.items():
+        if path not in wrote:
+            continue  # the files lack it: read as nulls
+        wid, held = wrote[path]
+        if held == stored and (pid is None or wid is None or pid == wid):
+            continue
+        if pid is not None and pid == wid and pid not in known:
+            adopt = True  # a field this plan adds, named again: the files' name stands
+            continue
+        raise SchemaMismatchError(
+            f"expected the table to store column {'.'.join(path)!r} under the name the "
+            f"write's files hold it ({'.'.join(held)!r}), found {'.'.join(stored)!r}: it "
+            f"was dropped and added back, or renamed, while the write ran. Nothing was "
+            f"committed; write again."
+        )
+    if not adopt:
+        return plan
+    if plan.metadata is None or not mapping.strip(plan.schema).equals(mapping.strip(written)):
+        raise SchemaMismatchError(
+            f"expected the schema the write's files were written with to be the one it "
+            f"commits, found {mapping.strip(written)} vs {mapping.strip(plan.schema)}; "
+            f"nothing was committed. Write again."
+        )
+    metadata = msgspec.structs.replace(plan.metadata, schema=encode_schema(written))
+    return dataclasses.replace(plan, schema=written, metadata=metadata)
+
+
+def _stored_paths(schema: pa.Schema) -> dict[tuple[str, ...], tuple[int | None, tuple[str, ...]]]:
+    """Every field's path of names, to its column id and its path of physical names."""
+    pairs = zip(mapping.walk(schema), mapping.walk(mapping.physical_schema(schema)), strict=True)
+    return {path: (mapping.column_id(f), stored) for (path, f), (stored, _) in pairs}
 
 
 def refuse_outside(where: Where, outside: int, *, what: str = "DataFrame") -> None:

@@ -45,6 +45,7 @@ from ..log.actions import DataFile
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
 from ..partitioning import NULL_PARTITION, hidden_name
 from ..storage import Storage
+from .columns import logical_columns, spark_physical_schema
 from .deleted import check_row_index, drop_deleted, scan_layers
 from .filters import check_filter, translate_filter
 from .schema import check_spark_readable, to_spark_schema, to_spark_type
@@ -384,18 +385,23 @@ class ReadPlan:
         from pyspark.sql import functions as F
 
         schema = self.snapshot.schema
+        parts = self.snapshot.partition_by
         full = to_spark_schema(schema)
+        # files store columns under their physical names (format.md, "Column ids"):
+        # read those, select them under the table's names
+        stored = spark_physical_schema(schema, keep=parts)
+        logical = logical_columns(schema, keep=parts)
         frames: list[DataFrame] = []
         if self.direct:
-            df = self._read(spark, full, self.direct, direct=True)
-            frames.append(df.select(*columns_of(schema.names)))
-        file_schema = to_spark_schema(self.snapshot.file_schema)
+            df = self._read(spark, stored, self.direct, direct=True)
+            frames.append(df.select(*logical))
+        file_schema = spark_physical_schema(self.snapshot.file_schema)
         for values, files in self.grouped:
             df = self._read(spark, file_schema, files, direct=False)
             for col, text in values:
                 t = to_spark_type(schema.field(col).type)
                 df = df.withColumn(col, F.lit(text).cast(t))
-            frames.append(df.select(*columns_of(schema.names)))
+            frames.append(df.select(*logical))
         if not frames:
             out = spark.createDataFrame([], full)
         else:

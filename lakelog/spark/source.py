@@ -64,6 +64,7 @@ from ..errors import (
     VersionNotFoundError,
 )
 from ..io.schema import readable_as
+from ..log import mapping
 from ..log.actions import AddFile, Commit, DataFile, Metadata, RemoveFile
 from ..log.commits import decode_commit, read_header, read_tail
 from ..log.manifests import read_hint
@@ -244,12 +245,32 @@ def _schema_change(commit: Commit, schema: pa.Schema) -> str | None:
     for a in commit.actions:
         if not isinstance(a, Metadata):
             continue
-        for field in a.arrow_schema():
+        new = a.arrow_schema()
+        for field in new:
             if field.name not in schema.names:
                 return f"column {field.name!r} ({field.type}) was added"
             mine = schema.field(field.name).type
-            if not readable_as(field.type, mine):
+            if not readable_as(field.type, mine, dropped=False):
                 return f"column {field.name!r} changed from {mine} to {field.type}"
+        moved = _restored(new, schema)
+        if moved is not None:
+            return f"column {moved!r} is stored under another name (dropped and added back)"
+    return None
+
+
+def _restored(new: pa.Schema, schema: pa.Schema) -> str | None:
+    """The first field (a path) of ``schema`` that ``new`` stores under another physical
+    name (format.md, "Column ids": a column or nested field dropped and added back): read
+    with ``schema``, its new values would be nulls. None if there is none. (Turning column
+    ids on names every field as its files hold it: no change.)"""
+    new_stored = mapping.walk(mapping.physical_schema(new))
+    stored = {
+        path: held for (path, _), (held, _) in zip(mapping.walk(new), new_stored, strict=True)
+    }
+    mine = mapping.walk(mapping.physical_schema(schema))
+    for (path, _), (held, _) in zip(mapping.walk(schema), mine, strict=True):
+        if path in stored and stored[path] != held:
+            return ".".join(path)
     return None
 
 

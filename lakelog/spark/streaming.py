@@ -68,7 +68,7 @@ from ..properties import get_float, validate_properties
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
 from .datasource import _ADDS, _Commit, _storage, write_task_files
-from .modes import WriteSpec, commit_written, dataframe_plan, spec_from_options
+from .modes import WriteSpec, as_written, commit_written, dataframe_plan, spec_from_options
 from .schema import to_arrow_schema
 
 if TYPE_CHECKING:
@@ -332,6 +332,9 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             written = next((m for m in sent if m.lease_id is not None), None)
             if written is not None:
                 _check_written(written, plan.schema, parts)
+                # the files hold columns under the physical names of the plan they were
+                # written with (format.md, "Column ids"): keep those, or refuse
+                plan = as_written(plan, pa.ipc.read_schema(pa.py_buffer(written.schema)), snap)
         return commit_written(
             storage,
             snap,
@@ -397,7 +400,7 @@ def _check_written(sent: _BatchFiles, schema: pa.Schema, parts: tuple[str, ...])
     for f in written:
         if f.name not in schema.names:
             problems.append(f"column {f.name!r} is gone")
-        elif not readable_as(f.type, schema.field(f.name).type):
+        elif not readable_as(f.type, schema.field(f.name).type, dropped=False):
             problems.append(f"column {f.name!r}: {f.type} vs {schema.field(f.name).type}")
     missing = [f.name for f in schema if f.name not in written.names and not f.nullable]
     problems += [f"non-nullable column {n!r} is new" for n in missing]

@@ -42,6 +42,7 @@ from ..errors import (
 )
 from ..io.parquet_settings import check_parquet_properties, parquet_options
 from ..leases import Lease
+from ..log import mapping
 from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
@@ -49,6 +50,7 @@ from ..properties import get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transaction import CommitResult, skipped_result
+from .columns import conformed, physical_columns
 from .modes import (
     PARTITION_OVERWRITE_CONF,
     Mode,
@@ -62,7 +64,6 @@ from .modes import (
     write_spec,
 )
 from .read import columns_of, session_conf, spark_url
-from .schema import _strip as strip_nullability
 from .schema import (
     check_dataframe_schema,
     check_file_schema,
@@ -203,6 +204,11 @@ def write_dataframe(
     schema = plan.schema
     where = parse_replace_where(spec, schema)  # a bad filter fails before Spark runs
     file_schema = pa.schema([f for f in schema if f.name not in parts])
+    # files hold their columns under physical names, with ids as Parquet field ids, and
+    # the log keys their statistics by those names (format.md, "Column ids")
+    stored_schema = mapping.physical_schema(file_schema)
+    if mapping.is_mapped(schema):
+        frame = frame.select(*physical_columns(schema, keep=parts))
     codec = get_str(props, "lakelog.compression")
     if codec not in _SPARK_CODECS:
         raise InvalidArgumentError(
@@ -228,10 +234,12 @@ def write_dataframe(
         try:
             with session_conf(spark, settings):
                 writer.parquet(target)
-            adds = _collect(storage, staging, file_schema, parts)
+            adds = _collect(storage, staging, stored_schema, parts)
             if where is not None and adds:
                 # Spark counts, on the files it wrote, the rows the filter does not match
-                refuse_outside(where, count_outside(spark, target, schema, where))
+                refuse_outside(
+                    where, count_outside(spark, target, schema, where, partition_by=parts)
+                )
             moved = _publish(storage, staging, adds, lease.lease_id)
             adds = [_moved(a, staging, lease.lease_id) for a in adds]
         except BaseException:
@@ -271,9 +279,8 @@ def _aligned(df: DataFrame, snap: Snapshot, schema_mode: SchemaMode) -> tuple[Da
         if field.name not in given:
             column = F.lit(None).cast(want)
         else:
-            column = columns_of([field.name])[0]
-            if strip_nullability(given[field.name]) != strip_nullability(want):
-                column = column.cast(want)
+            # struct fields by name, not by position as Spark's cast takes them
+            column = conformed(columns_of([field.name])[0], given[field.name], want)
         columns.append(column.alias(field.name))
     frame = df.select(*columns)
     check_dataframe_schema(frame.schema, plan.schema)
@@ -291,9 +298,11 @@ def spark_parquet_options(
     """
     opts = parquet_options(props)
     out = {"parquet.page.size": str(opts.data_page_size)}
-    for name in opts.bloom_filter_columns:
-        if name not in schema.names or name in parts:
+    for column in opts.bloom_filter_columns:
+        if column not in schema.names or column in parts:
             continue
+        # parquet-mr names the column as the file stores it (format.md, "Column ids")
+        name = mapping.physical_name(schema.field(column))
         out[f"parquet.bloom.filter.enabled#{name}"] = "true"
         out[f"parquet.bloom.filter.fpp#{name}"] = repr(opts.bloom_filter_fpp)
         if opts.bloom_filter_ndv:
@@ -306,7 +315,9 @@ def spark_parquet_options(
 def _collect(
     storage: Storage, staging: str, file_schema: pa.Schema, parts: Sequence[str]
 ) -> list[AddFile]:
-    """AddFiles (staging paths) for exactly the data files this job wrote."""
+    """AddFiles (staging paths) for exactly the data files this job wrote, checked
+    against and with statistics keyed by ``file_schema``, the *physical* schema of the
+    table's file columns (:func:`lakelog.log.mapping.physical_schema`)."""
     found = []
     for info in storage.walk(staging):
         rel = info.path[len(staging) + 1 :]

@@ -32,11 +32,21 @@ def rows(ids: list[int], day: str = "d1", note: str = "n") -> pa.Table:
 
 
 def make_table(
-    root: Path | str, *, partition_by: tuple[str, ...] = (), files: int = 4, per: int = 10
+    root: Path | str,
+    *,
+    partition_by: tuple[str, ...] = (),
+    files: int = 4,
+    per: int = 10,
+    vectors: bool = False,
 ) -> lakelog.Table:
-    """``files`` appends of ``per`` rows: ids ``[i*per, (i+1)*per)``, day ``d<i % 2>``."""
+    """``files`` appends of ``per`` rows: ids ``[i*per, (i+1)*per)``, day ``d<i % 2>``.
+
+    Copy-on-write unless ``vectors``: the tests using it count the files a change
+    rewrites and read those files (new tables have deletion vectors on by default).
+    """
     uri = str(root)
-    t = lakelog.create_table(uri, SCHEMA, partition_by=partition_by)
+    props = {"lakelog.deletion_vectors": "true" if vectors else "false"}
+    t = lakelog.create_table(uri, SCHEMA, partition_by=partition_by, properties=props)
     for i in range(files):
         t.append(rows(list(range(i * per, (i + 1) * per)), day=f"d{i % 2}"))
     return t

@@ -97,13 +97,19 @@ def test_matching_rows_appended_and_compacted_meanwhile_conflict(tmp_path: Path)
     assert 5 not in ids(t)
 
 
-def test_matching_rows_appended_and_changed_again_meanwhile_are_rewritten(tmp_path: Path) -> None:
-    t = make_table(tmp_path / "t", files=2)
+@pytest.mark.parametrize("vectors", [False, True], ids=["copy-on-write", "vectors"])
+def test_matching_rows_appended_and_changed_again_meanwhile_are_rewritten(
+    tmp_path: Path, vectors: bool
+) -> None:
+    t = make_table(tmp_path / "t", files=2, vectors=vectors)
     snap = t.snapshot()
     t.append(rows([5, 6, 107]))
-    t.delete("id = 107")  # another change rewrites the appended file: its 5 lives on there
+    # another change rewrites the appended file, or re-adds it with a vector: its 5
+    # lives on there
+    t.delete("id = 107")
     r = delete_on(t, snap, "id = 5")
     assert r.committed and r.deleted_rows == 2
+    assert (r.files_marked > 0) == vectors
     assert 5 not in ids(t) and ids(t).count(6) == 2 and 107 not in ids(t)
 
 

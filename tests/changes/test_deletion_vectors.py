@@ -31,7 +31,6 @@ from lakelog.errors import (
     CorruptLogError,
     DeletedRowsError,
     InvalidArgumentError,
-    TableNotFoundError,
     UnsupportedFormatError,
 )
 from lakelog.log.actions import AddFile, DeletionVector, RemoveFile
@@ -80,7 +79,7 @@ def data(ids: Any, *, part: str | None = None, x: float | None = None) -> pa.Tab
 def create(
     path: Path, *, vectors: bool = True, partition_by: tuple[str, ...] = ("part",), **props: str
 ) -> lakelog.Table:
-    properties = {VECTORS: "true"} if vectors else {}
+    properties = {VECTORS: "true" if vectors else "false"}  # explicit: on is the default
     properties.update(props)
     return lakelog.create_table(str(path), SCHEMA, partition_by=partition_by, properties=properties)
 
@@ -387,20 +386,52 @@ def test_turning_vectors_on_declares_version_5_and_changes_mark_files(tmp_path: 
     assert got[7] == "seven" and len(got) == 27
 
 
-def test_vectors_off_by_default_changes_rewrite_files(tmp_path: Path) -> None:
-    t = create(tmp_path / "t", vectors=False)
+def test_vectors_on_by_default_off_when_set_or_with_the_delta_view(tmp_path: Path) -> None:
+    # no property: vectors on from version 0, a delete marks instead of rewriting
+    t = lakelog.create_table(str(tmp_path / "on"), SCHEMA, partition_by=("part",))
+    assert t.properties[VECTORS] == "true" and t.metadata.format_version >= 5
+    assert read_commit(t.storage, 0).header.format_version >= 5
     t.append(data(range(30)))
-    for r in [
-        t.delete("id = 4"),
-        t.update("id = 5", set={"s": "five"}),
-        t.merge(data([6, 100]), on="id", when_matched="update", when_not_matched="insert"),
-        t.overwrite(data([7], part="p1"), where="id = 7"),
+    r = t.delete("id = 4")
+    assert (r.files_marked, r.files_removed, r.files_added) == (1, 0, 0)
+    assert t.history(limit=1)[0].metrics["num_deletion_vectors"] == 1
+    assert ids(t) == [i for i in range(30) if i != 4]
+    # the creator's other properties do not turn the default off
+    t = lakelog.create_table(str(tmp_path / "team"), SCHEMA, properties={"team": "a"})
+    assert t.properties == {"team": "a", VECTORS: "true"}
+    # write_table creating a table follows the same default
+    lakelog.write_table(str(tmp_path / "written"), data(range(30)), partition_by=["part"])
+    t = lakelog.open_table(str(tmp_path / "written"))
+    assert t.properties[VECTORS] == "true" and t.metadata.format_version >= 5
+    r = t.delete("id = 4")
+    assert (r.files_marked, r.files_removed) == (1, 0)
+    lakelog.write_table(
+        str(tmp_path / "written-cow"), data(range(30)), properties={VECTORS: "false"}
+    )
+    t = lakelog.open_table(str(tmp_path / "written-cow"))
+    assert t.properties[VECTORS] == "false" and t.metadata.format_version < 5
+    # explicitly off, or created with the Delta view: copy-on-write, every change
+    for name, props in [
+        ("off", {VECTORS: "false"}),
+        ("delta", {"lakelog.delta_view": "true"}),
     ]:
-        assert r.committed and r.files_marked == 0 and r.files_removed >= 1
-        assert "num_deletion_vectors" not in t.history(limit=1)[0].metrics
-        assert t.history(limit=1)[0].format_version < 5
-    assert marked(t) == [] and t.metadata.format_version == 3
-    assert ids(t) == [i for i in range(30) if i != 4] + [100]
+        t = lakelog.create_table(
+            str(tmp_path / name), SCHEMA, partition_by=("part",), properties=props
+        )
+        assert t.properties == props, name
+        assert t.metadata.format_version < 5, name
+        t.append(data(range(30)))
+        for r in [
+            t.delete("id = 4"),
+            t.update("id = 5", set={"s": "five"}),
+            t.merge(data([6, 100]), on="id", when_matched="update", when_not_matched="insert"),
+            t.overwrite(data([7], part="p1"), where="id = 7"),
+        ]:
+            assert r.committed and r.files_marked == 0 and r.files_removed >= 1, name
+            assert "num_deletion_vectors" not in t.history(limit=1)[0].metrics, name
+            assert t.history(limit=1)[0].format_version < 5, name
+        assert marked(t) == [] and t.metadata.format_version < 5, name
+        assert ids(t) == [i for i in range(30) if i != 4] + [100], name
 
 
 def test_turning_vectors_off_rewrites_again_and_keeps_version_5(tmp_path: Path) -> None:
@@ -415,28 +446,6 @@ def test_turning_vectors_off_rewrites_again_and_keeps_version_5(tmp_path: Path) 
     assert (r.files_marked, r.files_removed) == (0, 1)
     assert marked(t) == [f]  # the vector already written stays
     assert ids(t) == [i for i in range(40) if i not in (1, 30)]
-
-
-def test_delta_view_and_vectors_exclude_each_other(tmp_path: Path) -> None:
-    t = create(tmp_path / "t")
-    t.append(data(range(5)))
-    v = t.version
-    with pytest.raises(InvalidArgumentError, match="declares format version 5"):
-        t.set_properties({"lakelog.delta_view": "true"})
-    t.set_properties({VECTORS: "false"})  # version 5 stays: the view is still refused
-    with pytest.raises(InvalidArgumentError, match="declares format version 5"):
-        t.set_properties({"lakelog.delta_view": "true"})
-    assert t.refresh().version == v + 1 and "lakelog.delta_view" not in t.properties
-    u = create(tmp_path / "u", vectors=False)
-    u.set_properties({"lakelog.delta_view": "true"})
-    w = u.refresh().version
-    with pytest.raises(InvalidArgumentError, match="not both true"):
-        u.set_properties({VECTORS: "true"})
-    assert u.refresh().version == w and u.metadata.format_version == 3
-    with pytest.raises(InvalidArgumentError):
-        create(tmp_path / "both", **{"lakelog.delta_view": "true"})
-    with pytest.raises(TableNotFoundError):
-        lakelog.open_table(str(tmp_path / "both"))
 
 
 def test_a_vector_past_the_cap_rewrites_the_file(tmp_path: Path) -> None:
@@ -782,7 +791,7 @@ def test_restore_across_vectors(tmp_path: Path) -> None:
         assert ids(t, target) == expect
     # restoring a version before the property: rows and properties back, version 5 stays
     t.restore(plain)
-    assert ids(t) == list(range(20)) and VECTORS not in t.properties
+    assert ids(t) == list(range(20)) and t.properties[VECTORS] == "false"
     assert t.metadata.format_version == 5 and marked(t) == []
     r2 = t.delete("id = 1")
     assert (r2.files_marked, r2.files_removed) == (0, 1)

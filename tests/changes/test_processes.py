@@ -83,8 +83,11 @@ def _race(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
 
 
 def _table(tmp_path: Path, blocks: list[range]) -> lakelog.Table:
-    """One file per block of ids, so merges into different blocks touch different files."""
-    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA)
+    """One file per block of ids, so merges into different blocks touch different files.
+    Copy-on-write (vectors are on by default): the same races with deletion vectors are in
+    test_deletion_vectors_processes.py."""
+    cow = {"lakelog.deletion_vectors": "false"}
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, properties=cow)
     for b in blocks:
         ids = list(b)
         t.append(

@@ -27,6 +27,7 @@ from lakelog.log.actions import ExpireVersions
 from lakelog.log.commits import read_commit
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+COW = {"lakelog.deletion_vectors": "false"}
 
 
 def _rows(ids: range, v: str = "x") -> pa.Table:
@@ -38,8 +39,10 @@ def _read(snap: lakelog.Snapshot) -> list[dict[str, object]]:
 
 
 def _history(tmp_path: Path) -> lakelog.Table:
-    """v0 create; v1, v2 appends; v3 delete; v4 add column; v5 property; v6 append."""
-    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, properties={"team": "a"})
+    """v0 create; v1, v2 appends; v3 delete; v4 add column; v5 property; v6 append.
+
+    Copy-on-write: the delete rewrites a file (vectors: test_deletion_vectors.py)."""
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, properties=COW | {"team": "a"})
     t.append(_rows(range(0, 5)))
     t.append(_rows(range(5, 10), "y"))
     t.delete("id = 3")
@@ -56,7 +59,7 @@ def test_restore_reads_exactly_like_the_version(tmp_path: Path) -> None:
     assert not r.skipped and r.version == 7 and r.operation == "RESTORE"
     now = t.snapshot()
     assert _read(now) == _read(at3)
-    assert now.schema == at3.schema and now.properties == {"team": "a"}
+    assert now.schema == at3.schema and now.properties == COW | {"team": "a"}
     assert now.metadata.table_id == at3.metadata.table_id
     assert sorted(f.path for f in now.files()) == sorted(f.path for f in at3.files())
     assert {f.path: f for f in now.files()} == {f.path: f for f in at3.files()}  # same entries

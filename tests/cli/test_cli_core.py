@@ -45,7 +45,8 @@ def test_info(table: lakelog.Table, capsys: pytest.CaptureFixture[str]) -> None:
     assert info["version"] == 2
     assert info["num_files"] == 3 and info["num_rows"] == 4
     assert info["partition_by"] == ["day"]
-    assert info["properties"] == {"team": "ingest"}
+    # lakelog.deletion_vectors: the default of new tables
+    assert info["properties"] == {"team": "ingest", "lakelog.deletion_vectors": "true"}
     assert [c["name"] for c in info["schema"]] == ["id", "day"]
     assert info["table_id"] == table.metadata.table_id
     assert _json(capsys, "info", table.uri, "--version", "1")["num_rows"] == 3

@@ -434,7 +434,8 @@ def test_metadata_changes_conflict_but_appends_rebase_over_property_changes(
         t2.commit([md], operation="SET PROPERTIES", kind="metadata", read_snapshot=stale)
     assert info.value.winning_version == 5  # the first winner it meets
     final = lakelog.open_table(backend.uri, storage_options=backend.storage_options)
-    assert final.version == 8 and final.properties == {"team": "a"}
+    assert final.version == 8
+    assert final.properties == {"team": "a", "lakelog.deletion_vectors": "true"}  # + default
     # refreshed, the writer succeeds
     assert t2.refresh().append(_row(5, 6, "a"), schema_mode="merge").version == 9
 

@@ -98,6 +98,7 @@ def test_user_properties_stay_free_form_and_values_are_normalized(tmp_path: Path
     assert lakelog.open_table(t.uri).properties == {
         "owner": "5 minutes",
         "lakelog.compression": "gzip",
+        "lakelog.deletion_vectors": "true",  # the default of new tables
         "lakelogs.x": "anything",
         "lakelog.commit.timeout_seconds": "7.5",
     }

@@ -120,7 +120,9 @@ def test_paused_appender_and_a_concurrent_table_change(
     tmp_path: Path, change: str, lands: bool
 ) -> None:
     uri = str(tmp_path / "t")
-    lakelog.create_table(uri, SCHEMA).append(_batch(1))
+    # without vectors (on by default), so turning them on changes the format version
+    cow = {"lakelog.deletion_vectors": "false"}
+    lakelog.create_table(uri, SCHEMA, properties=cow).append(_batch(1))
     gate = tmp_path / "gate"
     proc = spawn(APPEND, uri, "2", LAKELOG_PAUSE_AT=f"commit:before-put:APPEND:{gate}")
     try:

@@ -69,7 +69,11 @@ def test_create_open_and_refuse_twice(backend: Any) -> None:
     assert t.version == 0
     assert t.partition_by == ("p",)
     assert t.schema.equals(SCHEMA)
-    assert t.properties == {"owner": "team", "lakelog.manifest_interval": "3"}
+    assert t.properties == {
+        "owner": "team",
+        "lakelog.manifest_interval": "3",
+        "lakelog.deletion_vectors": "true",  # the default of new tables
+    }
     t.append(_data(30))
     t2 = lakelog.open_table(backend.uri, storage_options=backend.storage_options)
     assert t2.version == 1
@@ -522,7 +526,11 @@ def test_history_and_set_properties(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError):
         t.history(limit=0)
     assert t.properties["lakelog.manifest_interval"] == "2"
-    assert lakelog.open_table(t.uri).properties == {"lakelog.manifest_interval": "2", "team": "x"}
+    assert lakelog.open_table(t.uri).properties == {
+        "lakelog.manifest_interval": "2",
+        "team": "x",
+        "lakelog.deletion_vectors": "true",  # the default of new tables
+    }
     with pytest.raises(InvalidArgumentError):
         t.set_properties({"lakelog.manifest_interval": -1})
     t.append(_data(1))  # version 4: due a manifest with the new interval

@@ -101,7 +101,7 @@ def test_features_by_name() -> None:
     assert fmt.feature("deletion_vectors") is fmt.DELETION_VECTORS
     assert fmt.DELETION_VECTORS.declared_by(5) and not fmt.DELETION_VECTORS.declared_by(4)
     with pytest.raises(InvalidArgumentError, match="format features"):
-        fmt.feature("column_mapping")
+        fmt.feature("row_tracking")
 
 
 def test_no_other_module_writes_a_format_version_down() -> None:
@@ -140,9 +140,14 @@ def test_check_readable_refuses_exactly_the_newer_versions(
     )
 
 
+COW = {"lakelog.deletion_vectors": "false"}
+"""New tables have deletion vectors on (version 5) unless created with this."""
+
+
 def _table(tmp_path: Path, **props: Any) -> lakelog.Table:
-    """Versions 0..3, a manifest (a root, unless in ``writing_manifests(1)``) at each."""
-    properties = {"lakelog.manifest_interval": 1, **props}
+    """Versions 0..3, a manifest (a root, unless in ``writing_manifests(1)``) at each;
+    without deletion vectors (``COW``), so the versions are those of their features."""
+    properties = {"lakelog.manifest_interval": 1, **COW, **props}
     t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, properties=properties)
     for i in range(3):
         t.append(pa.table({"id": [i]}))
@@ -300,7 +305,7 @@ def test_a_commit_declares_the_highest_version_its_actions_need(
 
 
 def test_commits_on_the_log_declare_those_versions(tmp_path: Path) -> None:
-    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA)
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, properties=COW)
     assert t.snapshot().metadata.format_version == fmt.NEW_TABLE
     t.append(pa.table({"id": [1]}))
     t.append(pa.table({"id": [2]}), app_id="a", app_version=0)
@@ -324,7 +329,7 @@ def test_a_metadata_action_declares_5_with_deletion_vectors_and_6_with_the_feed(
 def test_turning_the_change_data_feed_on_declares_6(tmp_path: Path) -> None:
     """Readers of version 5 refuse the table from the ``metadata`` action that turns the
     feed on (they would miss its change files); turning it off keeps 6."""
-    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA)
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, properties=COW)
     t.append(pa.table({"id": [1]}))
     t.set_properties({"lakelog.change_data_feed": "true"})
     t.set_properties({"lakelog.change_data_feed": "false"})

@@ -228,7 +228,12 @@ def _run(
     tmp_path_factory: Any, layout: int, steps: Any, leaf_files: int, interval: int, data: Any
 ) -> None:
     uri = str(tmp_path_factory.mktemp("model") / "t")
-    props = {"lakelog.manifest_interval": interval, "lakelog.manifest.leaf_files": leaf_files}
+    props = {
+        "lakelog.manifest_interval": interval,
+        "lakelog.manifest.leaf_files": leaf_files,
+        # no vectors: a root of a table with them declares 5, not the layout under test
+        "lakelog.deletion_vectors": "false",
+    }
     t = lakelog.create_table(uri, SCHEMA, partition_by=["day"], properties=props)
     warm = lakelog.open_table(uri)
     model: dict[str, AddFile] = {}

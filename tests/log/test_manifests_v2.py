@@ -36,6 +36,9 @@ OLD_COMMIT = "51de7e9"
 """The last commit before format version 2: its lakelog knows version 1 only."""
 
 SCHEMA = pa.schema([("day", pa.date32()), ("cid", pa.int64()), ("name", pa.string())])
+COW = {"lakelog.deletion_vectors": "false"}
+"""Without deletion vectors, a root declares the version of its layout and content (with
+them, 5: new tables have them unless created with this)."""
 DAYS = [dt.date(2026, 11, d) for d in range(1, 11)]
 
 
@@ -50,7 +53,11 @@ def _add(day: dt.date, i: int, lo: int = 0) -> AddFile:
 
 
 def _table(uri: str, *, leaf_files: int = 4, interval: int = 1) -> lakelog.Table:
-    props = {"lakelog.manifest.leaf_files": leaf_files, "lakelog.manifest_interval": interval}
+    props = {
+        "lakelog.manifest.leaf_files": leaf_files,
+        "lakelog.manifest_interval": interval,
+        **COW,
+    }
     return lakelog.create_table(uri, SCHEMA, partition_by=["day"], properties=props)
 
 
@@ -154,7 +161,7 @@ def test_typed_entries_round_trip(tmp_path: Path) -> None:
         ]
     )
     uri = str(tmp_path / "t")
-    props = {"lakelog.manifest.leaf_files": 2, "lakelog.manifest_interval": 1}
+    props = {"lakelog.manifest.leaf_files": 2, "lakelog.manifest_interval": 1, **COW}
     t = lakelog.create_table(uri, schema, partition_by=["k", "s", "b"], properties=props)
     stats = FileStats(
         min={

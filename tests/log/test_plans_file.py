@@ -30,6 +30,9 @@ from lakelog.log.snapshot import advance
 REPO = str(Path(__file__).resolve().parents[2])
 V3_COMMIT = "372c0b8"  # the last commit of format version 3
 SCHEMA = pa.schema([("day", pa.string()), ("id", pa.int64())])
+COW = {"lakelog.deletion_vectors": "false"}
+"""Without deletion vectors, a root declares the version of its content (with them, 5:
+new tables have them unless created with this)."""
 PLAN = "a" * 32
 
 
@@ -61,7 +64,11 @@ def _table(uri: str) -> tuple[lakelog.Table, list[AddFile]]:
         SCHEMA,
         partition_by=["day"],
         # a plan of 30 groups goes to a plans file
-        properties={"lakelog.manifest_interval": 3, "lakelog.manifest.plans_inline_bytes": 64},
+        properties={
+            "lakelog.manifest_interval": 3,
+            "lakelog.manifest.plans_inline_bytes": 64,
+            **COW,
+        },
     )
     adds = [_add(i) for i in range(30)]
     t.commit(adds, operation="APPEND", kind="append")  # 1
@@ -196,9 +203,9 @@ def test_a_version_3_reader_refuses_a_root_with_a_plans_file_clearly(tmp_path: P
         got: dict[str, object] = json.loads(proc.stdout)
         return got
 
-    t = lakelog.create_table(uri, SCHEMA, partition_by=["day"])
+    t = lakelog.create_table(uri, SCHEMA, partition_by=["day"], properties=COW)
     t.commit([_add(0)], operation="APPEND", kind="append")
-    assert t.snapshot().metadata.format_version == 3  # tables are still created at 3
+    assert t.snapshot().metadata.format_version == 3  # tables without vectors: still 3
     assert read() == {"rows": 1}
     t2, _ = _table(str(tmp_path / "t2"))
     uri = t2.uri
@@ -221,7 +228,11 @@ def test_a_stale_state_names_the_plans_file_of_its_base_root_not_an_expired_one(
         SCHEMA,
         partition_by=["day"],
         # a plan of 30 groups goes to a plans file
-        properties={"lakelog.manifest_interval": 3, "lakelog.manifest.plans_inline_bytes": 64},
+        properties={
+            "lakelog.manifest_interval": 3,
+            "lakelog.manifest.plans_inline_bytes": 64,
+            **COW,
+        },
     )
     adds = [_add(i) for i in range(30)]
     t.commit(adds, operation="APPEND", kind="append")  # 1

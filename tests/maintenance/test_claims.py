@@ -56,7 +56,9 @@ print(json.dumps(r.to_dict()))
 """
 
 
-def _table(uri: str, *, ttl: str = "600", files: int = 6) -> lakelog.Table:
+def _table(uri: str, *, ttl: str = "600", files: int = 6, vectors: bool = True) -> lakelog.Table:
+    """``vectors=False``: created without deletion vectors (on by default), as a table
+    of a format version before them."""
     rng = np.random.default_rng(0)
     t = lakelog.create_table(
         uri,
@@ -66,6 +68,7 @@ def _table(uri: str, *, ttl: str = "600", files: int = 6) -> lakelog.Table:
             "lakelog.target_file_size": str(1 << 20),
             "lakelog.lease.ttl_seconds": ttl,
             "lakelog.compaction.groups_per_commit": "1",
+            **({} if vectors else {"lakelog.deletion_vectors": "false"}),
         },
     )
     for i in range(files):
@@ -317,7 +320,7 @@ def test_appends_and_a_row_level_change_beside_a_claim(tmp_path: Path) -> None:
 
 def test_older_tables_take_no_claims_until_upgraded(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
-    t = _table(uri)
+    t = _table(uri, vectors=False)  # version 2 had no vectors: a table of it has none
     md = t.snapshot().metadata
     t.commit(
         [Metadata(**{**_fields(md), "format_version": 2})],
@@ -453,7 +456,7 @@ def test_a_version_2_reader_refuses_a_table_with_claims_clearly(tmp_path: Path) 
     with tarfile.open(archive) as tar:
         tar.extractall(out, filter="data")
     uri = str(tmp_path / "t")
-    t = _table(uri)
+    t = _table(uri, vectors=False)  # version 2 had no vectors: a table of it has none
     md = t.snapshot().metadata
     t.commit([Metadata(**{**_fields(md), "format_version": 2})], operation="T", kind="metadata")
     env = {**os.environ, "PYTHONPATH": str(out)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -23,12 +23,14 @@ import pyarrow.parquet as pq
 
 from ... import __about__
 from ...errors import DeltaViewError
+from ...log import mapping
 from ...log.actions import (
     Action,
     AddFile,
     AppTransaction,
     ChangeFile,
     CommitHeader,
+    DeletionVector,
     ExpireVersions,
     Metadata,
     PlanClaim,
@@ -40,7 +42,9 @@ from ...log.snapshot import Snapshot
 from ...properties import get_bool
 from ...storage import Storage
 from .stats import StatsConverter
-from .types import delta_protocol, delta_schema_string
+from .types import delta_protocol, delta_schema_string, view_schema
+from .vectors import ENABLE_FLAG, DeltaVector, delta_vector, holds_vectors, write_vector_files
+from .vectors import PROPERTY as VECTORS_PROPERTY
 
 __all__ = [
     "BROKEN_MARK",
@@ -56,6 +60,7 @@ __all__ = [
     "list_delta_log",
     "read_commit_info",
     "read_last_checkpoint",
+    "translate_commit",
     "write_checkpoint",
 ]
 
@@ -152,21 +157,36 @@ def feed_flag(md: Metadata) -> str | None:
     return "true" if get_bool(md.properties, CDF_PROPERTY) else "false"
 
 
-def protocol_action(md: Metadata) -> dict[str, Any]:
-    return delta_protocol(md.arrow_schema(), change_data_feed=feed_flag(md) is not None)
+def protocol_action(md: Metadata, *, deletion_vectors: bool = False) -> dict[str, Any]:
+    """``deletion_vectors``: the view's files may carry vectors (:func:`.vectors.holds_vectors`)."""
+    return delta_protocol(
+        md.arrow_schema(),
+        change_data_feed=feed_flag(md) is not None,
+        deletion_vectors=deletion_vectors,
+    )
 
 
-def metadata_action(md: Metadata) -> dict[str, Any]:
+def metadata_action(md: Metadata, *, deletion_vectors: bool = False) -> dict[str, Any]:
+    """``deletion_vectors``: the protocol declares the feature, and the configuration
+    says ``delta.enableDeletionVectors: "true"``."""
     configuration = {"lakelog.delta_view": "true"}
     flag = feed_flag(md)
     if flag is not None:
         configuration[CDF_FLAG] = flag
+    if deletion_vectors:
+        configuration[ENABLE_FLAG] = "true"
+    schema = view_schema(md.arrow_schema())
+    if mapping.is_mapped(schema):  # Delta column mapping, name mode (format.md)
+        configuration["delta.columnMapping.mode"] = "name"
+        top = max((mapping.column_id(f) or 0 for _, f in mapping.walk(schema)), default=0)
+        declared = (schema.metadata or {}).get(mapping.MAX_ID_KEY)
+        configuration["delta.columnMapping.maxColumnId"] = str(max(top, int(declared or 0)))
     return {
         "id": _table_uuid(md.table_id),
         "name": None,
         "description": None,
         "format": {"provider": "parquet", "options": {}},
-        "schemaString": delta_schema_string(md.arrow_schema()),
+        "schemaString": delta_schema_string(schema),
         "partitionColumns": list(md.partition_by),
         "configuration": configuration,
         "createdTime": md.created_ms,
@@ -180,22 +200,33 @@ def _partition_values(
 
 
 def add_action(
-    a: AddFile, partition_by: Sequence[str], stats: StatsConverter, default_ms: int
+    a: AddFile,
+    partition_by: Sequence[str],
+    stats: StatsConverter,
+    default_ms: int,
+    vector: DeltaVector | None = None,
 ) -> dict[str, Any]:
+    """``vector``: the Delta form of ``a.deleted``."""
     out: dict[str, Any] = {
         "path": delta_path(a.path),
         "partitionValues": _partition_values(a.partition, partition_by),
         "size": a.size_bytes,
         "modificationTime": a.modification_ms or default_ms,
         "dataChange": a.data_change,
-        "stats": stats.delta_stats(a.num_rows, a.stats),
+        "stats": stats.delta_stats(a.num_rows, a.stats, tight=vector is None),
     }
     if a.tags:
         out["tags"] = dict(a.tags)
+    if vector is not None:
+        out["deletionVector"] = vector.descriptor
     return out
 
 
-def remove_action(r: RemoveFile, partition_by: Sequence[str]) -> dict[str, Any]:
+def remove_action(
+    r: RemoveFile, partition_by: Sequence[str], vector: DeltaVector | None = None
+) -> dict[str, Any]:
+    """``vector``: the Delta form of the vector the file carried until this commit (a
+    ``remove`` names the logical file it ends: path and descriptor)."""
     out: dict[str, Any] = {
         "path": delta_path(r.path),
         "deletionTimestamp": r.deletion_ms,
@@ -205,6 +236,8 @@ def remove_action(r: RemoveFile, partition_by: Sequence[str]) -> dict[str, Any]:
     }
     if r.size_bytes is not None:
         out["size"] = r.size_bytes
+    if vector is not None:
+        out["deletionVector"] = vector.descriptor
     return out
 
 
@@ -247,30 +280,71 @@ def commit_info(header: CommitHeader, actions: Sequence[Action]) -> dict[str, An
     return info
 
 
+RemovedVectors = Mapping[str, tuple[DeletionVector, int]]
+"""Path -> (vector, physical rows) of the files a commit removes that carried a vector
+until it."""
+
+
 def encode_delta_commit(
     header: CommitHeader,
     actions: Sequence[Action],
     metadata: Metadata,
     *,
     start: bool,
+    vectors: bool | Callable[[], bool] = False,
+    removed: RemovedVectors | None = None,
 ) -> bytes:
-    """The Delta commit translating lakelog commit ``header.version``.
+    """The Delta commit translating lakelog commit ``header.version`` (the bytes of
+    :func:`translate_commit`, which see)."""
+    data, _ = translate_commit(
+        header, actions, metadata, start=start, vectors=vectors, removed=removed
+    )
+    return data
+
+
+def translate_commit(
+    header: CommitHeader,
+    actions: Sequence[Action],
+    metadata: Metadata,
+    *,
+    start: bool,
+    vectors: bool | Callable[[], bool] = False,
+    removed: RemovedVectors | None = None,
+) -> tuple[bytes, list[DeltaVector]]:
+    """The Delta commit translating lakelog commit ``header.version``, and the
+    deletion vectors its ``add`` actions carry (whose DV files must exist before it).
 
     ``metadata`` is the table's metadata as of this version. The entry that starts
     the view (``start``) and every entry of a ``metadata`` action carry ``protocol``
-    and ``metaData``.
+    and ``metaData``; so does an entry adding a file with a vector while
+    ``lakelog.deletion_vectors`` is off (a restore of an older version), so that
+    ``deletionVectors`` is declared before any vector appears. ``vectors``: whether
+    the table as of this version declares it (:func:`.vectors.holds_vectors`; a
+    callable is asked only when an entry carries a protocol). ``removed``: the
+    vectors of removed files, which their ``remove`` actions name.
     """
     lines: list[dict[str, Any]] = [{"commitInfo": commit_info(header, actions)}]
-    if start or any(isinstance(a, Metadata) for a in actions):
-        lines.append({"protocol": protocol_action(metadata)})
-        lines.append({"metaData": metadata_action(metadata)})
+    restores_vectors = any(
+        isinstance(a, AddFile) and a.deleted is not None for a in actions
+    ) and not get_bool(metadata.properties, VECTORS_PROPERTY)
+    if start or restores_vectors or any(isinstance(a, Metadata) for a in actions):
+        declared = vectors() if callable(vectors) else vectors
+        lines.append({"protocol": protocol_action(metadata, deletion_vectors=declared)})
+        lines.append({"metaData": metadata_action(metadata, deletion_vectors=declared)})
     parts = metadata.partition_by
     stats = StatsConverter(metadata.arrow_schema(), parts)
+    written: list[DeltaVector] = []
     for a in actions:
         if isinstance(a, AddFile):
-            lines.append({"add": add_action(a, parts, stats, header.timestamp_ms)})
+            vector = None
+            if a.deleted is not None:
+                vector = delta_vector(a.path, a.deleted, a.num_rows)
+                written.append(vector)
+            lines.append({"add": add_action(a, parts, stats, header.timestamp_ms, vector)})
         elif isinstance(a, RemoveFile):
-            lines.append({"remove": remove_action(a, parts)})
+            old = (removed or {}).get(a.path)
+            gone = delta_vector(a.path, *old) if old is not None else None
+            lines.append({"remove": remove_action(a, parts, gone)})
         elif isinstance(a, ChangeFile):
             lines.append({"cdc": cdc_action(a, parts)})
         elif isinstance(a, AppTransaction):  # Delta's own idempotent-write marker
@@ -283,7 +357,7 @@ def encode_delta_commit(
                 f"{header.version}, found {type(a).__name__}; this lakelog is too old to "
                 f"translate it. Upgrade lakelog and run `lakelog delta-view sync`."
             )
-    return b"\n".join(_ENC.encode(line) for line in lines) + b"\n"
+    return b"\n".join(_ENC.encode(line) for line in lines) + b"\n", written
 
 
 def read_commit_info(data: bytes) -> dict[str, Any] | None:
@@ -385,11 +459,36 @@ CHECKPOINT_SCHEMA = pa.schema(
 )
 
 
+_DV_STRUCT = pa.struct(
+    [
+        pa.field("storageType", pa.string(), False),
+        pa.field("pathOrInlineDv", pa.string(), False),
+        pa.field("offset", pa.int32()),
+        pa.field("sizeInBytes", pa.int32(), False),
+        pa.field("cardinality", pa.int64(), False),
+    ]
+)
+
+
+def _with_vectors(schema: pa.Schema) -> pa.Schema:
+    """The checkpoint schema whose ``add`` also has ``deletionVector`` (a view that
+    declares deletion vectors; the others keep the schema they always had)."""
+    i = schema.get_field_index("add")
+    add = schema.field(i)
+    fields = [*add.type, pa.field("deletionVector", _DV_STRUCT)]
+    return schema.set(i, pa.field("add", pa.struct(fields), add.nullable))
+
+
+CHECKPOINT_SCHEMA_DV = _with_vectors(CHECKPOINT_SCHEMA)
+
+
 def _rows(
     protocol: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     adds: list[dict[str, Any]] | None = None,
     txns: list[dict[str, Any]] | None = None,
+    *,
+    schema: pa.Schema = CHECKPOINT_SCHEMA,
 ) -> pa.Table:
     rows: list[dict[str, Any]] = [{"txn": t} for t in txns or ()]
     if protocol is not None:
@@ -404,19 +503,25 @@ def _rows(
         add["partitionValues"] = list(add["partitionValues"].items())
         add["tags"] = list(add["tags"].items()) if add.get("tags") else None
         rows.append({"add": add})
-    return pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _checkpoint_adds(snapshot: Snapshot) -> Iterator[list[dict[str, Any]]]:
+def _checkpoint_adds(
+    snapshot: Snapshot, vectors: list[DeltaVector] | None
+) -> Iterator[list[dict[str, Any]]]:
     """The ``add`` actions of every live file, in batches (the file table is columnar:
-    each batch is decoded on its own)."""
+    each batch is decoded on its own). ``vectors``: where to collect the Delta form of
+    the files' deletion vectors (None: the view declares none, nor has any)."""
     files = snapshot.file_table
     parts = snapshot.partition_by
     stats = StatsConverter(snapshot.schema, parts)
     for start in range(0, files.num_rows, _BATCH):
         chunk = files.slice(start, _BATCH)
         out = []
-        for path, size, rows, part, st, mtime, tags in zip(
+        n = chunk.num_rows
+        deleted = chunk.column("deleted_rows").to_pylist() if vectors is not None else [None] * n
+        bitmaps = chunk.column("deleted_bitmap").to_pylist() if vectors is not None else [None] * n
+        for path, size, rows, part, st, mtime, tags, gone, bitmap in zip(
             chunk.column("path").to_pylist(),
             chunk.column("size_bytes").to_pylist(),
             chunk.column("num_rows").to_pylist(),
@@ -424,42 +529,60 @@ def _checkpoint_adds(snapshot: Snapshot) -> Iterator[list[dict[str, Any]]]:
             chunk.column("stats").to_pylist(),
             chunk.column("modification_ms").to_pylist(),
             chunk.column("tags").to_pylist(),
+            deleted,
+            bitmaps,
             strict=True,
         ):
+            vector = None
+            if bitmap is not None and vectors is not None:
+                vector = delta_vector(path, DeletionVector(rows=gone, bitmap=bitmap), rows)
+                vectors.append(vector)
             add: dict[str, Any] = {
                 "path": delta_path(path),
                 "partitionValues": _partition_values(_PART_DEC.decode(part) if part else {}, parts),
                 "size": size,
                 "modificationTime": mtime or snapshot.timestamp_ms,
                 "dataChange": False,
-                "stats": stats.delta_stats_json(rows, st),
+                "stats": stats.delta_stats_json(rows, st, tight=vector is None),
             }
             tag_map = _TAGS_DEC.decode(tags) if tags else {}
             if tag_map:
                 add["tags"] = tag_map
+            if vector is not None:
+                add["deletionVector"] = vector.descriptor
             out.append(add)
         yield out
 
 
-def write_checkpoint(storage: Storage, snapshot: Snapshot) -> bool:
+def write_checkpoint(storage: Storage, snapshot: Snapshot, *, write_vectors: bool = False) -> bool:
     """Write the Delta checkpoint of ``snapshot`` (put-if-absent) and point
-    ``_last_checkpoint`` at it if that names an older one. False if it existed."""
+    ``_last_checkpoint`` at it if that names an older one. False if it existed.
+
+    ``write_vectors``: first put the DV files of the live files' deletion vectors that
+    are missing (a checkpoint that starts the view; later ones name only vectors whose
+    entries wrote their files)."""
     path = checkpoint_path(snapshot.version)
     sink = io.BytesIO()
     num_adds = 0
-    with pq.ParquetWriter(sink, CHECKPOINT_SCHEMA, compression="snappy") as writer:
+    declared = holds_vectors(snapshot)
+    schema = CHECKPOINT_SCHEMA_DV if declared else CHECKPOINT_SCHEMA
+    vectors: list[DeltaVector] | None = [] if declared else None
+    with pq.ParquetWriter(sink, schema, compression="snappy") as writer:
         txns = [_txn(app, v, None) for app, v in sorted(snapshot.app_versions.items())]
         writer.write_table(
             _rows(
-                protocol=protocol_action(snapshot.metadata),
-                metadata=metadata_action(snapshot.metadata),
+                protocol=protocol_action(snapshot.metadata, deletion_vectors=declared),
+                metadata=metadata_action(snapshot.metadata, deletion_vectors=declared),
                 txns=txns,
+                schema=schema,
             )
         )
-        for adds in _checkpoint_adds(snapshot):
-            writer.write_table(_rows(adds=adds))
+        for adds in _checkpoint_adds(snapshot, vectors):
+            writer.write_table(_rows(adds=adds, schema=schema))
             num_adds += len(adds)
     data = sink.getvalue()
+    if write_vectors and vectors:
+        write_vector_files(storage, vectors)
     try:
         storage.put_if_absent(path, data)
         created = True

@@ -7,7 +7,9 @@ timestamps as their integer physical value and decimals as strings
 strings in milliseconds and decimals as JSON numbers. A converted bound is never
 tighter than the original: timestamp minimums round down and maximums up to the
 millisecond. A bound that cannot be converted is left out (unknown to the reader),
-and so are the statistics of partition columns, which are not in the files.
+and so are the statistics of partition columns, which are not in the files. A file
+with a deletion vector gets ``tightBounds: false`` (its statistics are of the physical
+rows).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from ...log import mapping
 from ...log.actions import FileStats
 
 __all__ = ["StatsConverter"]
@@ -99,13 +102,22 @@ class StatsConverter:
 
     def __init__(self, schema: pa.Schema, partition_by: Sequence[str]) -> None:
         skip = set(partition_by)
+        # the log keys statistics by physical name, and so does Delta's column mapping
         self._columns: dict[str, Convert | None] = {
-            f.name: _converter(f.type) for f in schema if f.name not in skip
+            mapping.physical_name(f): _converter(f.type) for f in schema if f.name not in skip
         }
 
-    def delta_stats(self, num_rows: int, stats: FileStats | None) -> str:
-        """Delta's ``stats`` JSON for a file of ``num_rows`` rows."""
+    def delta_stats(self, num_rows: int, stats: FileStats | None, *, tight: bool = True) -> str:
+        """Delta's ``stats`` JSON for a file of ``num_rows`` physical rows.
+
+        ``tight=False`` (a file with a deletion vector): ``tightBounds: false``, since
+        the bounds and null counts are those of the physical rows. ``numRecords`` stays
+        the physical count, as Delta requires of a file with a deletion vector; wide
+        bounds still bound the live rows, and a null count of 0 or of ``numRecords``
+        still says none or all of them are null, which is all Delta reads from it then."""
         out: dict[str, Any] = {"numRecords": num_rows}
+        if not tight:
+            out["tightBounds"] = False
         if stats is not None:
             out["minValues"] = self._bounds(stats.min, is_max=False)
             out["maxValues"] = self._bounds(stats.max, is_max=True)
@@ -116,9 +128,12 @@ class StatsConverter:
             }
         return _ENCODER.encode(out).decode()
 
-    def delta_stats_json(self, num_rows: int, stats_json: str | bytes | None) -> str:
+    def delta_stats_json(
+        self, num_rows: int, stats_json: str | bytes | None, *, tight: bool = True
+    ) -> str:
         """:meth:`delta_stats` of a file whose lakelog stats are JSON (a file table row)."""
-        return self.delta_stats(num_rows, _STATS_DECODER.decode(stats_json) if stats_json else None)
+        decoded = _STATS_DECODER.decode(stats_json) if stats_json else None
+        return self.delta_stats(num_rows, decoded, tight=tight)
 
     def _bounds(self, values: Mapping[str, Any], *, is_max: bool) -> dict[str, Any]:
         out = {}

@@ -1,6 +1,6 @@
 """Arrow schemas as Delta schemas, and the protocol a view of them needs.
 
-The view writes no column mapping and no deletion vectors, so a column must keep its
+The view writes no column mapping, so a column must keep its
 name and hold in a Delta type what lakelog's files hold. What Delta cannot say is
 refused (:class:`~lakelog.errors.DeltaViewError`) when the view is enabled, never
 approximated: unsigned integers, ``float16``, nanosecond timestamps (Delta holds
@@ -11,7 +11,9 @@ The protocol is the lowest that states what the view is: reader version 1 (3 wit
 the ``timestampNtz`` reader feature when a column is a timestamp without time zone),
 writer version 7 with the writer feature ``lakelogView``, which no other Delta writer
 knows, so conforming writers refuse to write to the view (readers ignore writer
-features), and ``changeDataFeed`` while the view carries the change data feed.
+features), and ``changeDataFeed`` while the view carries the change data feed. A view
+whose files may carry deletion vectors needs reader version 3 with the feature
+``deletionVectors`` (:mod:`.vectors`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import DeltaViewError
+from ...log import mapping
 
 __all__ = [
     "CDF_FEATURE",
+    "DV_FEATURE",
     "VIEW_FEATURE",
     "check_schema",
     "delta_protocol",
     "delta_schema_string",
+    "view_schema",
     "delta_type",
 ]
 
@@ -36,6 +41,10 @@ VIEW_FEATURE = "lakelogView"
 """The writer feature that marks a table as lakelog's read-only view."""
 CDF_FEATURE = "changeDataFeed"
 """Delta's writer feature of the change data feed (``cdc`` actions)."""
+DV_FEATURE = "deletionVectors"
+"""Delta's reader and writer feature of deletion vectors."""
+COLUMN_MAPPING_FEATURE = "columnMapping"
+"""Delta's reader and writer feature for column mapping (``name`` mode here)."""
 _BAD_NAME_CHARS = " ,;{}()\n\t="
 _INTS = {8: "byte", 16: "short", 32: "integer", 64: "long"}
 
@@ -93,13 +102,20 @@ def delta_type(t: pa.DataType) -> Any:
 
 
 def _field(f: pa.Field) -> dict[str, Any]:
+    cid = mapping.column_id(f)
     bad = sorted({c for c in f.name if c in _BAD_NAME_CHARS})
-    if bad or not f.name:
+    if (bad and cid is None) or not f.name:
         raise _Refused(
             f"a name with {''.join(bad)!r} (Delta tables without column mapping keep "
             f"{_BAD_NAME_CHARS!r} out of column names)"
         )
-    return {"name": f.name, "type": delta_type(f.type), "nullable": f.nullable, "metadata": {}}
+    meta: dict[str, Any] = {}
+    if cid is not None:  # Delta column mapping, name mode (format.md, "Column ids")
+        meta = {
+            "delta.columnMapping.id": cid,
+            "delta.columnMapping.physicalName": mapping.physical_name(f),
+        }
+    return {"name": f.name, "type": delta_type(f.type), "nullable": f.nullable, "metadata": meta}
 
 
 def _problems(schema: pa.Schema) -> list[str]:
@@ -128,9 +144,19 @@ def check_schema(schema: pa.Schema, *, what: str = "enable the Delta view") -> N
         )
 
 
+def view_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema the view declares: with Delta column mapping (``name`` mode) only when
+    some column is stored under another name (renamed, or added back after a drop;
+    format.md, "Column ids"). While names and physical names agree, the view is a plain
+    Delta table, which more readers read (DuckDB's delta extension returns nulls for the
+    partition columns of a column-mapped table, duckdb-delta issues 50 and 343)."""
+    return schema if mapping.relabelled(schema) else mapping.strip(schema)
+
+
 def delta_schema_string(schema: pa.Schema) -> str:
     """The ``schemaString`` of a Delta ``metaData`` action (partition columns included,
     in the table's column order)."""
+    schema = view_schema(schema)
     try:
         fields = [_field(f) for f in schema]
     except _Refused:
@@ -151,20 +177,32 @@ def _has_ntz(t: pa.DataType) -> bool:
     return False
 
 
-def delta_protocol(schema: pa.Schema, *, change_data_feed: bool = False) -> dict[str, Any]:
-    """The lowest protocol that reads ``schema`` and keeps other writers out.
+def delta_protocol(
+    schema: pa.Schema, *, change_data_feed: bool = False, deletion_vectors: bool = False
+) -> dict[str, Any]:
+    """The lowest protocol that reads ``schema`` and keeps other writers out:
+    ``columnMapping`` (reader and writer feature) when the view's schema has column ids.
 
     ``change_data_feed``: the view carries ``delta.enableChangeDataFeed`` (and ``cdc``
     actions); Delta ties that flag to the writer feature ``changeDataFeed`` on a table
-    with writer features, the table-features form of legacy writer version 4."""
+    with writer features, the table-features form of legacy writer version 4.
+    ``deletion_vectors``: files of the view may carry a ``deletionVector``, which needs
+    reader version 3 with the reader (and writer) feature ``deletionVectors``."""
     writer = [VIEW_FEATURE]
     if change_data_feed:
         writer.insert(0, CDF_FEATURE)
+    reader = []
+    if mapping.is_mapped(view_schema(schema)):
+        reader.append(COLUMN_MAPPING_FEATURE)
+    if deletion_vectors:
+        reader.append(DV_FEATURE)
     if any(_has_ntz(f.type) for f in schema):
+        reader.append("timestampNtz")
+    if reader:
         return {
             "minReaderVersion": 3,
             "minWriterVersion": 7,
-            "readerFeatures": ["timestampNtz"],
-            "writerFeatures": ["timestampNtz", *writer],
+            "readerFeatures": reader,
+            "writerFeatures": [*reader, *writer],
         }
     return {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": writer}

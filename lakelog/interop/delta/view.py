@@ -17,6 +17,10 @@ Invariants (``docs/delta-view.md``):
   it is missing the next writer (finding it missing) syncs, which trims. Expiry and
   vacuum delete no data file a remaining Delta entry lists (:func:`view_listed_files`),
   and an expiry whose trim fails stops before deleting anything.
+* Deletion vectors (:mod:`.vectors`): an entry's ``remove`` actions name the vectors
+  their files had at the version before (so a writer needs that version's vectors),
+  and the DV files an entry or a checkpoint names are put before it. Vacuum keeps the
+  DV files of retained versions' vectors and those :func:`view_listed_files` names.
 
 Writing the view never fails a lakelog commit: the commit's caller logs the error
 and the next writer or a sync catches up.
@@ -39,8 +43,17 @@ import pyarrow.parquet as pq
 
 from ..._failpoints import failpoint
 from ...errors import DeltaViewError, VersionExpiredError
-from ...log.actions import Action, Commit, ExpireVersions, Metadata
+from ...log.actions import (
+    Action,
+    AddFile,
+    Commit,
+    DeletionVector,
+    ExpireVersions,
+    Metadata,
+    RemoveFile,
+)
 from ...log.commits import read_commit, read_header
+from ...log.format import DELETION_VECTORS
 from ...log.snapshot import Snapshot, advance, load_snapshot
 from ...properties import get_bool, get_int
 from ...storage import Storage
@@ -49,15 +62,17 @@ from .log import (
     DELTA_LOG,
     ENGINE,
     LAST_CHECKPOINT,
+    RemovedVectors,
     checkpoint_path,
     delta_commit_path,
-    encode_delta_commit,
     list_delta_log,
     read_commit_info,
     read_last_checkpoint,
+    translate_commit,
     write_checkpoint,
 )
 from .types import check_schema
+from .vectors import descriptor_file, holds_vectors, vectors_of, write_vector_files
 
 if TYPE_CHECKING:
     from ...hooks import Landed
@@ -233,15 +248,90 @@ def _verify(storage: Storage, version: int, txn_id: str | None) -> None:
 # -- writing -------------------------------------------------------------------------
 
 
+def _before(
+    storage: Storage, commit: Commit, after: Snapshot, hint: Snapshot | None
+) -> Snapshot | None:
+    """The table as of the version before ``commit`` when its ``remove`` actions may end
+    files with a deletion vector (their descriptors are needed), else None; also None
+    when that version is expired (only the entry that starts the view, which its
+    checkpoint stands for, can ask for it then). ``hint``: an older snapshot to advance
+    (the one the committer read), or that version itself."""
+    v = commit.header.version
+    if v == 0 or not any(isinstance(a, RemoveFile) for a in commit.actions):
+        return None
+    if not DELETION_VECTORS.declared_by(after.metadata.format_version):
+        return None
+    if hint is not None and hint.version == v - 1:
+        return hint
+    if hint is not None and hint.version < v - 1:
+        try:
+            winners = [read_commit(storage, w) for w in range(hint.version + 1, v)]
+            return advance(hint, winners)
+        except FileNotFoundError:
+            pass  # expired meanwhile: load it, if it is still readable
+    try:
+        return load_snapshot(storage, v - 1)
+    except VersionExpiredError:
+        return None
+
+
+def _removed(commit: Commit, before: Snapshot | None) -> RemovedVectors | None:
+    """The vectors ``before`` (:func:`_before`) gives the files ``commit`` removes."""
+    if before is None:
+        return None
+    return vectors_of(before, [a.path for a in commit.actions if isinstance(a, RemoveFile)])
+
+
+class _LiveVectors:
+    """The vectors of the live files while :func:`_fill` walks commits in order: read
+    from the first version's files when a commit first removes a file, then kept up to
+    date from each commit (a file table per commit would cost a pass over every file
+    each time; a run of appends costs nothing)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.first: Snapshot | None = snapshot
+        self.added: dict[str, tuple[DeletionVector, int]] = {}
+        """Vectors added before the first remove (those commits only add files)."""
+        self.live: dict[str, tuple[DeletionVector, int]] = {}
+
+    def removed(self, commit: Commit) -> RemovedVectors:
+        """The vectors the files ``commit`` removes carried; then apply ``commit``."""
+        if self.first is not None:
+            if not any(isinstance(a, RemoveFile) for a in commit.actions):
+                self._apply(commit, self.added)
+                return {}
+            if DELETION_VECTORS.declared_by(self.first.metadata.format_version):
+                self.live = vectors_of(self.first)
+            self.live.update(self.added)
+            self.first, self.added = None, {}
+        return self._apply(commit, self.live)
+
+    @staticmethod
+    def _apply(
+        commit: Commit, live: dict[str, tuple[DeletionVector, int]]
+    ) -> dict[str, tuple[DeletionVector, int]]:
+        gone = {}
+        for a in commit.actions:
+            if isinstance(a, RemoveFile) and a.path in live:
+                gone[a.path] = live.pop(a.path)
+        for a in commit.actions:
+            if isinstance(a, AddFile) and a.deleted is not None:
+                live[a.path] = (a.deleted, a.num_rows)
+        return gone
+
+
 def _put(
     storage: Storage,
     commit: Commit,
-    metadata: Metadata,
+    after: Snapshot,
     *,
+    removed: RemovedVectors | None,
     start: bool,
     progress: _Progress | None = None,
 ) -> bool:
-    """Put the translation of ``commit``; False if the same entry was already there.
+    """Put the translation of ``commit`` (``after``: the table as of it; ``removed``:
+    the vectors of the files it removes, :func:`_removed`); False if the same entry was
+    already there. The DV files its ``add`` actions name are put first.
 
     The entry of an expiry goes only after the trim to its oldest version: a writer
     that finds it takes the view as trimmed, one that finds it missing syncs (and so
@@ -250,7 +340,15 @@ def _put(
     expired = [a.oldest_version for a in commit.actions if isinstance(a, ExpireVersions)]
     if expired:
         _trim(storage, max(expired), None, progress if progress is not None else _Progress())
-    data = encode_delta_commit(commit.header, commit.actions, metadata, start=start)
+    data, vectors = translate_commit(
+        commit.header,
+        commit.actions,
+        after.metadata,
+        start=start,
+        vectors=lambda: holds_vectors(after),
+        removed=removed,
+    )
+    write_vector_files(storage, vectors)
     failpoint("delta-view:before-put")
     try:
         storage.put_if_absent(delta_commit_path(v), data)
@@ -266,14 +364,16 @@ def _due(snapshot: Snapshot) -> bool:
 
 
 def _start(storage: Storage, snapshot: Snapshot, report: _Progress) -> None:
-    """Start (or restart) the view at ``snapshot``: its checkpoint, then its commit."""
-    if write_checkpoint(storage, snapshot):
+    """Start (or restart) the view at ``snapshot``: its checkpoint (and the DV files of
+    its vectors), then its commit."""
+    if write_checkpoint(storage, snapshot, write_vectors=True):
         report.checkpoints.append(snapshot.version)
     try:
         commit = read_commit(storage, snapshot.version)
     except FileNotFoundError:
         return  # expired meanwhile: the checkpoint alone starts the view
-    if _put(storage, commit, snapshot.metadata, start=True, progress=report):
+    removed = _removed(commit, _before(storage, commit, snapshot, None))
+    if _put(storage, commit, snapshot, removed=removed, start=True, progress=report):
         report.written.append(snapshot.version)
 
 
@@ -284,10 +384,16 @@ class _Progress:
     deleted: int = 0
 
 
-def after_commit(storage: Storage, commit: Commit, snapshot: Snapshot | None) -> None:
+def after_commit(
+    storage: Storage,
+    commit: Commit,
+    snapshot: Snapshot | None,
+    read_snapshot: Snapshot | None = None,
+) -> None:
     """Write the Delta entry of a commit that just landed (``snapshot``: the table as
-    of it, when the committer has it). The usual case costs one read (is Delta
-    ``v - 1`` lakelog's?) and one put; anything else is a :func:`sync_view` up to ``v``."""
+    of it, when the committer has it; ``read_snapshot``: the one its transaction read).
+    The usual case costs one read (is Delta ``v - 1`` lakelog's?) and one put, plus the
+    DV files of its vectors; anything else is a :func:`sync_view` up to ``v``."""
     v = commit.header.version
     if snapshot is None or snapshot.version != v:
         snapshot = load_snapshot(storage, v)
@@ -300,7 +406,8 @@ def after_commit(storage: Storage, commit: Commit, snapshot: Snapshot | None) ->
         except FileNotFoundError:
             previous = None
         if previous is not None and _is_lakelog(read_commit_info(previous)):
-            _put(storage, commit, snapshot.metadata, start=False)
+            removed = _removed(commit, _before(storage, commit, snapshot, read_snapshot))
+            _put(storage, commit, snapshot, removed=removed, start=False)
             if _due(snapshot):
                 write_checkpoint(storage, snapshot)
             return
@@ -309,7 +416,7 @@ def after_commit(storage: Storage, commit: Commit, snapshot: Snapshot | None) ->
 
 def post_commit(landed: Landed) -> None:
     """The view's post-commit hook (registered by path in :mod:`lakelog.hooks`)."""
-    after_commit(landed.storage, landed.commit, landed.snapshot)
+    after_commit(landed.storage, landed.commit, landed.snapshot, landed.read_snapshot)
 
 
 def sync_view(
@@ -366,10 +473,12 @@ def sync_view(
 def _fill(storage: Storage, head: int, target: Snapshot, progress: _Progress) -> None:
     """Translate lakelog commits ``head + 1 .. target.version`` in order."""
     snap = target if head == target.version else load_snapshot(storage, head)
+    vectors = _LiveVectors(snap)
     for v in range(head + 1, target.version + 1):
         commit = read_commit(storage, v)
+        removed = vectors.removed(commit)
         snap = target if v == target.version else advance(snap, [commit])
-        if _put(storage, commit, snap.metadata, start=False, progress=progress):
+        if _put(storage, commit, snap, removed=removed, start=False, progress=progress):
             progress.written.append(v)
         if _due(snap) and write_checkpoint(storage, snap):
             progress.checkpoints.append(v)
@@ -391,7 +500,7 @@ def _trim(storage: Storage, oldest: int, at_oldest: Snapshot | None, progress: _
             snap = snap or load_snapshot(storage, oldest)
         except VersionExpiredError:
             return  # a newer expiry runs: it trims
-        if write_checkpoint(storage, snap):
+        if write_checkpoint(storage, snap, write_vectors=True):
             progress.checkpoints.append(oldest)
     failpoint("delta-view:before-trim")
     paths = [checkpoint_path(v) for v in below_cp] + [delta_commit_path(v) for v in below]
@@ -469,7 +578,7 @@ def finish_trim(storage: Storage) -> bool:
 
 
 def view_listed_files(storage: Storage, oldest: int) -> set[str]:
-    """Data and change files (paths as the Delta entries spell them, unquoted) that
+    """Data, change and DV files (paths as the Delta entries spell them, unquoted) that
     Delta readers may still open a version listing, beyond the retained lakelog
     versions: those the Delta commits and checkpoints below ``oldest`` list (a trim
     that did not happen: the view turned off and kept, or not trimmed yet), and, in a
@@ -492,7 +601,8 @@ def view_listed_files(storage: Storage, oldest: int) -> set[str]:
 
 def _commit_files(storage: Storage, version: int) -> Iterator[str]:
     """The paths of the ``add`` and ``cdc`` actions of a Delta commit (a change-feed
-    reader of that version opens its change files)."""
+    reader of that version opens its change files), and the DV files the descriptors of
+    its ``add`` and ``remove`` actions name."""
     try:
         data = storage.read_bytes(delta_commit_path(version))
     except FileNotFoundError:
@@ -502,13 +612,20 @@ def _commit_files(storage: Storage, version: int) -> Iterator[str]:
             obj = _DEC.decode(line) if line.strip() else None
         except msgspec.DecodeError:
             continue  # not an action a Delta reader would follow either
-        for kind in ("add", "cdc"):
+        for kind in ("add", "cdc", "remove"):
             action = obj.get(kind) if isinstance(obj, dict) else None
-            if isinstance(action, dict) and isinstance(action.get("path"), str):
+            if not isinstance(action, dict):
+                continue
+            if kind != "remove" and isinstance(action.get("path"), str):
                 yield unquote(action["path"])
+            dv = descriptor_file(action.get("deletionVector"))
+            if dv is not None:
+                yield dv
 
 
 def _checkpoint_adds(storage: Storage, version: int) -> Iterator[str]:
+    """The paths of a Delta checkpoint's ``add`` actions and of the DV files their
+    descriptors name."""
     try:
         with storage.open_input(checkpoint_path(version)) as f:
             adds = pq.read_table(f, columns=["add"]).column("add")
@@ -519,6 +636,12 @@ def _checkpoint_adds(storage: Storage, version: int) -> Iterator[str]:
     for path in pc.struct_field(adds, "path").to_pylist():  # null where a row is no add
         if path is not None:
             yield unquote(path)
+    if adds.type.get_field_index("deletionVector") < 0:
+        return  # a checkpoint without deletion vectors
+    for dv in pc.struct_field(adds, "deletionVector").to_pylist():
+        name = descriptor_file(dv)
+        if name is not None:
+            yield name
 
 
 # -- status, enable, delete ------------------------------------------------------------

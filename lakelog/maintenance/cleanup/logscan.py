@@ -25,9 +25,14 @@ __all__ = ["FileChanges", "read_changes"]
 _CHUNK = 256
 
 
+class _Vector(msgspec.Struct):
+    bitmap: str
+
+
 class _Add(msgspec.Struct, tag="add"):
     path: str
     size_bytes: int = 0
+    deleted: _Vector | None = None
 
 
 class _Remove(msgspec.Struct, tag="remove"):
@@ -71,6 +76,9 @@ class FileChanges:
     """Path -> size in bytes of every file added."""
     removed: dict[str, int | None] = field(default_factory=dict)
     """Path -> size in bytes (None if not recorded) of every file removed."""
+    vectors: dict[str, str] = field(default_factory=dict)
+    """Path -> deletion vector (its ``bitmap`` text) of every added file carrying one:
+    the Delta view names a DV file after it (:mod:`lakelog.interop.delta.vectors`)."""
     changes: dict[str, int] = field(default_factory=dict)
     """Path -> size in bytes of every change file the commit lists (``cdc``): a data
     file of this commit for expiry and vacuum, never live."""
@@ -95,6 +103,8 @@ def _decode(data: bytes, version: int) -> FileChanges:
         for a in light.actions:
             if isinstance(a, _Add):
                 out.added[a.path] = a.size_bytes
+                if a.deleted is not None:
+                    out.vectors[a.path] = a.deleted.bitmap
             elif isinstance(a, _Remove):
                 out.removed[a.path] = a.size_bytes
             elif isinstance(a, _Cdc):
@@ -112,6 +122,8 @@ def _decode(data: bytes, version: int) -> FileChanges:
     for action in commit.actions:
         if isinstance(action, AddFile):
             out.added[action.path] = action.size_bytes
+            if action.deleted is not None:
+                out.vectors[action.path] = action.deleted.bitmap
         elif isinstance(action, RemoveFile):
             out.removed[action.path] = action.size_bytes
         elif isinstance(action, ChangeFile):

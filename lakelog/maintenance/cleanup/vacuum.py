@@ -19,6 +19,11 @@ short, from expired versions. What is kept, always:
   (or any Delta entry, in a broken view): a Delta reader may open that version.
   Before listing, a vacuum that deletes finishes the trim of the Delta view an
   interrupted expiry left, so normally there are none;
+* while ``_delta_log/`` holds entries, the Delta view's DV file
+  (``deletion_vector_<uuid>.bin``) of every deletion vector a retained version
+  holds, and every DV file a Delta entry kept above names: Delta readers of
+  those versions open them. Other DV files (of expired vectors, or of a view
+  deleted since) are orphans like any other file;
 * everything in a folder that holds another table (its own ``_lakelog/`` or
   ``_delta_log/``), and the log folder, except temporary files a killed
   writer left there, lease files whose lease expired, and manifest leaves no
@@ -71,9 +76,10 @@ from ...leases import (
 from ...log.changes import CHANGE_DIR
 from ...log.checkpoint import repair_roots
 from ...log.commits import LOG_DIR, list_log
+from ...log.format import DELETION_VECTORS
 from ...log.leaves import LEAF_DIR, leaf_version
 from ...log.manifests import root_leaves
-from ...log.snapshot import load_snapshot
+from ...log.snapshot import Snapshot, load_snapshot
 from ...partitioning import STAGING_DIR, hidden_name
 from ...properties import get_bool, get_float, get_int
 from ...storage import FileInfo, Storage, normalize_uri
@@ -150,16 +156,40 @@ def referenced_paths(storage: Storage) -> tuple[set[str], int, int]:
         paths.update(snap.paths())
         paths.update(_live_leaves(storage, listing.manifests))
         latest = snap.version
+        vectors: list[tuple[str, str]] = []
         for change in read_changes(storage, [v for v in listing.commits if v > oldest]):
             paths.update(change.added)
             paths.update(change.changes)
+            vectors.extend(change.vectors.items())
             latest = max(latest, change.version)
+        paths.update(_view_vector_files(storage, (base, snap), vectors))
         return {normalize_path(p, storage) for p in paths}, oldest, latest
     raise VersionExpiredError(
         f"expected the oldest readable version of {storage.uri} to hold still while "
         f"vacuum reads the log, found it moving (concurrent expiries); run vacuum again.",
         oldest_version=load_snapshot(storage).oldest_version,
     )
+
+
+def _view_vector_files(
+    storage: Storage, snapshots: Sequence[Snapshot], added: Sequence[tuple[str, str]]
+) -> set[str]:
+    """The Delta view's DV files of the vectors live in ``snapshots`` and of the
+    ``(path, bitmap)`` vectors ``added`` by retained commits, if the table may hold
+    vectors and ``_delta_log/`` has entries (no view, no DV files to keep)."""
+    from ...interop.delta.log import list_delta_log
+    from ...interop.delta.vectors import file_table_vectors, vector_file_names
+
+    if not any(DELETION_VECTORS.declared_by(s.metadata.format_version) for s in snapshots):
+        return set()
+    listing = list_delta_log(storage)
+    if not listing.commits and not listing.checkpoints and not listing.other_checkpoints:
+        return set()
+    pairs = list(added)
+    for s in {id(s): s for s in snapshots}.values():
+        if DELETION_VECTORS.declared_by(s.metadata.format_version):
+            pairs.extend(file_table_vectors(s.file_table))
+    return set(vector_file_names(pairs))
 
 
 def _live_leaves(storage: Storage, manifests: Sequence[int]) -> set[str]:
@@ -179,12 +209,13 @@ def _live_leaves(storage: Storage, manifests: Sequence[int]) -> set[str]:
 def _newly_added(storage: Storage, after: int) -> tuple[set[str], int]:
     """Paths added by commits that landed after version ``after`` (data and change
     files), and the newest version."""
+    from ...interop.delta.vectors import vector_file_names
+
     newer = [v for v in list_log(storage).commits if v > after]
-    paths = {
-        normalize_path(p, storage)
-        for c in read_changes(storage, newer)
-        for p in (*c.added, *c.changes)
-    }
+    paths: set[str] = set()
+    for c in read_changes(storage, newer):
+        paths.update(normalize_path(p, storage) for p in (*c.added, *c.changes))
+        paths.update(vector_file_names(c.vectors.items()))  # DV files a view may write
     return paths, max([after, *newer])
 
 

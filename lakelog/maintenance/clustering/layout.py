@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import InvalidArgumentError, LakelogError
+from ...log import mapping
 from ...log.snapshot import Snapshot
 
 __all__ = ["ClusteringReport", "FileBoxes", "clustering_report", "plot_layout"]
@@ -108,11 +109,15 @@ class FileBoxes:
         files = list(snapshot.files())
         mins: dict[str, list[Any]] = {c: [] for c in columns}
         maxs: dict[str, list[Any]] = {c: [] for c in columns}
+        schema = snapshot.schema  # the log keys statistics by physical name (format.md)
+        stored = {
+            c: mapping.physical_name(schema.field(c)) if c in schema.names else c for c in columns
+        }
         for f in files:
             st = f.stats
             for c in columns:
-                mins[c].append(None if st is None else st.min.get(c))
-                maxs[c].append(None if st is None else st.max.get(c))
+                mins[c].append(None if st is None else st.min.get(stored[c]))
+                maxs[c].append(None if st is None else st.max.get(stored[c]))
         return cls.from_arrays(
             columns,
             sizes=[f.size_bytes for f in files],

@@ -25,7 +25,7 @@ from ...io.writer import RollingWriter, WriteOptions
 from ...storage import Storage
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
-from ..sources import dataset_of, dictionary_columns, file_schema_of, read_ahead, read_group
+from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group, scan_batches
 from .planner import ClusterSettings
 from .sort import ExternalSorter, Segment, file_cuts, write_segments
 from .spec import ROW_SAMPLE, ClusterSpec, encoded_row_bytes, sized_segments, spec_tags
@@ -85,8 +85,13 @@ def cluster_group(
     marked = any(f.deleted is not None for f in group.files)  # read_group drops their rows
     if row * group.num_rows <= options.max_group_bytes and not marked:
         # fits: a multi-threaded scan of exactly these files (the row count is checked below)
-        scan = dataset_of(storage, group.files, file_schema).to_batches(
-            batch_size=65_536, use_threads=True, fragment_readahead=4
+        scan = scan_batches(
+            storage,
+            group.files,
+            file_schema,
+            batch_size=65_536,
+            use_threads=True,
+            fragment_readahead=4,
         )
         if pacer is not None:
             scan = _paced(scan, pacer, group)

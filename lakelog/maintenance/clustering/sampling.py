@@ -19,9 +19,10 @@ import pyarrow as pa
 
 from ... import threads
 from ...io.writer import WriteOptions
+from ...log import mapping
 from ...log.actions import DataFile
 from ...storage import Storage
-from ..sources import dataset_of, dictionary_columns, file_schema_of, read_group
+from ..sources import dictionary_columns, file_schema_of, read_group, scan_batches
 from .planner import ClusterSettings, FreshKeys
 from .spec import (
     CURVES,
@@ -68,11 +69,12 @@ def sample_rows(
     """
     rng = np.random.default_rng(0)
     if all(_ordered_as_numbers(schema.field(c).type) for c in columns):
-        files = spread_files(files, columns, rng) or files
+        stored = [mapping.physical_name(schema.field(c)) for c in columns]
+        files = spread_files(files, stored, rng) or files
     total = sum(f.num_rows for f in files)
     p = min(1.0, SAMPLE_ROWS / max(1, total))
     parts = []
-    for batch in dataset_of(storage, files, schema).to_batches(columns=list(columns)):
+    for batch in scan_batches(storage, files, schema, columns=list(columns)):
         if p >= 1.0:
             parts.append(batch)
         elif batch.num_rows:
@@ -101,7 +103,7 @@ def spread_files(
     total = sum(f.num_rows for f in files)
     if total <= 2 * SPREAD_SAMPLE_ROWS:
         return None
-    for c in columns:
+    for c in columns:  # the log keys statistics by physical name (format.md)
         try:
             lo = np.array([float(f.stats.min[c]) for f in files])  # type: ignore[union-attr]
             hi = np.array([float(f.stats.max[c]) for f in files])  # type: ignore[union-attr]
@@ -123,7 +125,7 @@ def fresh_keys_reader(storage: Storage, schema: pa.Schema, spec: ClusterSpec) ->
     def read(files: Sequence[DataFile]) -> npt.NDArray[np.uint64]:
         parts = [
             spec.keys(b)
-            for b in dataset_of(storage, files, schema).to_batches(columns=list(spec.columns))
+            for b in scan_batches(storage, files, schema, columns=list(spec.columns))
             if b.num_rows
         ]
         keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
