@@ -208,12 +208,23 @@ def test_every_retained_version_reads_the_same_in_every_engine(tmp_path: Path) -
             assert ("deletionVector" in r) == (before.deleted is not None)
             if r["path"] in adds and "deletionVector" in r:
                 assert r["deletionVector"] != adds[r["path"]].get("deletionVector")
-    protocol = protocol_at(uri, 0)
+    # the feature is declared from the entry of the first vector, not before: until then
+    # the view is a table every Delta reader reads (deltalake's pyarrow reader too)
+    plain = protocol_at(uri, 0)
+    assert plain is not None and plain["minReaderVersion"] == 1
+    assert "deletionVectors" not in plain.get("writerFeatures", [])
+    first = min(v for _, v in descriptors)
+    for v in range(1, first):
+        before_first = protocol_at(uri, v)
+        assert before_first is None or before_first["minReaderVersion"] == 1
+    plain_rows = deltalake.DeltaTable(uri, version=first - 1).to_pyarrow_table()
+    assert plain_rows.num_rows == t.snapshot(version=first - 1).num_rows
+    protocol = protocol_at(uri, first)
     assert protocol is not None
     assert protocol["minReaderVersion"] == 3 and protocol["minWriterVersion"] == 7
     assert protocol["readerFeatures"] == ["deletionVectors"]
     assert {"deletionVectors", "lakelogView"} <= set(protocol["writerFeatures"])
-    (md,) = [a["metaData"] for a in entry(uri, 0) if "metaData" in a]
+    (md,) = [a["metaData"] for a in entry(uri, first) if "metaData" in a]
     assert md["configuration"]["delta.enableDeletionVectors"] == "true"
     with_dv = [
         v

@@ -44,7 +44,6 @@ from ...storage import Storage
 from .stats import StatsConverter
 from .types import delta_protocol, delta_schema_string, view_schema
 from .vectors import ENABLE_FLAG, DeltaVector, delta_vector, holds_vectors, write_vector_files
-from .vectors import PROPERTY as VECTORS_PROPERTY
 
 __all__ = [
     "BROKEN_MARK",
@@ -310,24 +309,24 @@ def translate_commit(
     start: bool,
     vectors: bool | Callable[[], bool] = False,
     removed: RemovedVectors | None = None,
+    first_vectors: bool | Callable[[], bool] = False,
 ) -> tuple[bytes, list[DeltaVector]]:
     """The Delta commit translating lakelog commit ``header.version``, and the
     deletion vectors its ``add`` actions carry (whose DV files must exist before it).
 
     ``metadata`` is the table's metadata as of this version. The entry that starts
     the view (``start``) and every entry of a ``metadata`` action carry ``protocol``
-    and ``metaData``; so does an entry adding a file with a vector while
-    ``lakelog.deletion_vectors`` is off (a restore of an older version), so that
-    ``deletionVectors`` is declared before any vector appears. ``vectors``: whether
-    the table as of this version declares it (:func:`.vectors.holds_vectors`; a
-    callable is asked only when an entry carries a protocol). ``removed``: the
-    vectors of removed files, which their ``remove`` actions name.
+    and ``metaData``; so does an entry adding a file with a vector when no other live
+    file has one (``first_vectors``: the view declares ``deletionVectors`` only while
+    a file carries a vector, so it is declared in the entry where the first appears).
+    ``vectors``: whether the table as of this version declares it
+    (:func:`.vectors.holds_vectors`; callables are asked only when needed).
+    ``removed``: the vectors of removed files, which their ``remove`` actions name.
     """
     lines: list[dict[str, Any]] = [{"commitInfo": commit_info(header, actions)}]
-    restores_vectors = any(
-        isinstance(a, AddFile) and a.deleted is not None for a in actions
-    ) and not get_bool(metadata.properties, VECTORS_PROPERTY)
-    if start or restores_vectors or any(isinstance(a, Metadata) for a in actions):
+    adds_vectors = any(isinstance(a, AddFile) and a.deleted is not None for a in actions)
+    first = adds_vectors and (first_vectors() if callable(first_vectors) else first_vectors)
+    if start or first or any(isinstance(a, Metadata) for a in actions):
         declared = vectors() if callable(vectors) else vectors
         lines.append({"protocol": protocol_action(metadata, deletion_vectors=declared)})
         lines.append({"metaData": metadata_action(metadata, deletion_vectors=declared)})

@@ -38,7 +38,6 @@ from ...log.actions import DeletionVector
 from ...log.deletion_vectors import deleted_positions
 from ...log.format import DELETION_VECTORS
 from ...log.snapshot import Snapshot
-from ...properties import get_bool
 from ...storage import Storage
 from .roaring import dv_file, serialize, z85_decode, z85_encode
 
@@ -191,15 +190,22 @@ def vectors_of(
     }
 
 
-def holds_vectors(snapshot: Snapshot) -> bool:
-    """Whether the view of ``snapshot`` declares Delta's ``deletionVectors`` feature:
-    ``lakelog.deletion_vectors`` is on, or a live file still carries a vector."""
+def holds_vectors(snapshot: Snapshot, *, besides: Iterable[str] = ()) -> bool:
+    """Whether the view of ``snapshot`` declares Delta's ``deletionVectors`` feature: a
+    live file carries a vector (one not in ``besides``). Not the property alone: while no
+    file has a vector, the view stays a table every Delta reader reads (deltalake's
+    pyarrow reader refuses the feature)."""
     if not DELETION_VECTORS.declared_by(snapshot.metadata.format_version):
         return False
-    if get_bool(snapshot.properties, PROPERTY):
-        return True
-    column = snapshot.file_table.column("deleted_bitmap")
-    return bool(column.null_count < len(column))
+    files = snapshot.file_table
+    marked = pc.is_valid(files.column("deleted_bitmap"))
+    skip = list(besides)
+    if skip:
+        marked = pc.and_(
+            marked,
+            pc.invert(pc.is_in(files.column("path"), value_set=pa.array(skip, pa.string()))),
+        )
+    return bool(pc.any(marked).as_py())
 
 
 def vector_file_names(pairs: Iterable[tuple[str, str]]) -> Iterator[str]:

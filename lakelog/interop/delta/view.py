@@ -347,6 +347,13 @@ def _put(
         start=start,
         vectors=lambda: holds_vectors(after),
         removed=removed,
+        # the first vectors of the view: no file besides those this entry marks has one
+        first_vectors=lambda: (
+            not holds_vectors(
+                after,
+                besides=[a.path for a in commit.actions if isinstance(a, AddFile) and a.deleted],
+            )
+        ),
     )
     write_vector_files(storage, vectors)
     failpoint("delta-view:before-put")
