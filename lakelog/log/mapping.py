@@ -111,9 +111,18 @@ def _relabelled(key: bytes) -> bool:
 
 
 def _field_relabelled(field: pa.Field) -> bool:
-    if physical_name(field) != field.name:
-        return True
-    return any(_field_relabelled(c) for c in _children(field.type))
+    return physical_name(field) != field.name or _type_relabelled(field.type)
+
+
+def _type_relabelled(t: pa.DataType) -> bool:
+    """Whether a struct field inside ``t`` is stored under another name (a list's
+    element and a map's key and value are not named in files: their names never count)."""
+    for c in _children(t):
+        if pa.types.is_struct(t) and physical_name(c) != c.name:
+            return True
+        if _type_relabelled(c.type):
+            return True
+    return False
 
 
 def dropped_fields(schema: pa.Schema) -> list[list[str]]:
