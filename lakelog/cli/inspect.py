@@ -56,7 +56,9 @@ def cmd_inspect_files(args: argparse.Namespace) -> int:
     files = list(snap.files(args.filter))
     layouts = describe_files(table.storage, files)
     skipped: dict[str, Any] | None = None
-    if args.filter is not None:
+    # (row groups are skipped through a plain Dataset, which a table whose columns are
+    # stored under other names cannot have: no skip figures for it)
+    if args.filter is not None and not snap.reads_through_lakelog:
         with collect_skip_stats() as stats:
             fragments = list(snap.dataset(args.filter, deleted="include").get_fragments())
         groups = {table.storage.full(f.path): f.row_groups for f in layouts}

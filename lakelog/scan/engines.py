@@ -74,12 +74,14 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
         """The dataset of ``snapshot``, limited to rows matching ``filter`` (any form
         :meth:`Snapshot.files` takes)."""
         base = row_filter(snapshot, filter)
-        full = snapshot.dataset(base, deleted="include")  # scans drop deleted rows
+        files = list(snapshot.files(base))
+        # the fragments and schema only: scans go through scanner() below, which drops
+        # deleted rows and maps renamed columns
+        full = snapshot._dataset_of(files, base)
         dataset = cls(list(full.get_fragments()), full.schema, full.format, full.filesystem)
         dataset._snapshot = snapshot
         dataset._base = base
         # deletion vectors, renamed columns: only the snapshot's scanner reads them
-        files = list(snapshot.files(base))
         dataset._marked = snapshot._own_reader(files) or snapshot.relabelled
         return dataset
 

@@ -85,6 +85,11 @@ class Snapshot(ResolvedSnapshot):
         a table with :meth:`to_arrow`, :meth:`to_batches`, :meth:`scanner` or the
         engine readers, which drop them.
 
+        Nor can it read columns stored under other names: a table with column ids whose
+        columns were renamed (or added back after a drop), or that has struct columns
+        (whose fields may have evolved), is refused with :class:`SchemaMismatchError`
+        whatever ``deleted`` says (format.md, "Column ids"); the readers above map them.
+
         Args:
             filter: a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples or pyarrow
                 Expression) that prunes files and row groups; rows are not filtered (pass
@@ -95,7 +100,7 @@ class Snapshot(ResolvedSnapshot):
             raise InvalidArgumentError(
                 f"expected deleted to be 'refuse' or 'include', found {deleted!r}"
             )
-        if self.reads_through_lakelog and deleted == "refuse":
+        if self.reads_through_lakelog:
             raise SchemaMismatchError(
                 f"expected a table whose data files store every column under its name for "
                 f"a plain pyarrow Dataset of version {self.version} of {self.storage.uri}, "
