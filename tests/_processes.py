@@ -4,11 +4,13 @@ until it reached a pause point (``lakelog._failpoints``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -24,15 +26,35 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def spawn(script: str, *args: str, **env: str) -> subprocess.Popen[str]:
-    """``python -c script args...`` with :func:`child_env` and captured text output."""
+def spawn(script: str, *args: str, gated: bool = False, **env: str) -> subprocess.Popen[str]:
+    """``python -c script args...`` with :func:`child_env` and captured text output;
+    ``gated``: with a stdin pipe, for scripts that print ``ready`` and wait for a line
+    (:func:`race`)."""
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         env=child_env(**env),
+        stdin=subprocess.PIPE if gated else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def race(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[Any]:
+    """Start gated processes at once: wait until each printed ``ready``, send every one
+    a line, then collect the JSON each prints last (each must exit 0)."""
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        assert p.returncode == 0, stderr[-3000:]
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
 
 
 def wait_paused(gate: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:

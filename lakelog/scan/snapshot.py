@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +34,6 @@ from ..filters import (
     Or,
     Predicate,
     Unknown,
-    parse_filter,
     rename_columns,
     to_expression,
 )
@@ -126,11 +126,11 @@ class Snapshot(ResolvedSnapshot):
         return self._dataset_of(files, filter)
 
     def _dataset_of(
-        self, files: Sequence[DataFile], filter: FilterLike, *, physical: bool = False
+        self, files: Sequence[DataFile], filter: FilterLike, *, physical: _Physical | None = None
     ) -> ds.FileSystemDataset:
-        """A Dataset of ``files``, pruned by ``filter``: over the table's names, or with
-        ``physical`` over the names the files store columns by (``filter`` an expression
-        over those: :meth:`_physical_expression`)."""
+        """A Dataset of ``files`` pruned by ``filter``, over the table's names; or, given
+        ``physical`` (a filter already renamed, :meth:`_path`), over the names the files
+        store columns by, pruned by that."""
         schema = mapping.strip(self.physical_schema if physical else self.schema)
         fmt = ds.ParquetFileFormat()
         fs = self.storage.arrow_filesystem()
@@ -146,7 +146,7 @@ class Snapshot(ResolvedSnapshot):
                     file_size=f.size_bytes,
                 )
             )
-        pred, expr = self._filter(filter) if not physical else self._physical_filter(filter)
+        pred, expr = self._filter(filter) if physical is None else physical.filter
         if expr is not None and wants_footers(pred, self.partition_by):
             try:
                 frags = prune_fragments(self.storage, frags, pred, expr, schema)  # type: ignore[arg-type]
@@ -167,17 +167,16 @@ class Snapshot(ResolvedSnapshot):
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         files = list(self.files(expr))  # built once: read below more than once
-        if self._own_reader(files, expr):
+        path = self._path(files, expr)
+        if path == "live":
             out = self._out_schema(cols)
             with self._reading():  # in this thread: no pyarrow thread holds the generator
                 got = list(self._live_batches(files, cols, expr, 65536))
             return pa.Table.from_batches(got, schema=out)
-        if self.relabelled:  # renamed columns: a Dataset under the files' names
-            phys = self._physical_expression(expr)
-            wanted = self._physical_columns(cols)
+        if isinstance(path, _Physical):  # renamed columns: a Dataset under the files' names
             with self._reading():
-                got = self._dataset_of(files, phys, physical=True).to_table(
-                    columns=wanted, filter=phys
+                got = self._dataset_of(files, None, physical=path).to_table(
+                    columns=self._physical_columns(cols), filter=path.filter[1]
                 )
             return pa.Table.from_arrays(got.columns, schema=self._out_schema(cols))
         dataset = self._dataset_of(files, expr)
@@ -208,10 +207,11 @@ class Snapshot(ResolvedSnapshot):
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         files = list(self.files(expr))  # built once: read below more than once
-        if self._own_reader(files, expr):
+        path = self._path(files, expr)
+        if path == "live":
             return self._typed(self._live_batches(files, cols, expr, batch_size))
-        if self.relabelled:
-            return self._typed(self._physical_batches(files, cols, expr, batch_size))
+        if isinstance(path, _Physical):
+            return self._typed(self._physical_batches(files, cols, path, batch_size))
         return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
 
     def scanner(
@@ -236,10 +236,11 @@ class Snapshot(ResolvedSnapshot):
         _, expr = self._filter(filter)
         cols = self._check_columns(columns)
         files = list(self.files(expr))  # built once: read below more than once
-        if self._own_reader(files, expr) or self.relabelled:
+        path = self._path(files, expr)
+        if path != "plain":
             rows = (
-                self._physical_batches(files, cols, expr, batch_size)
-                if not self._own_reader(files, expr)
+                self._physical_batches(files, cols, path, batch_size)
+                if isinstance(path, _Physical)
                 else self._live_batches(files, cols, expr, batch_size)
             )
             return ds.Scanner.from_batches(
@@ -254,51 +255,45 @@ class Snapshot(ResolvedSnapshot):
 
     @cached_property
     def reads_through_lakelog(self) -> bool:
-        """Whether the data files must be read through lakelog's reader (which maps
+        """Whether the data files must be read through lakelog's readers (which map
         columns), not a plain Arrow dataset: some column is stored under another name
         (renamed, or added back after a drop), or the table has column ids and nested
         types, whose fields may have evolved (format.md, "Column ids")."""
-        schema = self.schema
-        if not mapping.is_mapped(schema):
-            return False
-        return self.relabelled or any(pa.types.is_nested(f.type) for f in schema)
+        return self.relabelled or self._nested_ids
 
     @cached_property
     def _nested_ids(self) -> bool:
         """Column ids and nested types: a struct's fields may have evolved or be stored
-        under other names, which only lakelog's reader maps."""
+        under other names, which only lakelog's per-file reader maps."""
         schema = self.schema
         return mapping.is_mapped(schema) and any(pa.types.is_nested(f.type) for f in schema)
 
-    def _own_reader(self, files: Sequence[DataFile], expr: pc.Expression | None = None) -> bool:
+    def _own_reader(self, files: Sequence[DataFile]) -> bool:
         """Whether ``files`` are read through :meth:`_live_batches` only: a file has a
-        deletion vector, a struct may have evolved, or columns are renamed and the filter
-        is one lakelog cannot rename (or may select NaN)."""
-        if self._nested_ids or any(f.deleted is not None for f in files):
-            return True
-        if not self.relabelled or expr is None:
-            return False
-        return filter_may_select_nan(expr, self.schema) or self._physical_expression(expr) is None
+        deletion vector, or a struct may have evolved."""
+        return self._nested_ids or any(f.deleted is not None for f in files)
 
-    def _physical_filter(self, filter: FilterLike) -> tuple[Predicate | None, pc.Expression | None]:
-        """An expression over physical names (:meth:`_physical_expression`) as the
-        predicate and expression :meth:`_dataset_of` prunes with."""
-        expr = filter if isinstance(filter, pc.Expression) or filter is None else None
+    def _path(self, files: Sequence[DataFile], expr: pc.Expression | None) -> _Read:
+        """How ``files`` are read with ``expr``: ``"live"`` (:meth:`_live_batches`),
+        ``"plain"`` (a Dataset under the table's names), or a :class:`_Physical` filter for
+        a Dataset under the names the files store columns by (renamed columns, top level
+        only). A filter lakelog does not model cannot be renamed, nor one that may select
+        NaN be pushed into a scan: those read live. The filter is renamed once, here."""
+        if self._own_reader(files):
+            return "live"
+        if not self.relabelled:
+            return "plain"
         if expr is None:
-            return None, None
-        pred = parse_filter(expr, mapping.strip(self.physical_schema))
-        return pred, expr
-
-    def _physical_expression(self, expr: pc.Expression | None) -> pc.Expression | None:
-        """``expr`` (over the table's names) over the names files store columns by;
-        None when there is none, or when it holds a condition lakelog does not model
-        (which it cannot rename)."""
-        if expr is None:
-            return None
+            return _Physical((None, None))
+        if filter_may_select_nan(expr, self.schema):
+            return "live"
         pred, _ = self._filter(expr)
-        if pred is None or _has_unknown(pred):
-            return None
-        return to_expression(rename_columns(pred, mapping.physical_names(self.schema)))
+        if pred is None:
+            return _Physical((None, None))
+        if _has_unknown(pred):
+            return "live"
+        renamed = rename_columns(pred, mapping.physical_names(self.schema))
+        return _Physical((renamed, to_expression(renamed)))
 
     def _physical_columns(self, columns: list[str] | None) -> list[str]:
         names = self.schema.names if columns is None else columns
@@ -308,17 +303,18 @@ class Snapshot(ResolvedSnapshot):
         self,
         files: Sequence[DataFile],
         columns: list[str] | None,
-        expr: pc.Expression | None,
+        physical: _Physical,
         batch_size: int,
     ) -> Iterator[pa.RecordBatch]:
         """The matching rows of ``files`` of a table with renamed columns, read by a
         Dataset under the names the files store columns by and relabelled (zero-copy)."""
-        phys = self._physical_expression(expr)
         out = self._out_schema(columns)
-        dataset = self._dataset_of(files, phys, physical=True)
+        dataset = self._dataset_of(files, None, physical=physical)
         with self._reading():
             for batch in dataset.to_batches(
-                columns=self._physical_columns(columns), filter=phys, batch_size=batch_size
+                columns=self._physical_columns(columns),
+                filter=physical.filter[1],
+                batch_size=batch_size,
             ):
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=out)
 
@@ -496,3 +492,14 @@ def _has_unknown(pred: Predicate) -> bool:
     if isinstance(pred, Not):
         return _has_unknown(pred.part)
     return False
+
+
+@dataclass(frozen=True)
+class _Physical:
+    """A read under the names files store columns by: the filter (predicate and
+    expression) renamed to them; ``(None, None)`` for none."""
+
+    filter: tuple[Predicate | None, pc.Expression | None]
+
+
+_Read: TypeAlias = "Literal['live', 'plain'] | _Physical"

@@ -14,16 +14,12 @@ leaves nothing behind; never a table whose files or schema mix the two names.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _processes import race, spawn, wait_paused
 
 import lakelog
 
@@ -94,32 +90,6 @@ print(json.dumps([t.rename_column("v", "w").version]), flush=True)
 """
 
 
-def _spawn(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _race(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=240)
-        assert p.returncode == 0, stderr[-3000:]
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
-
-
 def _table(tmp_path: Path) -> lakelog.Table:
     schema = pa.schema([("id", pa.int64()), ("v", pa.int64())])
     return lakelog.create_table(str(tmp_path / "t"), schema)
@@ -127,13 +97,6 @@ def _table(tmp_path: Path) -> lakelog.Table:
 
 def _data_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*.parquet") if "_lakelog" not in p.parts]
-
-
-def _wait_paused(gate: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while not Path(f"{gate}.paused").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
-        time.sleep(0.02)
 
 
 def _check_files(root: Path, final: lakelog.Snapshot) -> None:
@@ -147,9 +110,9 @@ def _check_files(root: Path, final: lakelog.Snapshot) -> None:
 def test_renames_beside_appending_processes(tmp_path: Path) -> None:
     t = _table(tmp_path)
     n = 5
-    procs = [_spawn(APPENDER, t.uri, str(w), str(n)) for w in range(2)]
-    procs.append(_spawn(RENAMER, t.uri, "4"))
-    results = _race(procs)
+    procs = [spawn(APPENDER, t.uri, str(w), str(n), gated=True) for w in range(2)]
+    procs.append(spawn(RENAMER, t.uri, "4", gated=True))
+    results = race(procs)
     landed = [v for r in results for v in r["landed"]]
     assert len(landed) == len(set(landed)) == 2 * n + 4  # one version each, none shared
     final = t.refresh().snapshot()
@@ -168,8 +131,8 @@ def test_renames_beside_appending_processes(tmp_path: Path) -> None:
 def test_an_append_held_before_its_commit_loses_to_a_rename(tmp_path: Path) -> None:
     t = _table(tmp_path)
     gate = tmp_path / "go"
-    paused = _spawn(ONE_APPEND, t.uri, env={"LAKELOG_PAUSE_AT": f"commit:before-put:{gate}"})
-    _wait_paused(gate, paused)  # its file is written, under the name v, at version 0
+    paused = spawn(ONE_APPEND, t.uri, LAKELOG_PAUSE_AT=f"commit:before-put:{gate}")
+    wait_paused(gate, paused)  # its file is written, under the name v, at version 0
     assert t.rename_column("v", "w").version == 1
     gate.touch()
     out, err = paused.communicate(timeout=120)
@@ -184,8 +147,8 @@ def test_an_append_held_before_its_commit_loses_to_a_rename(tmp_path: Path) -> N
 def test_a_rename_held_before_its_commit_lands_after_an_append(tmp_path: Path) -> None:
     t = _table(tmp_path)
     gate = tmp_path / "go"
-    paused = _spawn(ONE_RENAME, t.uri, env={"LAKELOG_PAUSE_AT": f"commit:before-put:{gate}"})
-    _wait_paused(gate, paused)
+    paused = spawn(ONE_RENAME, t.uri, LAKELOG_PAUSE_AT=f"commit:before-put:{gate}")
+    wait_paused(gate, paused)
     assert t.append(pa.table({"id": [1], "v": [1]})).version == 1
     gate.touch()
     out, err = paused.communicate(timeout=120)
