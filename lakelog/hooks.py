@@ -14,6 +14,12 @@ Hooks are registered here, in one place. A hook above the log (the Delta view, a
 the change feed to come) is a :class:`LazyHook`: named by module path and imported
 only when the table turns it on with a table property, so that committing imports
 nothing above the log.
+
+Auto-compaction (``lakelog.auto_compact``) is post-commit work too, but not a hook: it
+runs at the writer's entry point once the commit returned
+(:func:`lakelog.maintenance.auto.run_auto_compaction`), so that its outcome, an
+:class:`AutoCompaction`, can ride on the write's result; it is declared here, beside
+the hooks, because :class:`~lakelog.transaction.CommitResult` carries it.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from .log.actions import Commit, Metadata
 from .log.checkpoint import write_checkpoint
@@ -32,6 +39,8 @@ from .storage import Storage
 
 __all__ = [
     "HOOKS",
+    "AutoCompaction",
+    "AutoStatus",
     "LARGE_COMMIT_BYTES",
     "Landed",
     "LazyHook",
@@ -82,6 +91,58 @@ class Landed:
         if self.snapshot is None or self.snapshot.version != self.version:
             self.snapshot = load_snapshot(self.storage, self.version)
         return self.snapshot
+
+
+AutoStatus = Literal["compacted", "below_threshold", "lost", "failed", "running"]
+
+
+@dataclass(frozen=True)
+class AutoCompaction:
+    """What the auto-compaction after a data commit did (``result.auto_compaction``).
+
+    The commit it follows (``trigger_version``) landed whatever this says. ``status``:
+
+    * ``compacted``: its ``AUTO COMPACT`` (or ``AUTO OPTIMIZE``) commit landed at
+      ``version``;
+    * ``below_threshold``: no size tier of a touched partition had ``min_files`` small
+      files (or what did would not fit ``lakelog.auto_compact.max_bytes``); nothing
+      written;
+    * ``lost``: it lost every group to a concurrent run or commit (a user's compaction
+      claimed the files first, a delete removed one); nothing written, the files are
+      the other run's;
+    * ``failed``: it raised ``error``; nothing it wrote is live (its claim, if it took
+      one, is released or expires with its lease);
+    * ``running`` (``lakelog.auto_compact.mode=async``): it runs on a background thread;
+      :meth:`wait` returns its final outcome.
+    """
+
+    status: AutoStatus
+    trigger_version: int
+    mode: Literal["inline", "async"] = "inline"
+    version: int | None = None
+    """The version of its rewrite commit (``compacted``)."""
+    partitions: int = 0
+    """Partitions the trigger commit touched that it looked at."""
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_rewritten: int = 0
+    abandoned_groups: int = 0
+    duration_s: float = 0.0
+    error: str | None = None
+    """The error of a ``failed`` run (type and message), or why a run was ``lost``."""
+
+    @classmethod
+    def running(cls, trigger_version: int, future: Future[AutoCompaction]) -> AutoCompaction:
+        """The outcome of an async run that has not finished; :meth:`wait` gets its end."""
+        out = cls(status="running", trigger_version=trigger_version, mode="async")
+        object.__setattr__(out, "_future", future)  # not a field: to_dict/asdict skip it
+        return out
+
+    def wait(self, timeout: float | None = None) -> AutoCompaction:
+        """The final outcome: this one, unless it is ``running``; then the background
+        run's, waiting at most ``timeout`` seconds (``TimeoutError`` after that)."""
+        future: Future[AutoCompaction] | None = getattr(self, "_future", None)
+        return self if future is None else future.result(timeout)
 
 
 class PostCommitHook(Protocol):

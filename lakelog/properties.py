@@ -278,6 +278,47 @@ PROPERTIES: dict[str, Property] = {
             "compaction and clustering runs claim their files on the log before rewriting "
             "them, so concurrent runs pick disjoint files (format version 3 tables)",
         ),
+        # auto-compaction after data commits (lakelog/maintenance/auto.py, docs/maintenance.md)
+        Property(
+            "lakelog.auto_compact",
+            "bool",
+            "false",
+            "after a commit that adds data files, the writer compacts the small files of the "
+            "partitions it touched once a size tier of them reaches min_files",
+        ),
+        Property(
+            "lakelog.auto_compact.mode",
+            "choice",
+            "inline",
+            "inline: before the write returns (its commit already landed); async: on a "
+            "background thread of the writer's process",
+            choices=("inline", "async"),
+        ),
+        Property(
+            "lakelog.auto_compact.min_files",
+            "int",
+            "10",
+            "small files of one partition and one size tier (sizes within a factor of this "
+            "number) that trigger their compaction",
+            low=2,
+        ),
+        Property(
+            "lakelog.auto_compact.target_file_size",
+            "int",
+            "0",
+            "target size in bytes of the files auto-compaction writes (0: "
+            "lakelog.target_file_size); files below lakelog.compaction.min_file_size_ratio "
+            "of it are small",
+            low=0,
+        ),
+        Property(
+            "lakelog.auto_compact.max_bytes",
+            "int",
+            str(512 * MiB),
+            "most source bytes one auto-compaction rewrites (the rest waits for the next "
+            "commit to the partition)",
+            low=1,
+        ),
         # clustering (optimize)
         Property(
             "lakelog.clustering.columns",

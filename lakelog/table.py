@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 
@@ -17,7 +17,7 @@ from .log.commits import decode_commit, read_tail
 from .log.manifests import read_hint
 from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
 from .partitioning import check_partition_columns
-from .properties import get_int, validate_properties
+from .properties import get_bool, get_int, validate_properties
 from .scan import Snapshot as ReadableSnapshot
 from .scan import readable
 from .storage import Storage
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .upgrade import UpgradeReport
 
 WriteMode = Literal["append", "overwrite", "error"]
+_Result = TypeVar("_Result", bound=CommitResult)
 
 
 class Table:
@@ -317,13 +318,15 @@ class Table:
         Raises:
             SchemaMismatchError: the data does not fit the schema (in ``strict`` mode).
         """
-        return core.append(
-            self,
-            self._snapshot,
-            data,
-            schema_mode=schema_mode,
-            app_id=app_id,
-            app_version=app_version,
+        return self._after_write(
+            core.append(
+                self,
+                self._snapshot,
+                data,
+                schema_mode=schema_mode,
+                app_id=app_id,
+                app_version=app_version,
+            )
         )
 
     def overwrite(
@@ -354,8 +357,19 @@ class Table:
             from .changes import overwrite_rows
 
             core.check_overwrite_where(partitions=partitions, schema_mode=schema_mode)
-            return overwrite_rows(self, data, where)
-        return core.overwrite(self, data, partitions=partitions, schema_mode=schema_mode)
+            return self._after_write(overwrite_rows(self, data, where))
+        return self._after_write(
+            core.overwrite(self, data, partitions=partitions, schema_mode=schema_mode)
+        )
+
+    def _after_write(self, result: _Result) -> _Result:
+        """``result`` with the auto-compaction its commit triggered, if the table has
+        ``lakelog.auto_compact`` on (see :mod:`lakelog.maintenance.auto`)."""
+        if result.skipped or not get_bool(self.properties, "lakelog.auto_compact"):
+            return result
+        from .maintenance.auto import attach_auto_compaction
+
+        return attach_auto_compaction(self, result)
 
     def commit_files(
         self,
@@ -414,7 +428,7 @@ class Table:
         """
         from .changes import delete_rows
 
-        return delete_rows(self, where, dry_run=dry_run)
+        return self._after_write(delete_rows(self, where, dry_run=dry_run))
 
     def update(
         self, where: FilterLike, *, set: Mapping[str, Any], dry_run: bool = False
@@ -430,7 +444,7 @@ class Table:
         """
         from .changes import update_rows
 
-        return update_rows(self, where, set, dry_run=dry_run)
+        return self._after_write(update_rows(self, where, set, dry_run=dry_run))
 
     def merge(
         self,
@@ -465,15 +479,17 @@ class Table:
         """
         from .changes import merge_rows
 
-        return merge_rows(
-            self,
-            source,
-            on,
-            when_matched=when_matched,
-            when_not_matched=when_not_matched,
-            when_not_matched_by_source=when_not_matched_by_source,
-            duplicates=duplicates,
-            dry_run=dry_run,
+        return self._after_write(
+            merge_rows(
+                self,
+                source,
+                on,
+                when_matched=when_matched,
+                when_not_matched=when_not_matched,
+                when_not_matched_by_source=when_not_matched_by_source,
+                duplicates=duplicates,
+                dry_run=dry_run,
+            )
         )
 
     def set_properties(self, properties: Mapping[str, Any]) -> CommitResult:

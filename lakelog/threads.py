@@ -25,7 +25,7 @@ from typing import ParamSpec, TypeVar
 
 from .errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_MAX_THREADS", "limited", "max_threads", "pool", "set_max_threads"]
+__all__ = ["DEFAULT_MAX_THREADS", "limited", "max_threads", "pool", "set_max_threads", "spawn"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -87,6 +87,36 @@ def pool(name: str, max_workers: int) -> Iterator[Executor]:
     finally:
         with _lock:
             _used -= granted
+
+
+def spawn(name: str, fn: Callable[[], T]) -> Future[T]:
+    """Run ``fn`` in the background on one thread named ``name``, drawn from the
+    process-wide budget until ``fn`` returns; once the budget is spent, ``fn`` runs in
+    the calling thread (the future is then done when this returns). At interpreter
+    exit Python waits for the thread (``concurrent.futures`` joins its workers), so a
+    normal exit never cuts ``fn`` short; a killed process does."""
+    global _used
+    with _lock:
+        granted = 1 if _limit - _used >= 1 else 0
+        _used += granted
+    if not granted:
+        return _Inline().submit(fn)
+
+    def release(_: Future[T]) -> None:
+        global _used
+        with _lock:
+            _used -= 1
+
+    executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+    try:
+        future = executor.submit(fn)
+    except BaseException:
+        release(Future())
+        raise
+    finally:
+        executor.shutdown(wait=False)
+    future.add_done_callback(release)
+    return future
 
 
 class _Inline(Executor):

@@ -73,7 +73,7 @@ from .errors import (
     LakelogError,
     LogGapError,
 )
-from .hooks import HOOKS, LARGE_COMMIT_BYTES, Landed, PostCommitHook, run_hooks
+from .hooks import HOOKS, LARGE_COMMIT_BYTES, AutoCompaction, Landed, PostCommitHook, run_hooks
 from .log import mapping
 from .log.actions import (
     Action,
@@ -130,6 +130,9 @@ class CommitResult:
         skipped: nothing was committed: the work was already in the table (an app
             version recorded before: ``version`` is then the commit that recorded it) or
             there was nothing to change (``version`` is the latest).
+        auto_compaction: what the auto-compaction after this commit did (tables with
+            ``lakelog.auto_compact`` on; None otherwise, and for commits that added no
+            data files). It never changes whether this commit landed.
     """
 
     version: int
@@ -138,6 +141,7 @@ class CommitResult:
     operation: str = ""
     actions: tuple[Action, ...] = field(default=(), repr=False)
     skipped: bool = False
+    auto_compaction: AutoCompaction | None = None
 
 
 def _partition_key(partition: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:

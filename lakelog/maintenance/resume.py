@@ -48,7 +48,7 @@ def resume_plan(
             f"{table.uri}, found none; it cannot be resumed. Run the maintenance again: its "
             f"planner takes the plan's files over once the plan's lease has expired."
         ) from e
-    if pending.operation == "OPTIMIZE":
+    if pending.operation in ("OPTIMIZE", "AUTO OPTIMIZE"):
         cplan = ClusterPlan.from_json(raw)
         cplan = msgspec.structs.replace(
             cplan, groups=tuple(g for g in cplan.groups if g.group_id in pending.groups)

@@ -299,10 +299,13 @@ def _estimate_outputs(files: Sequence[DataFile], options: CompactionSettings) ->
 
 
 def _candidates(
-    snapshot: Snapshot, options: CompactionSettings, exclude: Collection[str]
+    snapshot: Snapshot,
+    options: CompactionSettings,
+    exclude: Collection[str],
+    only: Collection[str] | None = None,
 ) -> list[DataFile]:
-    """Files small in every bounded dimension and not in ``exclude``, decoded only for
-    those rows.
+    """Files small in every bounded dimension, in ``only`` (None: any) and not in
+    ``exclude``, decoded only for those rows.
 
     Files written by clustering (tagged with a clustering spec) are left to
     ``optimize``: its small delta files are small on purpose, and merging them
@@ -327,6 +330,9 @@ def _candidates(
     if exclude:
         free = ~pc.field("path").isin(pa.array(list(exclude), pa.string()))
         mask = free if mask is None else mask & free
+    if only is not None:
+        chosen = pc.field("path").isin(pa.array(list(only), pa.string()))
+        mask = chosen if mask is None else mask & chosen
     return list(FileList.of_entries(ft if mask is None else ft.filter(mask)))
 
 
@@ -343,6 +349,7 @@ def plan_compaction(
     options: CompactionOptions | None = None,
     *,
     exclude: Collection[str] = frozenset(),
+    only: Collection[str] | None = None,
     **keywords: Any,
 ) -> CompactionPlan:
     """Decide which files to rewrite together; pure (reads nothing but ``snapshot``).
@@ -352,7 +359,9 @@ def plan_compaction(
     says). Unset options come from the table properties (``lakelog.target_file_size``,
     ``lakelog.compaction.*``, ``lakelog.row_group_size``, ``lakelog.compression``).
     ``exclude``: paths no group may take (files under another run's live claim,
-    :func:`lakelog.maintenance.claims.claimed_files`).
+    :func:`lakelog.maintenance.claims.claimed_files`). ``only``: the paths groups may
+    take, if given (auto-compaction's choice of one size tier,
+    :mod:`lakelog.maintenance.auto`); candidates still have to be small.
     """
     request = with_keywords(options or CompactionOptions(), **keywords)
     partition_filter = request.partition_filter
@@ -364,7 +373,7 @@ def plan_compaction(
         else partition_matcher(snapshot.schema, partition_by, partition_filter)
     )
     by_partition: dict[tuple[str | None, ...], list[DataFile]] = {}
-    for f in _candidates(snapshot, settings, exclude):
+    for f in _candidates(snapshot, settings, exclude, only):
         key = tuple(f.partition.get(c) for c in partition_by)
         by_partition.setdefault(key, []).append(f)
     keys = list(by_partition)

@@ -1,0 +1,481 @@
+"""Auto-compaction: after a data commit, the writer compacts the small files of the
+partitions that commit touched (table property ``lakelog.auto_compact``).
+
+**When.** A commit that adds data files (append, overwrite, the new files of a delete,
+update or merge; not a file re-added with a deletion vector) triggers a check of the
+partitions its new files are in. Rewrite commits (``COMPACT``, ``OPTIMIZE``, this
+module's own ``AUTO COMPACT``/``AUTO OPTIMIZE``), claims, expiries and metadata
+changes add no data files with ``data_change``, so they never trigger one: there is
+no recursion.
+
+**What.** Within each touched partition, the *small* files (below
+``lakelog.compaction.min_file_size_ratio`` of the target size, not under another
+run's live claim, not written by clustering) are sorted into *size tiers*: tier ``k``
+holds files between ``m / F**(k+1)`` and ``m / F**k`` bytes, where ``m`` is the small-file
+bound and ``F`` is ``lakelog.auto_compact.min_files``. A tier that holds ``F`` files
+or more is compacted, its files bin-packed into files of the target size. Merging
+``F`` files of one tier makes a file of the next tier up, so every byte is rewritten
+at most once per tier it climbs (write amplification at most the number of tiers
+between a micro-batch and the target, about ``log_F(m / batch size)``), and a
+partition keeps fewer than ``F`` small files per tier. Compacting everything small
+each time instead would rewrite the same growing file on every run: the cost grows
+with the partition, not with the new data (the snowball of merging late rows into
+the previous output again and again). A table that declares a clustering is
+clustered instead, incrementally (``optimize``'s incremental planner, restricted to
+the touched partitions holding ``F`` or more files not clustered yet): late rows are
+sorted into place rather than bin-packed.
+
+**How.** Through the one rewrite pipeline (:func:`~.pipeline.run_prepared`): the plan
+leaves out files under another run's live claim, the run claims its groups on the
+log before rewriting them, and its commit is a rewrite (``data_change=false``) that
+rebases over appends and abandons only groups whose sources a concurrent commit
+removed. So it never conflicts with a user's ``compact``/``optimize`` (they take
+disjoint files), never rewrites a file twice, and never blocks a writer. One run
+rewrites at most ``lakelog.auto_compact.max_bytes`` source bytes (smallest groups
+first), which bounds its time; what is left waits for the next commit to the
+partition.
+
+**Never the commit's fate.** The trigger commit has landed and is acknowledged before
+any of this runs; the write returns its result with an
+:class:`~lakelog.hooks.AutoCompaction` attached (``result.auto_compaction``), which
+says what happened, including a lost race or an error (also logged as a warning).
+``lakelog.auto_compact.mode=inline`` (default) runs before the write returns;
+``async`` runs on a background thread (:func:`lakelog.threads.spawn`), one per table
+per process, which coalesces the partitions of the commits that land while it runs.
+A process killed mid-run leaves at most a claim whose lease dies with it: the next
+run's planner takes the files again once the lease is gone, and ``Table.resume``
+finishes the plan.
+
+:func:`run_auto_compaction` is the entry point for any writer (the facade's writes
+call it; an engine's writer can call it with the result of its commit).
+
+Crash and pause point (:mod:`lakelog._failpoints`): ``auto-compact:start`` (the
+trigger commit landed, nothing planned yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import msgspec
+import pyarrow.compute as pc
+
+from .. import threads
+from .._failpoints import failpoint, pausepoint
+from ..core import load_table
+from ..errors import CommitConflictError
+from ..hooks import AutoCompaction
+from ..log.actions import AddFile, DataFile, RemoveFile
+from ..log.snapshot import Snapshot
+from ..partitioning import partition_expression
+from ..properties import get_bool, get_float, get_int, get_str
+from ..storage import Storage
+from ..transaction import CommitResult
+from .claims import claimed_files
+from .clustering.planner import ClusterPlan
+from .clustering.run import CLUSTERING, prepare_clustering
+from .clustering.spec import TAG_SPEC, declared_clustering
+from .compaction.planner import CompactionPlan, plan_compaction
+from .compaction.run import COMPACTION
+from .options import ClusteringOptions, CompactionOptions, ExecutionOptions
+from .pipeline import Prepared, RewriteKind, run_prepared
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+__all__ = [
+    "AUTO_OPERATIONS",
+    "AutoSettings",
+    "Partition",
+    "attach_auto_compaction",
+    "choose_files",
+    "new_files",
+    "run_auto_compaction",
+    "size_tier",
+    "touched_partitions",
+]
+
+log = logging.getLogger("lakelog")
+
+COMPACT_OPERATION = "AUTO COMPACT"
+CLUSTER_OPERATION = "AUTO OPTIMIZE"
+AUTO_OPERATIONS = (COMPACT_OPERATION, CLUSTER_OPERATION)
+"""The operations of auto-compaction's rewrite commits."""
+
+Mode = Literal["inline", "async"]
+Partition = tuple[tuple[str, str | None], ...]
+"""A partition as sorted (column, log string value) pairs; ``()`` for an unpartitioned table."""
+
+R = TypeVar("R", bound=CommitResult)
+
+
+@dataclass(frozen=True)
+class AutoSettings:
+    """The ``lakelog.auto_compact.*`` properties of a table, resolved."""
+
+    enabled: bool
+    mode: Mode
+    min_files: int
+    target_file_size: int
+    min_file_size: int
+    """Files below this many bytes are small."""
+    max_bytes: int
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> AutoSettings:
+        target = get_int(props, "lakelog.auto_compact.target_file_size") or get_int(
+            props, "lakelog.target_file_size"
+        )
+        ratio = get_float(props, "lakelog.compaction.min_file_size_ratio")
+        return cls(
+            enabled=get_bool(props, "lakelog.auto_compact"),
+            mode="async" if get_str(props, "lakelog.auto_compact.mode") == "async" else "inline",
+            min_files=get_int(props, "lakelog.auto_compact.min_files"),
+            target_file_size=target,
+            min_file_size=max(1, int(target * ratio)),
+            max_bytes=get_int(props, "lakelog.auto_compact.max_bytes"),
+        )
+
+
+# -- what a commit touched (pure) ----------------------------------------------------
+
+
+def new_files(actions: Sequence[Any]) -> list[AddFile]:
+    """The data files a commit's ``actions`` add with new rows: adds with ``data_change``
+    whose path the same commit does not remove (a file re-added with a new deletion
+    vector is not new)."""
+    removed = {a.path for a in actions if isinstance(a, RemoveFile)}
+    return [
+        a for a in actions if isinstance(a, AddFile) and a.data_change and a.path not in removed
+    ]
+
+
+def touched_partitions(adds: Sequence[AddFile]) -> dict[Partition, dict[str, str | None]]:
+    """The partitions of ``adds``, each once."""
+    return {_key(a.partition): dict(a.partition) for a in adds}
+
+
+def _key(partition: Mapping[str, str | None]) -> Partition:
+    return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
+
+
+def size_tier(size: int, min_file_size: int, fanout: int) -> int:
+    """The tier of a small file: ``k`` for sizes in
+    ``[min_file_size / fanout**(k+1), min_file_size / fanout**k)``.
+
+    >>> [size_tier(s, 1000, 10) for s in (999, 100, 99, 10, 9, 1)]
+    [0, 0, 1, 1, 2, 2]
+    """
+    ratio = min_file_size / max(1, size)
+    if ratio <= 1:
+        return 0
+    k = math.floor(math.log(ratio, fanout))
+    # float error at exact powers: keep the bounds of the doc
+    while k > 0 and size * fanout**k >= min_file_size:
+        k -= 1
+    while size * fanout ** (k + 1) < min_file_size:
+        k += 1
+    return k
+
+
+def choose_files(
+    files: Sequence[DataFile],
+    partitions: Mapping[Partition, Mapping[str, str | None]],
+    settings: AutoSettings,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    clustered_by: str | None = None,
+) -> tuple[list[str], set[Partition]]:
+    """The files to rewrite among ``files`` (those of the touched ``partitions``), and
+    the partitions they are in; pure.
+
+    Compaction (``clustered_by`` None): the small files of every (partition, size tier)
+    holding ``min_files`` or more, leaving out ``exclude`` (live claims) and files
+    clustering wrote. Clustering: the partitions holding ``min_files`` or more files
+    not clustered yet (their fresh files; the planner decides the rest).
+    """
+    by_tier: dict[tuple[Partition, int], list[DataFile]] = {}
+    for f in files:
+        key = _key(f.partition)
+        if key not in partitions or f.path in exclude:
+            continue
+        if clustered_by is not None:
+            if TAG_SPEC not in f.tags:
+                by_tier.setdefault((key, 0), []).append(f)
+            continue
+        if f.size_bytes >= settings.min_file_size or TAG_SPEC in f.tags:
+            continue
+        tier = size_tier(f.size_bytes, settings.min_file_size, settings.min_files)
+        by_tier.setdefault((key, tier), []).append(f)
+    chosen: list[str] = []
+    where: set[Partition] = set()
+    for (key, _), group in sorted(by_tier.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        if len(group) >= settings.min_files:
+            chosen.extend(f.path for f in group)
+            where.add(key)
+    return chosen, where
+
+
+def _partition_filter(snapshot: Snapshot, parts: Sequence[Mapping[str, str | None]]) -> Any:
+    """A pyarrow Expression selecting exactly ``parts`` (None: unpartitioned)."""
+    expr: pc.Expression | None = None
+    for p in parts:
+        term = partition_expression(snapshot.schema, p)
+        if term is None:
+            return None
+        expr = term if expr is None else expr | term
+    return expr
+
+
+def _within(groups: Sequence[Any], budget: int) -> tuple[Any, ...]:
+    """The groups to run: smallest first while their source bytes fit ``budget``."""
+    out, used = [], 0
+    for g in sorted(groups, key=lambda g: (g.total_bytes, g.group_id)):
+        if used + g.total_bytes > budget:
+            continue
+        out.append(g)
+        used += g.total_bytes
+    return tuple(out)
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+def _prepare(
+    table: Table,
+    partitions: Mapping[Partition, Mapping[str, str | None]],
+    trigger_version: int,
+    mode: Mode,
+    spent: int,
+) -> Prepared[Any] | None:
+    """A round's plan, on the latest snapshot, within what is left of the run's budget
+    after ``spent`` bytes; None when no tier reached the threshold."""
+    snap = table.snapshot()
+    settings = AutoSettings.of(snap.properties)
+    budget = settings.max_bytes - spent
+    parts = list(partitions.values())
+    where = _partition_filter(snap, parts) if snap.partition_by else None
+    files = list(snap.files(where))
+    claimed = claimed_files(table.storage, snap)
+    declared = declared_clustering(snap.properties)
+    chosen, hit = choose_files(
+        files,
+        partitions,
+        settings,
+        exclude=claimed,
+        clustered_by=None if declared is None else "declared",
+    )
+    if not chosen:
+        return None
+    extra = {"trigger_version": trigger_version, "auto": True, "mode": mode}
+    execution = ExecutionOptions().resolve(snap.properties)
+    if declared is not None:
+        hit_filter = (
+            _partition_filter(snap, [dict(k) for k in sorted(hit)]) if snap.partition_by else None
+        )
+        prepared = prepare_clustering(
+            table, ClusteringOptions(partition_filter=hit_filter, incremental=True)
+        )
+        cplan: ClusterPlan = msgspec.structs.replace(
+            prepared.plan, groups=_within(prepared.plan.groups, budget)
+        )
+        if not cplan.groups:
+            return None
+        kind_c: RewriteKind[ClusterPlan] = dataclasses.replace(
+            CLUSTERING,
+            operation=CLUSTER_OPERATION,
+            parameters=lambda p: {**CLUSTERING.parameters(p), **extra},
+        )
+        return dataclasses.replace(prepared, kind=kind_c, plan=cplan, execution=execution)
+    plan = plan_compaction(
+        snap,
+        CompactionOptions(
+            target_file_size=settings.target_file_size,
+            min_file_size=settings.min_file_size,
+            min_input_files=2,
+        ),
+        exclude=claimed,
+        only=chosen,
+    )
+    plan = msgspec.structs.replace(plan, groups=_within(plan.groups, budget))
+    if not plan.groups:
+        return None
+    kind: RewriteKind[CompactionPlan] = dataclasses.replace(
+        COMPACTION,
+        operation=COMPACT_OPERATION,
+        parameters=lambda p: {**COMPACTION.parameters(p), **extra},
+    )
+    return Prepared(table=table, kind=kind, plan=plan, execution=execution, snapshot=snap)
+
+
+MAX_ROUNDS = 8
+"""Rounds of one run at most: merging a full tier can fill the next one up, which the
+same run then merges (a carry), as long as the byte budget lasts."""
+
+
+def _run_once(
+    table: Table,
+    partitions: Mapping[Partition, Mapping[str, str | None]],
+    trigger_version: int,
+    mode: Mode,
+) -> AutoCompaction:
+    """Plan and run, in rounds while a round compacts something (:data:`MAX_ROUNDS`);
+    never raises an ``Exception`` (the outcome says what happened)."""
+    started = time.monotonic()
+    out = AutoCompaction(
+        status="below_threshold", trigger_version=trigger_version, mode=mode,
+        partitions=len(partitions),
+    )  # fmt: skip
+    try:
+        failpoint("auto-compact:start")
+        pausepoint("auto-compact:start")
+        for _ in range(MAX_ROUNDS):
+            prepared = _prepare(table, partitions, trigger_version, mode, out.bytes_rewritten)
+            if prepared is None:
+                break
+            report = run_prepared(prepared)
+            abandoned = out.abandoned_groups + len(report.abandoned_groups)
+            if not report.commits:
+                if out.status != "compacted":
+                    out = dataclasses.replace(
+                        out, status="lost", abandoned_groups=abandoned,
+                        error="every group was claimed or changed by a concurrent run or "
+                        "commit first",
+                    )  # fmt: skip
+                break
+            out = dataclasses.replace(
+                out,
+                status="compacted",
+                version=report.commits[-1],
+                files_removed=out.files_removed + report.compacted_file_count,
+                files_added=out.files_added + report.output_file_count,
+                bytes_rewritten=out.bytes_rewritten + report.rewritten_bytes,
+                abandoned_groups=abandoned,
+                error=None,
+            )
+    except CommitConflictError as e:  # e.g. the metadata changed under the plan
+        log.warning(
+            "auto-compaction after version %d lost a race (the data commit stays): %s",
+            trigger_version,
+            e,
+        )
+        out = dataclasses.replace(out, status="lost", error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - the data commit landed: report, never raise
+        log.warning(
+            "auto-compaction after version %d failed (the data commit stays; the next "
+            "commit to these partitions tries again): %s: %s",
+            trigger_version,
+            type(e).__name__,
+            e,
+        )
+        out = dataclasses.replace(out, status="failed", error=f"{type(e).__name__}: {e}")
+    return dataclasses.replace(out, duration_s=time.monotonic() - started)
+
+
+# -- async: one background run per table and process -----------------------------------
+
+
+class _Background:
+    """The background runs of one table in this process: one at a time; the partitions
+    of commits that land while one runs are gathered for the next."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.partitions: dict[Partition, dict[str, str | None]] = {}
+        self.waiting: list[tuple[int, Future[AutoCompaction]]] = []
+        self.running = False
+
+    def submit(
+        self, table: Table, partitions: Mapping[Partition, dict[str, str | None]], trigger: int
+    ) -> Future[AutoCompaction]:
+        future: Future[AutoCompaction] = Future()
+        future.set_running_or_notify_cancel()
+        with self.lock:
+            self.partitions.update(partitions)
+            self.waiting.append((trigger, future))
+            start, self.running = not self.running, True
+        if start:
+            storage = table.storage
+            threads.spawn("lakelog-auto-compact", lambda: self.drain(storage))
+        return future
+
+    def drain(self, storage: Storage) -> None:
+        table: Table | None = None
+        error: Exception | None = None
+        try:  # its own handle: the writer's cached snapshot stays the writer's
+            table = load_table(storage)
+        except Exception as e:  # noqa: BLE001 - reported to every waiter below
+            error = e
+        while True:
+            with self.lock:
+                if not self.waiting:
+                    self.running = False
+                    return
+                parts, self.partitions = self.partitions, {}
+                waiting, self.waiting = self.waiting, []
+            trigger = max(t for t, _ in waiting)
+            if table is None:
+                log.warning("auto-compaction could not open %s: %s", storage.uri, error)
+                out = AutoCompaction(
+                    status="failed", trigger_version=trigger, mode="async",
+                    error=f"{type(error).__name__}: {error}",
+                )  # fmt: skip
+            else:
+                out = _run_once(table, parts, trigger, "async")
+            for own, future in waiting:
+                future.set_result(dataclasses.replace(out, trigger_version=own))
+
+
+_backgrounds: dict[str, _Background] = {}
+_backgrounds_lock = threading.Lock()
+
+
+def _submit_async(
+    table: Table, partitions: Mapping[Partition, dict[str, str | None]], trigger_version: int
+) -> AutoCompaction:
+    with _backgrounds_lock:
+        bg = _backgrounds.setdefault(table.storage.uri, _Background())
+    return AutoCompaction.running(trigger_version, bg.submit(table, partitions, trigger_version))
+
+
+# -- the entry point -------------------------------------------------------------------
+
+
+def run_auto_compaction(
+    table: Table, landed: CommitResult, *, mode: Mode | None = None
+) -> AutoCompaction | None:
+    """Auto-compact after the commit ``landed`` (a result of a commit to ``table``).
+
+    None when the table's ``lakelog.auto_compact`` is off, or the commit added no data
+    files (or was skipped, or is a rewrite). Otherwise what the run did, or, in async
+    mode, a ``running`` outcome whose :meth:`~lakelog.hooks.AutoCompaction.wait` gives
+    it. Never raises for the run's own failures: the commit landed regardless.
+    ``mode``: ``"inline"`` or ``"async"``; default the table's
+    ``lakelog.auto_compact.mode``.
+    """
+    if landed.skipped or landed.operation in AUTO_OPERATIONS:
+        return None
+    if not get_bool(table.properties, "lakelog.auto_compact"):
+        return None
+    adds = new_files(landed.actions)
+    if not adds:
+        return None
+    partitions = touched_partitions(adds)
+    chosen = mode if mode is not None else AutoSettings.of(table.properties).mode
+    if chosen == "async":
+        return _submit_async(table, partitions, landed.version)
+    return _run_once(table, partitions, landed.version, "inline")
+
+
+def attach_auto_compaction(table: Table, result: R) -> R:
+    """``result`` with :func:`run_auto_compaction`'s outcome in ``auto_compaction``."""
+    outcome = run_auto_compaction(table, result)
+    return result if outcome is None else dataclasses.replace(result, auto_compaction=outcome)
