@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import threads
@@ -74,8 +75,9 @@ from ..core import load_table
 from ..errors import CommitConflictError
 from ..hooks import AutoCompaction
 from ..log.actions import AddFile, DataFile, RemoveFile
+from ..log.filelist import FileList
 from ..log.snapshot import Snapshot
-from ..partitioning import partition_expression
+from ..partitioning import partition_expression, partition_scalar
 from ..properties import get_bool, get_float, get_int, get_str
 from ..storage import Storage
 from ..transaction import CommitResult
@@ -100,6 +102,7 @@ __all__ = [
     "new_files",
     "run_auto_compaction",
     "size_tier",
+    "touched_files",
     "touched_partitions",
 ]
 
@@ -235,6 +238,33 @@ def _partition_filter(snapshot: Snapshot, parts: Sequence[Mapping[str, str | Non
     return expr
 
 
+def touched_files(
+    snapshot: Snapshot, partitions: Mapping[Partition, Mapping[str, str | None]]
+) -> list[DataFile]:
+    """The live files of ``partitions``, from the snapshot's typed entries (the table
+    the compaction planner reads too, so a run builds it once), compared with the
+    partition values as the log writes them."""
+    entries = snapshot.entries
+    if snapshot.partition_by and entries.num_rows:
+        part = entries.column("partition").combine_chunks()
+        mask: pa.Array | None = None
+        for values in partitions.values():
+            term: pa.Array | None = None
+            for c, text in values.items():
+                col = pc.struct_field(part, c)
+                same = (
+                    pc.is_null(col)
+                    if text is None
+                    else pc.equal(col, partition_scalar(text, col.type))
+                )
+                term = same if term is None else pc.and_(term, same)
+            if term is not None:
+                mask = term if mask is None else pc.or_(mask, term)
+        if mask is not None:
+            entries = entries.filter(pc.fill_null(mask, False))
+    return list(FileList.of_entries(entries))
+
+
 def _within(groups: Sequence[Any], budget: int) -> tuple[Any, ...]:
     """The groups to run: smallest first while their source bytes fit ``budget``."""
     out, used = [], 0
@@ -261,9 +291,7 @@ def _prepare(
     snap = table.snapshot()
     settings = AutoSettings.of(snap.properties)
     budget = settings.max_bytes - spent
-    parts = list(partitions.values())
-    where = _partition_filter(snap, parts) if snap.partition_by else None
-    files = list(snap.files(where))
+    files = touched_files(snap, partitions)
     claimed = claimed_files(table.storage, snap)
     declared = declared_clustering(snap.properties)
     chosen, hit = choose_files(

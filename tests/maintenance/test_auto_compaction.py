@@ -1,0 +1,219 @@
+"""Auto-compaction after data commits (``lakelog.auto_compact``), in one process: the
+bound a stream of micro-batches keeps, what the write's result says when the run
+compacts, loses a race or fails, async mode, clustering, and what never triggers it."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _races import race_at
+from conftest import Backend
+
+import lakelog
+from lakelog.errors import InvalidArgumentError
+from lakelog.log.commits import read_commit
+from lakelog.maintenance.auto import AUTO_OPERATIONS, run_auto_compaction, size_tier
+from lakelog.transaction import CommitResult
+
+SCHEMA = pa.schema([("p", pa.int64()), ("id", pa.int64()), ("v", pa.float64())])
+
+
+def _table(where: Path | str, *, min_files: int = 4, **props: str) -> lakelog.Table:
+    return lakelog.create_table(
+        str(where if isinstance(where, str) else where / "t"),
+        SCHEMA,
+        partition_by=["p"],
+        properties={
+            "lakelog.auto_compact": "true",
+            "lakelog.auto_compact.min_files": str(min_files),
+            **props,
+        },
+    )
+
+
+def _batch(seq: int, parts: list[int], rows: int = 5) -> pa.Table:
+    ps = [p for p in parts for _ in range(rows)]
+    ids = [seq * 1000 + i for i in range(len(ps))]
+    return pa.table({"p": ps, "id": ids, "v": [float(seq)] * len(ps)}, schema=SCHEMA)
+
+
+def _ids(t: lakelog.Table) -> Counter[int]:
+    return Counter(t.refresh().snapshot().to_arrow(columns=["id"]).column("id").to_pylist())
+
+
+def _tiers(t: lakelog.Table, fanout: int) -> Counter[tuple[str | None, int]]:
+    """Small files per (partition, size tier) of the latest version."""
+    snap = t.refresh().snapshot()
+    small = int(snap.properties.get("lakelog.target_file_size", 128 << 20)) * 3 // 4
+    return Counter(
+        (f.partition["p"], size_tier(f.size_bytes, small, fanout))
+        for f in snap.files()
+        if f.size_bytes < small
+    )
+
+
+def test_a_stream_of_200_micro_batches_keeps_the_file_count_bounded(
+    memory_backend: Backend,
+) -> None:
+    # 200 commits of 2 partitions each into 20 partitions: 400 files without maintenance.
+    # The bound: after each commit (inline mode) every size tier of a partition holds
+    # fewer than min_files small files, so a partition keeps at most
+    # (min_files - 1) x (tiers between a batch and the target) of them; here batches of
+    # about 1 KiB reach 3 tiers at most in 20 batches a partition: <= 20 x 3 x 3 files.
+    fanout = 4
+    t = _table(memory_backend.uri, min_files=fanout)
+    expected: Counter[int] = Counter()
+    statuses: Counter[str] = Counter()
+    for seq in range(200):
+        parts = [seq % 20, (seq * 7 + 3) % 20]
+        data = _batch(seq, parts)
+        result = t.append(data)
+        expected.update(data.column("id").to_pylist())
+        auto = result.auto_compaction
+        assert auto is not None and auto.trigger_version == result.version
+        assert auto.status in ("compacted", "below_threshold"), auto
+        statuses[auto.status] += 1
+        tiers = _tiers(t, fanout)
+        assert max(tiers.values(), default=0) < fanout, tiers
+    files = t.snapshot().num_files
+    assert files <= 20 * (fanout - 1) * 3
+    assert files < 400 // 4  # far below the 400 of no maintenance
+    assert statuses["compacted"] >= 40
+    assert _ids(t) == expected  # no row lost, none doubled
+    history = t.history()
+    ops = Counter(h.operation for h in history)
+    assert ops["APPEND"] == 200  # every acknowledged commit is in the log, once
+    autos = [h for h in history if h.operation == "AUTO COMPACT"]
+    assert len(autos) >= statuses["compacted"]  # a run may carry into the next tier
+    for h in autos:  # each names the data commit that started it, never another rewrite
+        trigger = read_commit(t.storage, h.parameters["trigger_version"]).header
+        assert trigger.operation == "APPEND"
+        assert h.parameters["auto"] is True and h.parameters["mode"] == "inline"
+
+
+def test_off_by_default_and_never_for_commits_without_new_data_files(tmp_path: Path) -> None:
+    plain = lakelog.create_table(str(tmp_path / "plain"), SCHEMA, partition_by=["p"])
+    assert plain.append(_batch(0, [1])).auto_compaction is None
+    t = _table(tmp_path, min_files=2, **{"lakelog.deletion_vectors": "true"})
+    for seq in range(3):
+        t.append(_batch(seq, [1]))
+    # a property change, a delete that only marks rows: no new data file, no run
+    assert t.set_properties({"user.note": "x"}).auto_compaction is None
+    marked = t.delete("id = 1")
+    assert marked.committed and marked.files_marked == 1
+    assert marked.auto_compaction is None
+    # its own rewrite commits do not start another one (no recursion)
+    rewrites = [h for h in t.history() if h.operation in AUTO_OPERATIONS]
+    assert rewrites
+    commit = read_commit(t.storage, rewrites[0].version)
+    as_result = CommitResult(
+        version=commit.header.version,
+        attempts=1,
+        operation=commit.header.operation,
+        actions=tuple(commit.actions),
+    )
+    assert run_auto_compaction(t, as_result) is None
+
+
+def test_a_lost_race_is_reported_and_the_write_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = _table(tmp_path, min_files=3)
+    t.append(_batch(0, [1]))
+    t.append(_batch(1, [1]))
+    other = lakelog.open_table(t.uri)
+
+    def rival() -> None:
+        # while the auto-compaction holds its claim, a delete rewrites one of its sources
+        assert other.delete("id = 1000").committed
+
+    result = race_at(
+        monkeypatch, "rewrite:claimed", tmp_path / "gate", lambda: t.append(_batch(2, [1])), rival
+    )
+    auto = result.auto_compaction
+    assert auto is not None and auto.status == "lost", auto
+    assert auto.abandoned_groups == 1 and auto.version is None and auto.error
+    assert read_commit(t.storage, result.version).header.operation == "APPEND"
+    ids = _ids(t)
+    assert 1000 not in ids and len(ids) == 14 and max(ids.values()) == 1
+    assert not t.plans() or all(not p.running for p in t.plans())
+
+
+def test_a_failing_auto_compaction_leaves_the_write_ok(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = _table(tmp_path, min_files=3)
+    t.append(_batch(0, [1]))
+    t.append(_batch(1, [1]))
+    lost = t.snapshot().files()[0].path
+    t.storage.delete([lost])  # damage: a live file is gone, so its rewrite fails
+    with caplog.at_level(logging.WARNING, logger="lakelog"):
+        result = t.append(_batch(2, [1]))
+    auto = result.auto_compaction
+    assert auto is not None and auto.status == "failed", auto
+    assert auto.error is not None and lost in auto.error
+    assert "auto-compaction after version" in caplog.text
+    # the write landed and is acknowledged: its commit, its files
+    commit = read_commit(t.storage, result.version)
+    assert commit.header.operation == "APPEND"
+    live = set(t.refresh().snapshot().paths())
+    assert {a.path for a in result.actions if hasattr(a, "data_change")} <= live
+    assert all(not p.running for p in t.plans())  # its claim ended with its lease
+
+
+def test_async_mode_reports_through_the_result(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = _table(tmp_path, min_files=3, **{"lakelog.auto_compact.mode": "async"})
+    results = [t.append(_batch(seq, [1, 2])) for seq in range(3)]
+    outcomes = [r.auto_compaction for r in results]
+    assert all(o is not None and o.mode == "async" for o in outcomes)
+    done = [o.wait(60) for o in outcomes if o is not None]
+    assert all(d.status != "running" for d in done)
+    assert done[-1].status == "compacted" and done[-1].trigger_version == results[-1].version
+    assert t.refresh().snapshot().num_files == 2
+    assert len(_ids(t)) == 30
+    # an async run that fails says so through wait() and in the log
+    lost = next(f for f in t.snapshot().files() if f.partition["p"] == "1").path
+    t.append(_batch(3, [1]))
+    t.append(_batch(4, [1]))
+    t.storage.delete([lost])
+    with caplog.at_level(logging.WARNING, logger="lakelog"):
+        result = t.append(_batch(5, [1]))
+        assert result.auto_compaction is not None
+        failed = result.auto_compaction.wait(60)
+    assert failed.status == "failed" and lost in (failed.error or "")
+    assert "auto-compaction after version" in caplog.text
+    assert read_commit(t.storage, result.version).header.operation == "APPEND"
+
+
+def test_a_declared_clustering_is_kept_incrementally(tmp_path: Path) -> None:
+    t = lakelog.create_table(
+        str(tmp_path / "c"),
+        SCHEMA,
+        partition_by=["p"],
+        cluster_by=["id"],
+        cluster_curve="linear",
+        properties={"lakelog.auto_compact": "true", "lakelog.auto_compact.min_files": "3"},
+    )
+    expected: Counter[int] = Counter()
+    outcomes = []
+    for seq in range(6):
+        data = _batch(seq, [1], rows=50)
+        expected.update(data.column("id").to_pylist())
+        outcomes.append(t.append(data).auto_compaction)
+    assert any(o is not None and o.status == "compacted" for o in outcomes), outcomes
+    ops = [h.operation for h in t.history()]
+    assert "AUTO OPTIMIZE" in ops and "AUTO COMPACT" not in ops
+    assert _ids(t) == expected
+
+
+def test_properties_are_validated() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"lakelog\.auto_compact\.mode"):
+        lakelog.properties.validate_properties({"lakelog.auto_compact.mode": "later"})
+    with pytest.raises(InvalidArgumentError, match=r"lakelog\.auto_compact\.min_files"):
+        lakelog.properties.validate_properties({"lakelog.auto_compact.min_files": "1"})
