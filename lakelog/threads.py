@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from .errors import InvalidArgumentError
 
@@ -115,8 +115,27 @@ def spawn(name: str, fn: Callable[[], T]) -> Future[T]:
         raise
     finally:
         executor.shutdown(wait=False)
+    with _lock:
+        _spawned.add(future)
     future.add_done_callback(release)
+    future.add_done_callback(_spawned.discard)
     return future
+
+
+_spawned: set[Future[Any]] = set()
+
+
+def _finish_spawned() -> None:
+    """At interpreter exit, wait for :func:`spawn`'s work before ``concurrent.futures``
+    refuses new tasks (its own exit hook, registered before this one, runs after it),
+    so the pools that work opens still run."""
+    with _lock:
+        running = list(_spawned)
+    wait(running)
+
+
+# threading's exit hooks run last-registered first, before non-daemon threads are joined
+threading._register_atexit(_finish_spawned)  # type: ignore[attr-defined]
 
 
 class _Inline(Executor):
