@@ -1,0 +1,235 @@
+"""A streaming ingest under four maintenance policies, against no maintenance and a fully
+compacted table.
+
+The ingest: ``--commits`` (600) micro-batch appends into a table of ``--partitions`` (20)
+partitions ``p``; each commit writes ``--rows`` (40) rows into each of
+``--partitions-per-commit`` (2) partitions, round robin, with an increasing key ``id``
+and a value ``v``. Every ``--query-every`` (30) commits two queries run on a fresh
+handle (``open_table`` + ``snapshot().to_arrow``, the median of ``--repeat`` runs):
+
+* **point**: one key of one partition (``p = P and id = K``);
+* **range**: ``v`` between two bounds over every partition (about 10% of the rows).
+
+Policies (every one ingests the same batches):
+
+* ``none``: no maintenance;
+* ``compact-300``: ``Table.compact()`` every ``--optimize-every`` (300) commits (the
+  scheduled job; its time is not in the commit latency);
+* ``auto-inline``: ``lakelog.auto_compact=true`` (``min_files`` ``--min-files``, default
+  the property's), run before ``append`` returns;
+* ``auto-async``: the same, ``lakelog.auto_compact.mode=async``.
+
+The reference at each query point is the same rows written fully compacted (one file
+per partition). Reported per policy: query time over time and its worst ratio to the
+compacted table's (target <= 1.3x at every point), live files, write amplification
+(bytes rewritten by maintenance / bytes appended; target <= 3) and commit latency
+p50/p99 (async mode's p99 against no maintenance: target <= 1.10x).
+
+    python benchmarks/bench_streaming_maintenance.py [--commits 600] [--policies none,auto-async]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import fmt_bytes, print_table, write_json_result
+
+import lakelog
+
+WORK = Path("/tmp/lakelog-bench-streaming")
+SCHEMA = pa.schema([("p", pa.int64()), ("id", pa.int64()), ("v", pa.float64())])
+POLICIES = ("none", "compact-300", "auto-inline", "auto-async")
+REWRITES = ("COMPACT", "AUTO COMPACT")
+
+
+def batch(seq: int, args: argparse.Namespace) -> pa.Table:
+    k = args.partitions_per_commit
+    parts = [(seq * k + j) % args.partitions for j in range(k)]
+    n = args.rows
+    p = np.repeat(np.array(parts, dtype=np.int64), n)
+    ids = seq * 10_000 + np.arange(len(p), dtype=np.int64)
+    rng = np.random.default_rng(seq)
+    return pa.table({"p": p, "id": ids, "v": rng.random(len(p))}, schema=SCHEMA)
+
+
+def point_filter(seq: int, args: argparse.Namespace) -> str:
+    """A key written about halfway through the stream so far."""
+    half = max(0, seq // 2)
+    part = (half * args.partitions_per_commit) % args.partitions
+    return f"p = {part} and id = {half * 10_000 + 3}"
+
+
+RANGE = "v >= 0.45 and v < 0.55"
+
+
+def timed_query(uri: str, where: str, repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        lakelog.open_table(uri).snapshot().to_arrow(filter=where, columns=["id", "v"])
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def compacted_reference(uri: str, at: str) -> str:
+    """The rows of ``uri`` written again as one file per partition."""
+    shutil.rmtree(at, ignore_errors=True)
+    rows = lakelog.open_table(uri).snapshot().to_arrow()
+    lakelog.write_table(at, rows, partition_by=["p"])
+    return at
+
+
+def run_policy(policy: str, args: argparse.Namespace, reference: dict[int, Any]) -> dict[str, Any]:
+    uri = str(WORK / policy)
+    shutil.rmtree(uri, ignore_errors=True)
+    props = {}
+    if policy.startswith("auto"):
+        props["lakelog.auto_compact"] = "true"
+        if args.min_files:
+            props["lakelog.auto_compact.min_files"] = str(args.min_files)
+        if policy == "auto-async":
+            props["lakelog.auto_compact.mode"] = "async"
+    t = lakelog.create_table(uri, SCHEMA, partition_by=["p"], properties=props)
+    latencies: list[float] = []
+    points: list[dict[str, Any]] = []
+    maintenance_s = 0.0
+    pending = []
+    for seq in range(args.commits):
+        data = batch(seq, args)
+        t0 = time.perf_counter()
+        result = t.append(data)
+        latencies.append(time.perf_counter() - t0)
+        if result.auto_compaction is not None and result.auto_compaction.status == "running":
+            pending.append(result.auto_compaction)
+        done = seq + 1
+        if policy == "compact-300" and done % args.optimize_every == 0:
+            t0 = time.perf_counter()
+            t.compact()
+            maintenance_s += time.perf_counter() - t0
+        if done % args.query_every == 0:
+            point = timed_query(uri, point_filter(seq, args), args.repeat)
+            rng = timed_query(uri, RANGE, args.repeat)
+            files = lakelog.open_table(uri).snapshot().num_files
+            if policy == "none":  # the same rows, fully compacted, once per point
+                ref = compacted_reference(uri, str(WORK / "compacted"))
+                reference[done] = {
+                    "point": timed_query(ref, point_filter(seq, args), args.repeat),
+                    "range": timed_query(ref, RANGE, args.repeat),
+                    "files": lakelog.open_table(ref).snapshot().num_files,
+                }
+            points.append({"commits": done, "point": point, "range": rng, "files": files})
+    for outcome in pending:  # the async runs end before the figures are read
+        outcome.wait(300)
+    history = lakelog.open_table(uri).history()
+    appended = sum(int(h.metrics.get("num_bytes", 0)) for h in history if h.operation == "APPEND")
+    rewritten = sum(
+        int(h.metrics.get("removed_bytes", 0)) for h in history if h.operation in REWRITES
+    )
+    rows = lakelog.open_table(uri).snapshot().num_rows
+    assert rows == args.commits * args.rows * args.partitions_per_commit, (policy, rows)
+    lat = np.array(latencies)
+    return {
+        "policy": policy,
+        "points": points,
+        "files": lakelog.open_table(uri).snapshot().num_files,
+        "appended_bytes": appended,
+        "rewritten_bytes": rewritten,
+        "write_amplification": rewritten / appended if appended else 0.0,
+        "commit_p50_ms": float(np.percentile(lat, 50) * 1000),
+        "commit_p99_ms": float(np.percentile(lat, 99) * 1000),
+        "maintenance_s": maintenance_s,
+        "rewrite_commits": sum(1 for h in history if h.operation in REWRITES),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commits", type=int, default=600)
+    ap.add_argument("--partitions", type=int, default=20)
+    ap.add_argument("--partitions-per-commit", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=40, help="rows per partition per commit")
+    ap.add_argument("--query-every", type=int, default=30)
+    ap.add_argument("--optimize-every", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per query (median)")
+    ap.add_argument("--min-files", type=int, default=0, help="0: the property's default")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--save", action="store_true", help="append to benchmarks/results/")
+    args = ap.parse_args()
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = set(policies) - set(POLICIES)
+    if unknown:
+        ap.error(f"unknown policies {sorted(unknown)}; choose from {list(POLICIES)}")
+    if "none" in policies:  # the reference is measured in the none pass: run it first
+        policies.remove("none")
+    policies.insert(0, "none")
+    WORK.mkdir(parents=True, exist_ok=True)
+    reference: dict[int, Any] = {}
+    results = {}
+    for policy in policies:
+        t0 = time.perf_counter()
+        results[policy] = run_policy(policy, args, reference)
+        print(f"{policy}: {time.perf_counter() - t0:.1f} s", flush=True)
+
+    base = results["none"]
+    summary = []
+    for policy, r in results.items():
+        worst_point = max(p["point"] / reference[p["commits"]]["point"] for p in r["points"])
+        worst_range = max(p["range"] / reference[p["commits"]]["range"] for p in r["points"])
+        r["worst_point_vs_compacted"] = worst_point
+        r["worst_range_vs_compacted"] = worst_range
+        summary.append(
+            {
+                "policy": policy,
+                "live files": r["files"],
+                "commit p50 ms": f"{r['commit_p50_ms']:.1f}",
+                "commit p99 ms": f"{r['commit_p99_ms']:.1f}",
+                "p99 / none": f"{r['commit_p99_ms'] / base['commit_p99_ms']:.2f}x",
+                "point / compacted (worst)": f"{worst_point:.2f}x",
+                "range / compacted (worst)": f"{worst_range:.2f}x",
+                "write ampl.": f"{r['write_amplification']:.2f}",
+                "rewritten": fmt_bytes(r["rewritten_bytes"]),
+                "rewrite commits": r["rewrite_commits"],
+            }
+        )
+    print()
+    print(
+        f"{args.commits} commits x {args.partitions_per_commit} of {args.partitions} "
+        f"partitions x {args.rows} rows; queries every {args.query_every} commits "
+        f"(median of {args.repeat}); appended {fmt_bytes(base['appended_bytes'])}"
+    )
+    print_table(summary)
+    print()
+    print("query time over time (ms: point | range), live files in brackets:")
+    over_time = []
+    for i, commits in enumerate(sorted(reference)):
+        ref = reference[commits]
+        line: dict[str, object] = {
+            "commits": commits,
+            "compacted": f"{ref['point'] * 1000:.1f} | {ref['range'] * 1000:.1f} ({ref['files']})",
+        }
+        for policy, r in results.items():
+            p = r["points"][i]
+            line[policy] = f"{p['point'] * 1000:.1f} | {p['range'] * 1000:.1f} ({p['files']})"
+        over_time.append(line)
+    print_table(over_time)
+    if args.save:
+        write_json_result(
+            "streaming_maintenance",
+            {"args": vars(args), "reference": reference, "results": results},
+        )
+
+
+if __name__ == "__main__":
+    main()
