@@ -170,6 +170,11 @@ def _key(partition: Mapping[str, str | None]) -> Partition:
     return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
 
 
+def _order(key: Partition) -> tuple[tuple[str, bool, str], ...]:
+    """A sort key for partitions with null values (nulls last)."""
+    return tuple((c, v is None, v or "") for c, v in key)
+
+
 def size_tier(size: int, min_file_size: int, fanout: int) -> int:
     """The tier of a small file: ``k`` for sizes in
     ``[min_file_size / fanout**(k+1), min_file_size / fanout**k)``.
@@ -195,12 +200,12 @@ def choose_files(
     settings: AutoSettings,
     *,
     exclude: frozenset[str] = frozenset(),
-    clustered_by: str | None = None,
+    clustering: bool = False,
 ) -> tuple[list[str], set[Partition]]:
     """The files to rewrite among ``files`` (those of the touched ``partitions``), and
     the partitions they are in; pure.
 
-    Compaction (``clustered_by`` None): the small files of every (partition, size tier)
+    Compaction (``clustering`` False): the small files of every (partition, size tier)
     holding ``min_files`` or more, leaving out ``exclude`` (live claims) and files
     clustering wrote. Clustering: the partitions holding ``min_files`` or more files
     not clustered yet (their fresh files; the planner decides the rest).
@@ -210,7 +215,7 @@ def choose_files(
         key = _key(f.partition)
         if key not in partitions or f.path in exclude:
             continue
-        if clustered_by is not None:
+        if clustering:
             if TAG_SPEC not in f.tags:
                 by_tier.setdefault((key, 0), []).append(f)
             continue
@@ -220,7 +225,7 @@ def choose_files(
         by_tier.setdefault((key, tier), []).append(f)
     chosen: list[str] = []
     where: set[Partition] = set()
-    for (key, _), group in sorted(by_tier.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+    for (key, _), group in sorted(by_tier.items(), key=lambda kv: (_order(kv[0][0]), -kv[0][1])):
         if len(group) >= settings.min_files:
             chosen.extend(f.path for f in group)
             where.add(key)
@@ -255,13 +260,13 @@ def touched_files(
                 same = (
                     pc.is_null(col)
                     if text is None
-                    else pc.equal(col, partition_scalar(text, col.type))
+                    else pc.fill_null(pc.equal(col, partition_scalar(text, col.type)), False)
                 )
                 term = same if term is None else pc.and_(term, same)
             if term is not None:
                 mask = term if mask is None else pc.or_(mask, term)
         if mask is not None:
-            entries = entries.filter(pc.fill_null(mask, False))
+            entries = entries.filter(mask)
     return list(FileList.of_entries(entries))
 
 
@@ -299,7 +304,7 @@ def _prepare(
         partitions,
         settings,
         exclude=claimed,
-        clustered_by=None if declared is None else "declared",
+        clustering=declared is not None,
     )
     if not chosen:
         return None
@@ -307,7 +312,9 @@ def _prepare(
     execution = ExecutionOptions().resolve(snap.properties)
     if declared is not None:
         hit_filter = (
-            _partition_filter(snap, [dict(k) for k in sorted(hit)]) if snap.partition_by else None
+            _partition_filter(snap, [dict(k) for k in sorted(hit, key=_order)])
+            if snap.partition_by
+            else None
         )
         prepared = prepare_clustering(
             table, ClusteringOptions(partition_filter=hit_filter, incremental=True)
@@ -450,14 +457,23 @@ class _Background:
                 parts, self.partitions = self.partitions, {}
                 waiting, self.waiting = self.waiting, []
             trigger = max(t for t, _ in waiting)
-            if table is None:
-                log.warning("auto-compaction could not open %s: %s", storage.uri, error)
-                out = AutoCompaction(
-                    status="failed", trigger_version=trigger, mode="async",
-                    error=f"{type(error).__name__}: {error}",
-                )  # fmt: skip
-            else:
-                out = _run_once(table, parts, trigger, "async")
+            try:
+                if table is None:
+                    log.warning("auto-compaction could not open %s: %s", storage.uri, error)
+                    out = AutoCompaction(
+                        status="failed", trigger_version=trigger, mode="async",
+                        error=f"{type(error).__name__}: {error}",
+                    )  # fmt: skip
+                else:
+                    out = _run_once(table, parts, trigger, "async")
+            except BaseException as e:  # an interrupt: no waiter hangs, the next commit restarts
+                with self.lock:
+                    self.running = False
+                    waiting += self.waiting
+                    self.waiting = []
+                for _, future in waiting:
+                    future.set_exception(e)
+                raise
             for own, future in waiting:
                 future.set_result(dataclasses.replace(out, trigger_version=own))
 

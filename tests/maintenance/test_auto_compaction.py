@@ -174,7 +174,9 @@ def test_async_mode_reports_through_the_result(
     assert all(o is not None and o.mode == "async" for o in outcomes)
     done = [o.wait(60) for o in outcomes if o is not None]
     assert all(d.status != "running" for d in done)
-    assert done[-1].status == "compacted" and done[-1].trigger_version == results[-1].version
+    # a run may cover several commits (those that landed while the one before ran)
+    assert any(d.status == "compacted" for d in done), done
+    assert [d.trigger_version for d in done] == [r.version for r in results]
     assert t.refresh().snapshot().num_files == 2
     assert len(_ids(t)) == 30
     # an async run that fails says so through wait() and in the log
@@ -217,3 +219,24 @@ def test_properties_are_validated() -> None:
         lakelog.properties.validate_properties({"lakelog.auto_compact.mode": "later"})
     with pytest.raises(InvalidArgumentError, match=r"lakelog\.auto_compact\.min_files"):
         lakelog.properties.validate_properties({"lakelog.auto_compact.min_files": "1"})
+
+
+def test_null_partition_values_and_column_ids(tmp_path: Path) -> None:
+    t = lakelog.create_table(
+        str(tmp_path / "n"),
+        pa.schema([("day", pa.string()), ("x", pa.int64())]),
+        partition_by=["day"],
+        properties={
+            "lakelog.auto_compact": "true",
+            "lakelog.auto_compact.min_files": "3",
+            "lakelog.column_mapping": "true",
+        },
+    )
+    t.rename_column("x", "y")
+    for i in range(3):
+        result = t.append(pa.table({"day": [None, "a"], "y": [i, i]}))
+    auto = result.auto_compaction
+    assert auto is not None and auto.status == "compacted" and auto.files_removed == 6, auto
+    snap = t.refresh().snapshot()
+    assert snap.num_files == 2 and snap.num_rows == 6
+    assert sorted(snap.to_arrow().column("y").to_pylist()) == [0, 0, 1, 1, 2, 2]
