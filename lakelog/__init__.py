@@ -34,6 +34,7 @@ from .errors import (
     VersionNotFoundError,
 )
 from .filters import FilterLike
+from .hooks import AutoCompaction
 from .interop.convert import convert
 from .interop.delta import (
     delta_view_status,
@@ -50,6 +51,7 @@ from .transaction import CommitResult
 __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
+    "AutoCompaction",
     "CleanupRunningError",
     "DeletedRowsError",
     "ChangeFeedError",

@@ -5,6 +5,7 @@ compacts, loses a race or fails, async mode, clustering, and what never triggers
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from _races import race_at
 from conftest import Backend
 
 import lakelog
+from lakelog import threads
 from lakelog.errors import InvalidArgumentError
 from lakelog.log.commits import read_commit
 from lakelog.maintenance.auto import AUTO_OPERATIONS, run_auto_compaction, size_tier
@@ -240,3 +242,18 @@ def test_null_partition_values_and_column_ids(tmp_path: Path) -> None:
     snap = t.refresh().snapshot()
     assert snap.num_files == 2 and snap.num_rows == 6
     assert sorted(snap.to_arrow().column("y").to_pylist()) == [0, 0, 1, 1, 2, 2]
+
+
+def test_async_runs_draw_from_the_one_thread_budget(tmp_path: Path) -> None:
+    # with the budget spent, an async run runs in the writer's thread: done on return
+    t = _table(tmp_path, min_files=2, **{"lakelog.auto_compact.mode": "async"})
+    t.append(_batch(0, [1]))
+    with threads.limited(0):
+        result = t.append(_batch(1, [1]))
+        auto = result.auto_compaction
+        assert auto is not None and auto.status == "running"
+        assert auto.wait(0).status == "compacted"  # no thread: finished already
+    seen: list[str] = []
+    future = threads.spawn("lakelog-test", lambda: seen.append(threading.current_thread().name))
+    future.result(10)
+    assert seen and seen[0].startswith("lakelog-test")
