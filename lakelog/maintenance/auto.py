@@ -30,7 +30,10 @@ leaves out files under another run's live claim, the run claims its groups on th
 log before rewriting them, and its commit is a rewrite (``data_change=false``) that
 rebases over appends and abandons only groups whose sources a concurrent commit
 removed. So it never conflicts with a user's ``compact``/``optimize`` (they take
-disjoint files), never rewrites a file twice, and never blocks a writer. One run
+disjoint files), never rewrites a file twice, and never fails or holds up another
+writer's commit (an append never conflicts with a rewrite; a row-level change that
+removes a file the run removed first conflicts as with any compaction, by the rules of
+``docs/format.md``, and is run again). One run
 rewrites at most ``lakelog.auto_compact.max_bytes`` source bytes (smallest groups
 first), which bounds its time; what is left waits for the next commit to the
 partition.
