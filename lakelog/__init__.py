@@ -9,10 +9,13 @@
 """
 
 from .__about__ import __version__
+from .catalog import connect_catalog
 from .changes import ChangeResult, FileChange, MergeReport
 from .errors import (
     AdoptedFilesMissingError,
     AppVersionCommittedError,
+    CatalogError,
+    CatalogUnavailableError,
     ChangeFeedError,
     CleanupRunningError,
     CommitConflictError,
@@ -24,9 +27,12 @@ from .errors import (
     LakelogError,
     LeaseExpiredError,
     MissingDependencyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
     SchemaMismatchError,
     StorageConsistencyError,
     StorageNotSupportedError,
+    TableAlreadyExistsError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedFormatError,
@@ -50,6 +56,8 @@ from .transaction import CommitResult
 __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
+    "CatalogError",
+    "CatalogUnavailableError",
     "CleanupRunningError",
     "DeletedRowsError",
     "ChangeFeedError",
@@ -71,17 +79,21 @@ __all__ = [
     "LeaseExpiredError",
     "MergeReport",
     "MissingDependencyError",
+    "NoSuchNamespaceError",
+    "NoSuchTableError",
     "SchemaMismatchError",
     "Snapshot",
     "StorageConsistencyError",
     "StorageNotSupportedError",
     "Table",
+    "TableAlreadyExistsError",
     "TableExistsError",
     "TableNotFoundError",
     "UnsupportedFormatError",
     "VersionExpiredError",
     "VersionNotFoundError",
     "__version__",
+    "connect_catalog",
     "convert",
     "create_table",
     "delta_view_status",
