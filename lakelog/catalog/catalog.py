@@ -54,7 +54,11 @@ from .schema import CREATING, DROPPING, READY, meta, namespaces, tables
 if TYPE_CHECKING:
     from ..table import Table
 
-__all__ = ["Catalog", "TableEntry", "connect_catalog"]
+__all__ = ["STALE_AFTER_S", "Catalog", "TableEntry", "connect_catalog"]
+
+STALE_AFTER_S = 600
+"""A name ``creating`` or ``dropping`` for longer than this was left by a crashed
+process: ``drop_table`` clears it (sooner, it may still be under way)."""
 
 
 @dataclass(frozen=True)
@@ -478,8 +482,9 @@ class Catalog:
         if state is not None:
             doing = "being created" if state == CREATING else "being dropped"
             return NoSuchTableError(
-                f"expected a ready table named {ns}.{tb}, found it {doing}; if that stopped "
-                f"half-way (a crash), drop_table({f'{ns}.{tb}'!r}) clears the name.",
+                f"expected a ready table named {ns}.{tb}, found it {doing}; if that process "
+                f"crashed, drop_table({f'{ns}.{tb}'!r}) clears the name once it is "
+                f"{STALE_AFTER_S // 60} minutes old.",
                 name=f"{ns}.{tb}",
             )
         rows = conn.execute(
@@ -559,8 +564,8 @@ class Catalog:
     def drop_table(self, name: str, *, purge: bool = False) -> str:
         """Forget ``name``. The data is kept unless ``purge``: then the table's files are
         deleted too, which is refused (before anything changes) for a table outside the
-        warehouse. A name left ``creating``/``dropping`` by a crash is dropped too.
-        Returns the table's location.
+        warehouse. A name a crashed process left ``creating`` or ``dropping`` for longer
+        than :data:`STALE_AFTER_S` is dropped too. Returns the table's location.
 
         Raises:
             NoSuchTableError: no such name (of two racing drops, one gets this).
@@ -569,17 +574,18 @@ class Catalog:
         ns, tb = split_name(name)
         with self._db.read() as conn:
             row = conn.execute(
-                select(tables.c.location, tables.c.token).where(
-                    tables.c.namespace == ns, tables.c.name == tb
-                )
+                select(
+                    tables.c.location, tables.c.token, tables.c.state, tables.c.updated_ms
+                ).where(tables.c.namespace == ns, tables.c.name == tb)
             ).first()
-            if row is None:
-                raise self._no_table(conn, ns, tb, None)
+            busy = row is not None and row.state != READY
+            if row is None or (busy and _now_ms() - int(row.updated_ms) < STALE_AFTER_S * 1000):
+                raise self._no_table(conn, ns, tb, None if row is None else str(row.state))
         location, token = str(row.location), str(row.token)
         if purge:
             self._check_purgeable(f"{ns}.{tb}", location)
             dropping = uuid.uuid4().hex
-            with self._db.write() as conn:
+            with self._db.write() as conn:  # the token read above: one claimer wins
                 claimed = conn.execute(
                     update(tables)
                     .where(tables.c.namespace == ns, tables.c.name == tb, tables.c.token == token)

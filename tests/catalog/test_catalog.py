@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -250,10 +251,15 @@ def test_a_name_left_creating_by_a_crash_is_not_loaded_and_drop_clears_it(
     engine = sa.create_engine(place.url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE lakelog_tables SET state = 'creating'"))
-    engine.dispose()
     with pytest.raises(NoSuchTableError, match="being created"):
         catalog.load_table("sales.orders")
     assert catalog.list_tables() == []
+    with pytest.raises(NoSuchTableError, match="10 minutes old"):  # may still be under way
+        catalog.drop_table("sales.orders", purge=True)
+    with engine.begin() as conn:  # as a crash 11 minutes ago leaves it
+        stale = int((time.time() - 660) * 1000)
+        conn.execute(sa.text(f"UPDATE lakelog_tables SET updated_ms = {stale}"))
+    engine.dispose()
     catalog.drop_table("sales.orders", purge=True)
     assert rows_of(place) == [] and not (place.warehouse / "sales" / "orders").exists()
 

@@ -1,0 +1,100 @@
+"""Real OS processes racing creates, renames and drops of one name, on SQLite and on
+PostgreSQL: the database's constraints give exactly one winner per name, the losers a
+one-line typed error, and no folder is left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from _processes import race, spawn
+
+import lakelog
+
+pytestmark = pytest.mark.processes
+
+RACERS = 4
+
+CHILD = """
+import json, sys
+import pyarrow as pa
+import lakelog
+from lakelog.errors import LakelogError
+
+url, warehouse, op, name, arg = sys.argv[1:6]
+catalog = lakelog.connect_catalog(url, warehouse=warehouse)
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    if op == "create":
+        table = catalog.create_table(name, pa.schema([("id", pa.int64())]))
+        table.append(pa.table({"id": [int(arg)]}))
+    elif op == "rename":
+        catalog.rename_table(name, arg)
+    elif op == "drop":
+        catalog.drop_table(name, purge=True)
+    out = {"ok": True, "arg": arg}
+except LakelogError as e:
+    out = {"ok": False, "arg": arg, "error": type(e).__name__, "lines": len(str(e).splitlines())}
+catalog.close()
+print(json.dumps(out))
+"""
+
+
+def run_race(place: Any, op: str, name: str, args: list[str]) -> list[dict[str, Any]]:
+    procs = [
+        spawn(CHILD, place.url, str(place.warehouse), op, name, arg, gated=True) for arg in args
+    ]
+    return race(procs)
+
+
+def folders(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.glob("*/*") if p.is_dir())
+
+
+def one_winner(results: list[dict[str, Any]], loser_error: str) -> str:
+    winners = [r["arg"] for r in results if r["ok"]]
+    assert len(winners) == 1, results
+    losers = [r for r in results if not r["ok"]]
+    assert {r["error"] for r in losers} == {loser_error}, losers
+    assert all(r["lines"] == 1 for r in losers)
+    return str(winners[0])
+
+
+def test_racing_creates_of_one_name_make_one_table(catalog: Any, place: Any) -> None:
+    catalog.create_namespace("sales")
+    results = run_race(place, "create", "sales.orders", [str(i) for i in range(RACERS)])
+    winner = one_winner(results, "TableAlreadyExistsError")
+    assert catalog.list_tables() == ["sales.orders"]
+    table = catalog.load_table("sales.orders")
+    assert table.version == 1
+    assert table.snapshot().to_arrow().column("id").to_pylist() == [int(winner)]
+    assert folders(place.warehouse) == ["sales/orders"]
+
+
+def test_racing_renames_of_one_name_move_it_once(catalog: Any, place: Any) -> None:
+    catalog.create_namespace("sales")
+    table = catalog.create_table("sales.orders", pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": [1, 2]}))
+    targets = [f"sales.moved_{i}" for i in range(RACERS)]
+    results = run_race(place, "rename", "sales.orders", targets)
+    winner = one_winner(results, "NoSuchTableError")
+    assert catalog.list_tables() == [winner]
+    moved = catalog.load_table(winner)
+    assert moved.uri == table.uri and moved.snapshot().num_rows == 2
+    assert folders(place.warehouse) == ["sales/orders"]
+
+
+def test_racing_purging_drops_of_one_name_drop_it_once(catalog: Any, place: Any) -> None:
+    catalog.create_namespace("sales")
+    catalog.create_table("sales.orders", pa.schema([("id", pa.int64())])).append(
+        pa.table({"id": [1]})
+    )
+    catalog.create_table("sales.kept", pa.schema([("id", pa.int64())]))
+    results = run_race(place, "drop", "sales.orders", [str(i) for i in range(RACERS)])
+    one_winner(results, "NoSuchTableError")
+    assert catalog.list_tables() == ["sales.kept"]
+    assert folders(place.warehouse) == ["sales/kept"]
+    assert lakelog.open_table(str(place.warehouse / "sales" / "kept")).version == 0
