@@ -297,7 +297,9 @@ class Catalog:
             partition_by: the partition columns, in order; default none.
             properties: table properties, over the catalog's defaults
                 (:meth:`set_default_properties`); default none.
-            location: where the table goes; default ``<warehouse>/<namespace>/<table>``.
+            location: where the table goes; default ``<warehouse>/<namespace>/<table>``
+                (when a renamed table still holds that folder: ``<table>-<8 hex digits>``
+                beside it).
 
         Returns:
             The table, at version 0.
@@ -315,7 +317,14 @@ class Catalog:
         loc = self._location_for(ns, tb, location)
         storage = Storage(loc, self._storage_options)
         token = uuid.uuid4().hex
-        self._insert(ns, tb, storage.uri, CREATING, token)
+        try:
+            self._insert(ns, tb, storage.uri, CREATING, token)
+        except TableAlreadyExistsError:
+            if location is not None or not self._held_by_another(ns, tb, storage.uri):
+                raise
+            # the default folder is a renamed table's: this one gets a folder of its own
+            storage = Storage(f"{loc}-{token[:8]}", self._storage_options)
+            self._insert(ns, tb, storage.uri, CREATING, token)
         try:
             created = create_with_files(
                 storage, schema, partition_by=partition_by, properties=props, adds=None
@@ -429,6 +438,14 @@ class Catalog:
             f"expected to record {ns}.{tb}, found the catalog changed meanwhile (a "
             f"concurrent drop or rename); try again."
         )
+
+    def _held_by_another(self, ns: str, tb: str, location: str) -> bool:
+        """Whether another name than ``ns.tb`` holds ``location``."""
+        with self._db.read() as conn:
+            holder = conn.execute(
+                select(tables.c.namespace, tables.c.name).where(tables.c.location == location)
+            ).first()
+        return holder is not None and (holder.namespace, holder.name) != (ns, tb)
 
     def _forget(self, ns: str, tb: str, token: str) -> None:
         with self._db.write() as conn:

@@ -209,10 +209,13 @@ def test_rename_moves_the_name_not_the_data(catalog: Any) -> None:
     catalog.create_table("sales.other", SCHEMA)
     with pytest.raises(TableAlreadyExistsError):
         catalog.rename_table("sales.other", "archive.orders_2025")
-    # the old name's default folder is the renamed table's: refused before any write
-    with pytest.raises(TableAlreadyExistsError, match=r"registered as archive\.orders_2025"):
-        catalog.create_table("sales.orders", SCHEMA)
+    # the old name's default folder is the renamed table's: a new create goes beside it
+    again = catalog.create_table("sales.orders", SCHEMA)
+    assert again.uri.startswith(table.uri + "-") and again.version == 0
     assert lakelog.open_table(table.uri).version == 1
+    # an explicit location held by another name is refused before any write
+    with pytest.raises(TableAlreadyExistsError, match=r"registered as archive\.orders_2025"):
+        catalog.create_table("sales.third", SCHEMA, location=table.uri)
 
 
 def test_drop_keeps_data_by_default_and_purge_deletes_it(catalog: Any, place: Any) -> None:
