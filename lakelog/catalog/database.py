@@ -107,6 +107,7 @@ class Database:
         self.url = redact(url.strip())
         self.dialect = self.parsed.get_backend_name()
         self.engine = self._engine()
+        self.read_engine = self._read_engine()
         try:
             with self.unavailable("open the catalog"):
                 self._set_up()
@@ -127,9 +128,17 @@ class Database:
             ) from e
         return create_engine(
             self.parsed,
-            pool_pre_ping=True,
+            pool_pre_ping=True,  # a server restarted meanwhile costs no failed call
             connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
         )
+
+    def _read_engine(self) -> Engine:
+        """Reads on PostgreSQL run in autocommit (no BEGIN/COMMIT round trips: each is
+        one statement, or a few whose only use is an error's hint); SQLite reads are
+        local calls and share the writers' engine."""
+        if self.dialect == "sqlite":
+            return self.engine
+        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _sqlite_engine(self) -> Engine:
         database = self.parsed.database or ":memory:"
@@ -171,8 +180,12 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only transaction."""
-        with self.unavailable("read the catalog"), self.engine.connect() as conn, conn.begin():
-            yield conn
+        with self.unavailable("read the catalog"), self.read_engine.connect() as conn:
+            if self.dialect == "sqlite":
+                with conn.begin():
+                    yield conn
+            else:
+                yield conn
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
