@@ -703,7 +703,8 @@ def start_postgres_server(*, attempts: int = 3) -> PostgresServer:
     :class:`ServiceStartError` (with the server's log) when it does not start."""
     bin_dir = find_postgres_bin()
     user = "postgres" if os.geteuid() == 0 else None
-    root = Path(tempfile.mkdtemp(prefix="lakelog-pg-"))
+    # as root, the server runs as `postgres`: its folder must be where that user can reach
+    root = Path(tempfile.mkdtemp(prefix="lakelog-pg-", dir="/tmp" if user else None))
     if user is not None:
         shutil.chown(root, user=user)
     server = PostgresServer(bin_dir, root, 0, user)

@@ -542,6 +542,28 @@ class Catalog:
             rows = conn.execute(query.order_by(tables.c.namespace, tables.c.name)).all()
         return [f"{r.namespace}.{r.name}" for r in rows]
 
+    def entries(self, namespace: str | None = None) -> list[TableEntry]:
+        """What the catalog records of every ready table (of ``namespace``; None: all),
+        sorted by name, in one query."""
+        query = select(tables).where(tables.c.state == READY)
+        with self._db.read() as conn:
+            if namespace is not None:
+                ns = check_identifier(namespace)
+                if not self._namespace_exists(conn, ns):
+                    raise self._no_namespace(conn, ns)
+                query = query.where(tables.c.namespace == ns)
+            rows = conn.execute(query.order_by(tables.c.namespace, tables.c.name)).all()
+        return [
+            TableEntry(
+                name=f"{r.namespace}.{r.name}",
+                location=str(r.location),
+                state=str(r.state),
+                created_at=_when(int(r.created_ms)),
+                updated_at=_when(int(r.updated_ms)),
+            )
+            for r in rows
+        ]
+
     def count_tables(self) -> int:
         """How many names the catalog holds (every state)."""
         with self._db.read() as conn:
@@ -663,7 +685,8 @@ class Catalog:
         if con is None:
             con = duckdb.default_connection()
         made = []
-        for name in self.list_tables(namespace):
+        for entry in self.entries(namespace):
+            name = entry.name
             ns, tb = name.split(".")
             table = self.load_table(name)
             source = f"__lakelog_{ns}__{tb}"

@@ -183,10 +183,7 @@ def cmd_drop_namespace(args: argparse.Namespace) -> int:
 
 def cmd_tables(args: argparse.Namespace) -> int:
     with _open(args) as catalog:
-        rows = [
-            {"name": name, "location": catalog.describe_table(name).location}
-            for name in catalog.list_tables(args.namespace)
-        ]
+        rows = [{"name": e.name, "location": e.location} for e in catalog.entries(args.namespace)]
     if args.json:
         print_json(rows)
     else:

@@ -108,6 +108,7 @@ def test_create_load_list_and_exists(catalog: Any, place: Any) -> None:
     assert catalog.table_exists("sales.orders") and not catalog.table_exists("sales.other")
     entry = catalog.describe_table("sales.orders")
     assert (entry.name, entry.state, entry.location) == ("sales.orders", "ready", created.uri)
+    assert catalog.entries() == [entry] == catalog.entries("sales")
 
 
 def test_catalog_default_properties_apply_at_create(catalog: Any) -> None:
