@@ -683,6 +683,22 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def restart(self) -> None:
+        """Stop and start the server again (same port): every client connection drops."""
+        done = self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),  # else the server holds our output pipe open
+            "-m",
+            "fast",
+            "-w",
+            "restart",
+        )
+        if done.returncode != 0:
+            raise ServiceStartError(f"PostgreSQL did not restart:\n{done.stderr}")
+
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete its folder; idempotent."""
         if self._stopped:

@@ -45,6 +45,7 @@ __all__ = [
 
 BUSY_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5
+PING_IDLE_S = 10.0
 
 
 def default_url() -> str:
@@ -112,7 +113,7 @@ class Database:
             with self.unavailable("open the catalog"):
                 self._set_up()
         except BaseException:
-            self.engine.dispose()
+            self.dispose()
             raise
 
     # -- engines ---------------------------------------------------------------
@@ -126,19 +127,38 @@ class Database:
                 f"expected psycopg 3 for the PostgreSQL catalog {self.url}, found it "
                 f"missing; pip install 'lakelog[postgres]'"
             ) from e
-        return create_engine(
-            self.parsed,
-            pool_pre_ping=True,  # a server restarted meanwhile costs no failed call
-            connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+        return self._postgres_engine()
+
+    def _postgres_engine(self, **options: Any) -> Engine:
+        engine = create_engine(
+            self.parsed, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, **options
         )
 
+        # A pooled connection idle for a while is pinged before use (a server restarted
+        # meanwhile then costs no failed call); one in steady use is not, which saves a
+        # round trip per lookup.
+        @event.listens_for(engine, "checkout")
+        def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            if time.monotonic() - record.info.get("lakelog_used", 0.0) < PING_IDLE_S:
+                return
+            try:
+                dbapi_connection.execute("SELECT 1")
+            except Exception as e:  # any failure: the pool reconnects
+                raise exc.DisconnectionError(str(e)) from e
+
+        @event.listens_for(engine, "checkin")
+        def _checkin(_dbapi_connection: Any, record: Any) -> None:
+            record.info["lakelog_used"] = time.monotonic()
+
+        return engine
+
     def _read_engine(self) -> Engine:
-        """Reads on PostgreSQL run in autocommit (no BEGIN/COMMIT round trips: each is
-        one statement, or a few whose only use is an error's hint); SQLite reads are
-        local calls and share the writers' engine."""
+        """Reads on PostgreSQL run in autocommit, on a pool of their own (no BEGIN/COMMIT
+        round trips: each is one statement, or a few whose only use is an error's hint);
+        SQLite reads are local calls and share the writers' engine."""
         if self.dialect == "sqlite":
             return self.engine
-        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        return self._postgres_engine(isolation_level="AUTOCOMMIT")
 
     def _sqlite_engine(self) -> Engine:
         database = self.parsed.database or ":memory:"
@@ -257,3 +277,5 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()

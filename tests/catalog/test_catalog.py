@@ -365,3 +365,27 @@ def test_to_duckdb_makes_a_view_per_table_in_a_schema_per_namespace(catalog: Any
     assert con.sql("SELECT count(*) FROM sales.orders WHERE day = 'a'").fetchall() == [(2,)]
     assert con.sql("SELECT n FROM ops.runs").fetchall() == [(7,)]
     con.close()
+
+
+def test_a_restarted_postgres_server_costs_no_failed_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _services import PostgresUnavailableError, start_postgres_server
+
+    from lakelog.catalog import database
+
+    try:
+        server = start_postgres_server()
+    except PostgresUnavailableError as e:
+        pytest.skip(str(e))
+    try:
+        catalog = lakelog.connect_catalog(server.url(), warehouse=str(tmp_path / "wh"))
+        catalog.create_namespace("sales")
+        catalog.create_table("sales.orders", SCHEMA)
+        server.restart()
+        monkeypatch.setattr(database, "PING_IDLE_S", 0.0)  # as if idle for a while
+        assert catalog.load_table("sales.orders").version == 0
+        catalog.create_namespace("ops")
+        catalog.close()
+    finally:
+        server.stop()
