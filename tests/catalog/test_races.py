@@ -24,10 +24,13 @@ import lakelog
 from lakelog.errors import LakelogError
 
 url, warehouse, op, name, arg = sys.argv[1:6]
-catalog = lakelog.connect_catalog(url, warehouse=warehouse)
+if op != "namespace":
+    catalog = lakelog.connect_catalog(url, warehouse=warehouse)
 print("ready", flush=True)
 sys.stdin.readline()
 try:
+    if op == "namespace":  # the first connects of a new catalog database race too
+        catalog = lakelog.connect_catalog(url, warehouse=warehouse)
     if op == "create":
         table = catalog.create_table(name, pa.schema([("id", pa.int64())]))
         table.append(pa.table({"id": [int(arg)]}))
@@ -35,6 +38,8 @@ try:
         catalog.rename_table(name, arg)
     elif op == "drop":
         catalog.drop_table(name, purge=True)
+    elif op == "namespace":
+        catalog.create_namespace(arg)
     out = {"ok": True, "arg": arg}
 except LakelogError as e:
     out = {"ok": False, "arg": arg, "error": type(e).__name__, "lines": len(str(e).splitlines())}
@@ -98,3 +103,11 @@ def test_racing_purging_drops_of_one_name_drop_it_once(catalog: Any, place: Any)
     assert catalog.list_tables() == ["sales.kept"]
     assert folders(place.warehouse) == ["sales/kept"]
     assert lakelog.open_table(str(place.warehouse / "sales" / "kept")).version == 0
+
+
+def test_racing_first_connects_set_the_catalog_up_once(place: Any) -> None:
+    results = run_race(place, "namespace", "-", [f"ns{i}" for i in range(RACERS)])
+    assert all(r["ok"] for r in results), results
+    with place.connect() as catalog:
+        assert catalog.list_namespaces() == [f"ns{i}" for i in range(RACERS)]
+        assert catalog.warehouse == f"file://{place.warehouse}"
