@@ -178,9 +178,12 @@ class Catalog:
                 if replace:
                     conn.execute(delete(meta).where(meta.c.key == key))
                 conn.execute(insert(meta).values(key=key, value=value))
-        except exc.IntegrityError:
+        except exc.IntegrityError as e:
             if replace:
-                raise
+                raise CatalogError(
+                    f"expected to store the catalog setting {key!r}, found another client "
+                    f"storing it at the same moment; try again."
+                ) from e
             # another client stored its value first; that one holds
 
     def set_default_properties(self, properties: Mapping[str, Any]) -> None:
