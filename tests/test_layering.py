@@ -23,7 +23,7 @@ BELOW_LOG = {"errors", "filters", "paths", "stats", "storage", "partitioning", "
 ABOVE_FACADE = {"cli", "__init__", "__main__", "table"}
 """Who may import ``lakelog.table`` at run time: the facade's users, never its parts."""
 
-CATALOG_USES = {"catalog", "core", "errors", "properties", "storage"}
+CATALOG_USES = {"catalog", "core", "errors", "properties", "storage", "_failpoints"}
 """What ``lakelog.catalog`` may import: names -> locations on top of the core's create
 and load, nothing of the commit protocol (log, transaction) itself."""
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 from sqlalchemy import delete, exc, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from .._failpoints import failpoint
 from ..core import create_with_files, table_of
 from ..core import load_table as load_at
 from ..errors import (
@@ -328,6 +329,7 @@ class Catalog:
             # the default folder is a renamed table's: this one gets a folder of its own
             storage = Storage(f"{loc}-{token[:8]}", self._storage_options)
             self._insert(ns, tb, storage.uri, CREATING, token)
+        failpoint("catalog:create:after-insert")
         try:
             created = create_with_files(
                 storage, schema, partition_by=partition_by, properties=props, adds=None
@@ -342,6 +344,7 @@ class Catalog:
                     f"or pass another location=."
                 ) from e
             raise
+        failpoint("catalog:create:after-table")
         with self._db.write() as conn:
             marked = conn.execute(
                 update(tables)
@@ -635,6 +638,7 @@ class Catalog:
                 ).rowcount
             if claimed != 1:
                 raise self._gone(ns, tb)
+            failpoint("catalog:drop:after-claim")
             self._delete_files(location)
             token = dropping
         with self._db.write() as conn:

@@ -4,6 +4,8 @@ one-line typed error, and no folder is left behind."""
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,61 @@ def test_racing_first_connects_set_the_catalog_up_once(place: Any) -> None:
     with place.connect() as catalog:
         assert catalog.list_namespaces() == [f"ns{i}" for i in range(RACERS)]
         assert catalog.warehouse == f"file://{place.warehouse}"
+
+
+CRASH = """
+import sys
+import pyarrow as pa
+import lakelog
+
+url, warehouse, op = sys.argv[1:4]
+catalog = lakelog.connect_catalog(url, warehouse=warehouse)
+if op == "create":
+    catalog.create_table("sales.orders", pa.schema([("id", pa.int64())]))
+else:
+    catalog.drop_table("sales.orders", purge=True)
+"""
+
+
+def age_names(place: Any, seconds: int) -> None:
+    """Make every name's last change ``seconds`` old (as time passing after a crash)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(place.url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        stale = int((time.time() - seconds) * 1000)
+        conn.execute(sa.text(f"UPDATE lakelog_tables SET updated_ms = {stale}"))
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("point", "state", "folder_left"),
+    [
+        ("catalog:create:after-insert", "being created", False),
+        ("catalog:create:after-table", "being created", True),
+        ("catalog:drop:after-claim", "being dropped", True),
+    ],
+)
+def test_a_crash_mid_change_leaves_a_name_no_one_loads_and_drop_clears_it(
+    catalog: Any, place: Any, point: str, state: str, folder_left: bool
+) -> None:
+    catalog.create_namespace("sales")
+    if point.startswith("catalog:drop"):
+        catalog.create_table("sales.orders", pa.schema([("id", pa.int64())]))
+    op = "create" if point.startswith("catalog:create") else "drop"
+    child = spawn(CRASH, place.url, str(place.warehouse), op, LAKELOG_CRASH_AT=point)
+    child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    assert (place.warehouse / "sales" / "orders").exists() == folder_left
+    with pytest.raises(lakelog.NoSuchTableError, match=state):
+        catalog.load_table("sales.orders")
+    assert catalog.list_tables() == []
+    with pytest.raises(lakelog.TableAlreadyExistsError):
+        catalog.create_table("sales.orders", pa.schema([("id", pa.int64())]))
+    with pytest.raises(lakelog.NoSuchTableError, match="10 minutes old"):
+        catalog.drop_table("sales.orders", purge=True)  # may still be under way
+    age_names(place, 11 * 60)
+    catalog.drop_table("sales.orders", purge=True)
+    assert folders(place.warehouse) == [] and catalog.count_tables() == 0
+    catalog.create_table("sales.orders", pa.schema([("id", pa.int64())]))
+    assert catalog.load_table("sales.orders").version == 0
