@@ -389,3 +389,20 @@ def test_a_restarted_postgres_server_costs_no_failed_call(
         catalog.close()
     finally:
         server.stop()
+
+
+def test_a_warehouse_on_s3(tmp_path: Path, moto_server: Any, s3_bucket: str) -> None:
+    options = moto_server.storage_options()
+    warehouse = f"s3://{s3_bucket}/wh-{tmp_path.name}"
+    with lakelog.connect_catalog(
+        f"sqlite:///{tmp_path}/c.db", warehouse=warehouse, storage_options=options
+    ) as catalog:
+        catalog.create_namespace("sales")
+        table = catalog.create_table("sales.orders", SCHEMA)
+        table.append(ROWS)
+        assert table.uri == f"{warehouse}/sales/orders"
+        assert catalog.load_table("sales.orders").snapshot().num_rows == 3
+        fs = moto_server.filesystem()
+        assert fs.find(f"{warehouse}/sales/orders")
+        catalog.drop_table("sales.orders", purge=True)
+        assert fs.find(f"{warehouse}/sales/orders") == []
