@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog import CATALOG_ENV, connect_catalog
 from ..catalog.names import looks_like_name
-from ..errors import CatalogError
+from ..errors import LakelogError
 from .common import print_json, print_rows
 
 if TYPE_CHECKING:
@@ -71,16 +71,18 @@ _CALLS = [
     (re.compile(r"register_table\('([^']*)', '([^']*)'\)"), r"`lakelog catalog register \1 \2`"),
     (re.compile(r"register_table"), "`lakelog catalog register`"),
     (re.compile(r"cascade=True"), "--cascade"),
+    (re.compile(r"without purge"), "without --purge"),
     (re.compile(r"load_table\('([^']*)'\)"), r"`lakelog info \1`"),
 ]
 
 
 @contextlib.contextmanager
 def _cli_words() -> Iterator[None]:
-    """Catalog errors with the library's calls named as the commands that do them."""
+    """Errors of catalog calls with the library's calls named as the commands that do
+    them."""
     try:
         yield
-    except CatalogError as e:
+    except LakelogError as e:
         message = str(e)
         for pattern, command in _CALLS:
             message = pattern.sub(command, message)

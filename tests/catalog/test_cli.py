@@ -69,7 +69,7 @@ def test_table_commands_take_a_name(
 
 
 def test_an_unknown_name_is_one_line_in_the_commands_words(
-    place: Any, capsys: pytest.CaptureFixture[str]
+    place: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with place.connect() as cat:
         cat.create_namespace("sales")
@@ -80,6 +80,11 @@ def test_an_unknown_name_is_one_line_in_the_commands_words(
     assert "Did you mean 'sales.orders'" in err and "`lakelog catalog tables sales`" in err
     code, _, err = run(capsys, "catalog", "drop-namespace", "sales", "--catalog", place.url)
     assert code == 1 and "--cascade" in err and "cascade=True" not in err
+    lakelog.write_table(str(tmp_path / "outside"), ROWS)
+    outside = str(tmp_path / "outside")
+    run_json(capsys, "catalog", "register", "sales.ext", outside, "--catalog", place.url)
+    code, _, err = run(capsys, "catalog", "drop", "sales.ext", "--purge", "--catalog", place.url)
+    assert code == 1 and "`lakelog catalog drop sales.ext` without --purge" in err
 
 
 def test_bad_names_and_unreachable_catalogs_are_one_line(
