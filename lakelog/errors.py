@@ -8,6 +8,9 @@ from __future__ import annotations
 __all__ = [
     "AdoptedFilesMissingError",
     "AppVersionCommittedError",
+    "CatalogError",
+    "CatalogUnavailableError",
+    "CatalogVersionError",
     "ChangeFeedError",
     "CleanupRunningError",
     "DeletedRowsError",
@@ -16,18 +19,25 @@ __all__ = [
     "DataFileMissingError",
     "DeltaViewError",
     "InvalidArgumentError",
+    "InvalidNameError",
     "LogGapError",
     "LakelogError",
     "LeaseExpiredError",
     "MaintenanceFailedError",
     "MissingDependencyError",
     "ManifestLeafError",
+    "NamespaceExistsError",
+    "NamespaceNotEmptyError",
+    "NoSuchNamespaceError",
+    "NoSuchTableError",
     "SchemaMismatchError",
     "SparkEnvironmentError",
     "StorageConsistencyError",
     "StorageNotSupportedError",
+    "TableAlreadyExistsError",
     "TableExistsError",
     "TableNotFoundError",
+    "TableLocationEmptyError",
     "UnsupportedFormatError",
     "VersionExpiredError",
     "VersionNotFoundError",
@@ -253,3 +263,62 @@ class DeletedRowsError(LakelogError):
 class MissingDependencyError(LakelogError, ImportError):
     """An optional package a call needs (DuckDB, polars, pandas) is not installed;
     the message names the ``pip install`` that fixes it."""
+
+
+class CatalogError(LakelogError):
+    """A catalog (``lakelog.connect_catalog``) refused an operation on a name; the tables
+    themselves are unaffected."""
+
+
+class InvalidNameError(CatalogError, InvalidArgumentError):
+    """A namespace or table name is not a safe identifier (letters, digits, ``_`` and
+    ``-``; at most 128 characters; never a path): names become folders under the
+    warehouse and must never leave it."""
+
+
+class NoSuchNamespaceError(CatalogError):
+    """The catalog has no namespace of that name. ``namespace`` is the name asked for,
+    ``close`` the existing names that resemble it."""
+
+    def __init__(self, message: str, *, namespace: str, close: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.close = close
+
+
+class NoSuchTableError(CatalogError):
+    """The catalog has no table of that name. ``name`` is the ``namespace.table`` asked
+    for, ``close`` the registered names that resemble it."""
+
+    def __init__(self, message: str, *, name: str, close: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.close = close
+
+
+class TableAlreadyExistsError(CatalogError, TableExistsError):
+    """The name (or the location) is already registered in the catalog: of two creates of
+    one name, exactly one wins and the other gets this, with nothing written."""
+
+
+class NamespaceExistsError(CatalogError):
+    """The namespace already exists."""
+
+
+class NamespaceNotEmptyError(CatalogError):
+    """A namespace still holding tables was to be dropped without ``cascade=True``."""
+
+
+class TableLocationEmptyError(CatalogError, TableNotFoundError):
+    """A catalog name points at a location that holds no lakelog table (deleted outside
+    the catalog), or ``register_table`` was given such a location."""
+
+
+class CatalogUnavailableError(CatalogError):
+    """The catalog database cannot be reached or opened; the message names its URL (with
+    any password hidden) and what to check."""
+
+
+class CatalogVersionError(CatalogError, UnsupportedFormatError):
+    """The catalog database was set up by a newer lakelog (its schema version is higher
+    than this one knows): upgrade lakelog rather than write to it."""

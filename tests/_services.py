@@ -7,7 +7,10 @@ helpers. Two services are provided:
   (:func:`start_moto_server` / :class:`MotoServer`), reached through s3fs with
   :meth:`MotoServer.storage_options`;
 * a local Spark session tuned for small, fast tests
-  (:func:`build_spark_session`).
+  (:func:`build_spark_session`);
+* a throwaway PostgreSQL server (:func:`start_postgres_server` /
+  :class:`PostgresServer`) in a temporary folder, on a free port of 127.0.0.1, run as
+  the ``postgres`` OS user when this process is root (PostgreSQL refuses root).
 
 Spark facts that the helpers encode (checked against pyspark 4.3.0, Java 17):
 
@@ -55,6 +58,8 @@ __all__ = [
     "MOTO_SECRET_KEY",
     "LOOPBACK",
     "MotoServer",
+    "PostgresServer",
+    "PostgresUnavailableError",
     "S3AUnavailableError",
     "S3A_JARS_ENV",
     "ServiceStartError",
@@ -69,7 +74,9 @@ __all__ = [
     "pyspark_jars_dir",
     "s3a_spark_conf",
     "spark_test_conf",
+    "find_postgres_bin",
     "start_moto_server",
+    "start_postgres_server",
     "stop_spark_session",
     "worker_python_path",
 ]
@@ -610,3 +617,152 @@ def _wait_for_executors(spark: SparkSession, expected: int, timeout: float) -> N
 def stop_spark_session(spark: SparkSession) -> None:
     """Stop ``spark`` (its JVM stays up for reuse by the next session)."""
     spark.stop()
+
+
+# --------------------------------------------------------------------------
+# PostgreSQL
+# --------------------------------------------------------------------------
+
+
+class PostgresUnavailableError(RuntimeError):
+    """PostgreSQL's server binaries (initdb, pg_ctl) are not installed."""
+
+
+def find_postgres_bin() -> Path:
+    """The folder holding ``initdb`` and ``pg_ctl`` (newest of /usr/lib/postgresql/*/bin,
+    else the PATH); raises :class:`PostgresUnavailableError` when there is none."""
+    candidates = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).parent)
+    for folder in candidates:
+        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
+            return folder
+    raise PostgresUnavailableError(
+        "PostgreSQL's server binaries (initdb, pg_ctl) are not installed: "
+        "apt-get install postgresql (.ci/run does this on CI)"
+    )
+
+
+class PostgresServer:
+    """A PostgreSQL server in its own temporary folder on 127.0.0.1 (no password:
+    ``trust`` for local connections). :meth:`stop` shuts it down and removes the folder."""
+
+    def __init__(self, bin_dir: Path, root: Path, port: int, user: str | None) -> None:
+        self.bin_dir = bin_dir
+        self.root = root
+        self.data = root / "data"
+        self.port = port
+        self.host = LOOPBACK
+        self._os_user = user
+        self._stopped = False
+
+    def url(self, database: str = "postgres") -> str:
+        """``postgresql://postgres@127.0.0.1:<port>/<database>``."""
+        return f"postgresql://postgres@{self.host}:{self.port}/{database}"
+
+    def _run(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        prefix = ["runuser", "-u", self._os_user, "--"] if self._os_user else []
+        return subprocess.run(
+            [*prefix, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name``; returns its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def restart(self) -> None:
+        """Stop and start the server again (same port): every client connection drops."""
+        done = self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),  # else the server holds our output pipe open
+            "-m",
+            "fast",
+            "-w",
+            "restart",
+        )
+        if done.returncode != 0:
+            raise ServiceStartError(f"PostgreSQL did not restart:\n{done.stderr}")
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown) and delete its folder; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"PostgresServer({self.url()!r})"
+
+
+def start_postgres_server(*, attempts: int = 3) -> PostgresServer:
+    """initdb into a temporary folder and start the server on a free port of 127.0.0.1
+    (its socket in that folder too); waits until it accepts connections.
+
+    Raises :class:`PostgresUnavailableError` when the binaries are missing and
+    :class:`ServiceStartError` (with the server's log) when it does not start."""
+    bin_dir = find_postgres_bin()
+    user = "postgres" if os.geteuid() == 0 else None
+    # as root, the server runs as `postgres`: its folder must be where that user can reach
+    root = Path(tempfile.mkdtemp(prefix="lakelog-pg-", dir="/tmp" if user else None))
+    if user is not None:
+        shutil.chown(root, user=user)
+    server = PostgresServer(bin_dir, root, 0, user)
+    init = server._run(
+        str(bin_dir / "initdb"),
+        "-D",
+        str(server.data),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "--no-sync",
+        "-E",
+        "UTF8",
+        timeout=120,
+    )
+    if init.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise ServiceStartError(f"initdb failed:\n{init.stdout}\n{init.stderr}")
+    log = root / "server.log"
+    for _ in range(max(1, attempts)):
+        server.port = find_free_port()
+        options = (
+            f"-p {server.port} -k {root} -c listen_addresses={LOOPBACK} "
+            f"-c fsync=off -c full_page_writes=off -c max_connections=100"
+        )
+        started = server._run(
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(server.data),
+            "-l",
+            str(log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+            timeout=90,
+        )
+        if started.returncode == 0 and _port_accepts(LOOPBACK, server.port):
+            atexit.register(server.stop)
+            return server
+    output = log.read_text(errors="replace") if log.exists() else ""
+    server.stop()
+    raise ServiceStartError(f"PostgreSQL did not start:\n{started.stderr}\n{output}")

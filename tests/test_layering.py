@@ -23,6 +23,13 @@ BELOW_LOG = {"errors", "filters", "paths", "stats", "storage", "partitioning", "
 ABOVE_FACADE = {"cli", "__init__", "__main__", "table"}
 """Who may import ``lakelog.table`` at run time: the facade's users, never its parts."""
 
+CATALOG_USES = {"catalog", "core", "errors", "properties", "storage", "_failpoints"}
+"""What ``lakelog.catalog`` may import: names -> locations on top of the core's create
+and load, nothing of the commit protocol (log, transaction) itself."""
+
+CATALOG_USERS = {"catalog", "cli", "__init__"}
+"""Who may import ``lakelog.catalog``: the public API and the command line."""
+
 
 def _module(path: Path) -> str:
     rel = path.relative_to(ROOT.parent).with_suffix("")
@@ -111,3 +118,26 @@ def test_only_the_facades_users_import_the_table_facade(path: Path) -> None:
         if target == "lakelog.table"
     ]
     assert not bad, f"{module} imports the Table facade at run time (use the core): {bad}"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if _top(_module(p)) == "catalog"], ids=str)
+def test_the_catalog_builds_on_the_core_only(path: Path) -> None:
+    bad = [
+        f"line {line}: {target}"
+        for target, _, line in _runtime_imports(path)
+        if target.startswith("lakelog") and _top(target) not in CATALOG_USES
+    ]
+    assert not bad, f"{_module(path)} imports beyond the core: {bad}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=str)
+def test_only_the_api_and_the_cli_import_the_catalog(path: Path) -> None:
+    module = _module(path)
+    if _top(module) in CATALOG_USERS or module == "lakelog":
+        return
+    bad = [
+        f"line {line}: {target}"
+        for target, _, line in _runtime_imports(path)
+        if _top(target) == "catalog" and target.startswith("lakelog")
+    ]
+    assert not bad, f"{module} imports the catalog: {bad}"

@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "lakelog.cli.plans",
     "lakelog.cli.check_storage",
     "lakelog.cli.schema",
+    "lakelog.cli.catalog",
 )
 
 EXIT_STATUSES = """\

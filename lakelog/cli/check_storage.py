@@ -31,8 +31,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_check_storage(args: argparse.Namespace) -> int:
+    from .catalog import table_uri
+
     storage = Storage(
-        args.uri, storage_options(args.storage_option), single_writer=args.single_writer
+        table_uri(args), storage_options(args.storage_option), single_writer=args.single_writer
     )
     result = check_storage(storage)
     if args.json:

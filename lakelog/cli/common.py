@@ -45,6 +45,9 @@ def add_table_args(p: argparse.ArgumentParser) -> None:
         "create a file only if absent (e.g. GCS, HTTP)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    from .catalog import add_catalog_arg  # the table may be given by its catalog name
+
+    add_catalog_arg(p)
 
 
 def storage_options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -64,8 +67,10 @@ def storage_options(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def open_from_args(args: argparse.Namespace) -> Table:
+    from .catalog import table_uri  # a catalog name -> its location
+
     return open_table(
-        args.uri,
+        table_uri(args),
         storage_options=storage_options(args.storage_option),
         single_writer=args.single_writer,
     )
