@@ -56,7 +56,11 @@ def register(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="table property (repeatable), e.g. --property lakelog.delta_view=true",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of text (a failure too: one JSON object on stderr)",
+    )
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser(
