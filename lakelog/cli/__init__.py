@@ -36,6 +36,7 @@ __all__ = ["main", "run"]
 
 COMMAND_MODULES = (
     "lakelog.cli.core",
+    "lakelog.cli.properties",
     "lakelog.cli.maintenance",
     "lakelog.cli.cleanup",
     "lakelog.cli.cluster",
@@ -49,7 +50,6 @@ COMMAND_MODULES = (
     "lakelog.cli.plans",
     "lakelog.cli.check_storage",
     "lakelog.cli.schema",
-    "lakelog.cli.properties",
 )
 
 EXIT_STATUSES = """\
