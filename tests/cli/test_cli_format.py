@@ -8,7 +8,10 @@ import csv
 import datetime as dt
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 import lakelog
 from lakelog.cli import main
 
+CLI = [sys.executable, "-m", "lakelog.cli"]
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
@@ -150,3 +154,26 @@ def test_text_tables_show_floats_whole(
     assert _column(out, "x") == ["1234.5678"]
     out = _run(capsys, "changes", table.uri, "--from", "2", "--to", "2")
     assert _column(out, "x") == ["2.5"]
+
+
+def test_plans_show_the_claim_time_in_the_same_format(tmp_path: Path) -> None:
+    """A compaction killed right after its claim landed leaves a stopped plan;
+    ``lakelog plans`` shows when it was claimed as every other command shows a time
+    (before: ``2026-11-29 02:06:25Z``, seconds and a space)."""
+    t = lakelog.create_table(str(tmp_path / "t"), pa.schema([("id", pa.int64())]))
+    for i in range(3):
+        t.append(pa.table({"id": [i]}))
+    killed = subprocess.run(
+        [*CLI, "compact", t.uri],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LAKELOG_CRASH_AT": "rewrite:claimed"},
+    )
+    assert killed.returncode == -9, killed.stderr
+    (plan,) = t.refresh().plans()
+    proc = subprocess.run([*CLI, "plans", t.uri], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (shown,) = _column(proc.stdout, "claimed")
+    when = dt.datetime.fromtimestamp(plan.claimed_ms / 1000, tz=dt.timezone.utc)
+    assert shown == f"{when:%Y-%m-%dT%H:%M:%S}.{plan.claimed_ms % 1000:03d}Z"
