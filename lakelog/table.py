@@ -503,6 +503,20 @@ class Table:
         """
         return core.set_properties(self, properties)
 
+    def unset_properties(
+        self, keys: str | Sequence[str], *, missing_ok: bool = False
+    ) -> CommitResult:
+        """Remove table properties (a metadata commit that conflicts with everything):
+        a ``lakelog.*`` property reads as its default again.
+
+        Args:
+            keys: the property names to remove; an unknown ``lakelog.*`` name is refused
+                with the closest declared one.
+            missing_ok: skip names that are not set instead of refusing them; default
+                False. With nothing to remove nothing is committed (``skipped``).
+        """
+        return core.unset_properties(self, keys, missing_ok=missing_ok)
+
     # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
         """Add nullable columns after the existing ones, or nullable fields at the end

@@ -31,7 +31,9 @@ def register(sub: Any) -> None:
             "Adopt every Parquet file under URI (hidden names skipped) as version 0 of a "
             "new table, with statistics from the footers; Hive folders (day=2026-11-02/) "
             "become partition columns. Files are neither moved nor rewritten. Files whose "
-            "schemas cannot be unified are listed and nothing is committed."
+            "schemas cannot be unified are listed and nothing is committed. Like every new "
+            "table it gets lakelog.deletion_vectors=true unless --property sets it or "
+            "lakelog.delta_view=true."
         ),
     )
     p.add_argument("uri", help="the folder: a path, file://, s3://, memory://")
@@ -56,7 +58,11 @@ def register(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="table property (repeatable), e.g. --property lakelog.delta_view=true",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of text (a failure too: one JSON object on stderr)",
+    )
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser(

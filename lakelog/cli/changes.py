@@ -5,38 +5,55 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import add_table_args, human_bytes, open_from_args, print_json, print_rows
+from .common import (
+    add_filter_arg,
+    add_table_args,
+    human_bytes,
+    open_from_args,
+    print_json,
+    print_rows,
+)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "delete",
-        help="delete the rows matching a predicate (rewrites only the files holding them)",
+        help="delete the rows matching a filter (marks them in deletion vectors, or rewrites "
+        "the files holding them)",
         description=(
-            "Deletes the rows matching --where in one commit. Only files whose statistics "
-            "can match are read, and only files holding a matching row are rewritten (the "
-            "rest of each kept row for row). Matching nothing commits nothing. --dry-run "
-            "lists the files and rows that would change."
+            "Deletes the rows matching --filter in one commit. Only files whose partition "
+            "values or statistics can match are read, and only files holding a matching row "
+            "change. By default no file is rewritten: with lakelog.deletion_vectors=true, "
+            "which new tables get unless created with the Delta view or with the property "
+            "false, the deleted rows are marked in each file's deletion vector (a file whose "
+            "vector would grow past lakelog.deletion_vectors.max_vector_bytes is rewritten "
+            "instead), and a later compact rewrites files with many marked rows "
+            "(lakelog.deletion_vectors.purge_ratio). Tables without it (older tables, the "
+            "Delta view's, or set to false) rewrite each such file with the rest of its "
+            "rows, row for row. "
+            "Matching nothing commits nothing. --dry-run lists the files and rows that "
+            "would change. To get deleted rows off disk (an erasure request), run compact, "
+            "expire and vacuum afterwards."
         ),
     )
     add_table_args(p)
-    p.add_argument(
-        "--where",
+    add_filter_arg(
+        p,
         required=True,
-        metavar="PREDICATE",
+        where_alias=True,
         help='rows to delete, e.g. "customer_id = 42" or "day < \'2024-01-01\'"; '
         '"true" deletes every row',
     )
     p.add_argument(
         "--dry-run", action="store_true", help="list the files and rows that would change"
     )
-    p.add_argument("--paths", action="store_true", help="list every file rewritten")
+    p.add_argument("--paths", action="store_true", help="list every file marked or rewritten")
     p.set_defaults(func=cmd_delete)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     table = open_from_args(args)
-    result = table.delete(args.where, dry_run=args.dry_run)
+    result = table.delete(args.filter, dry_run=args.dry_run)
     if args.json:
         print_json({"uri": table.uri, **result.to_dict(files=args.dry_run or args.paths)})
         return 0

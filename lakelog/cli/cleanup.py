@@ -24,14 +24,15 @@ def register(sub: Any) -> None:
         type=parse_duration,
         default=None,
         metavar="AGE",
-        help="expire versions committed before now - AGE (e.g. 7d, 12h; default: property)",
+        help="expire versions committed before now - AGE (e.g. 7d, 12h; default: "
+        "lakelog.expire.older_than_seconds, 7d)",
     )
     p.add_argument(
         "--retain-last",
         type=int,
         default=None,
         metavar="N",
-        help="always keep the newest N versions (default: property, 10)",
+        help="always keep the newest N versions (default: lakelog.expire.retain_last, 10)",
     )
     p.add_argument("--dry-run", action="store_true", help="report only, change nothing")
     p.add_argument("--paths", action="store_true", help="print every file deleted")
@@ -51,7 +52,7 @@ def register(sub: Any) -> None:
         type=parse_duration,
         default=None,
         metavar="AGE",
-        help="only files older than AGE (default: property lakelog.vacuum.older_than_seconds)",
+        help="only files older than AGE (default: lakelog.vacuum.older_than_seconds, 3d)",
     )
     p.add_argument(
         "--dry-run",
@@ -62,7 +63,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="allow --older-than below lakelog.vacuum.min_age_seconds (no writer running)",
+        help="allow --older-than below lakelog.vacuum.min_age_seconds (1h; only when no "
+        "writer is running)",
     )
     p.add_argument("--paths", action="store_true", help="print every file")
     p.set_defaults(func=cmd_vacuum)

@@ -52,19 +52,49 @@ def register(sub: Any) -> None:
         "optimize",
         help="cluster rows by a space-filling curve (or sort them)",
         description="Order rows by a Hilbert or Z-order curve over rank-normalized columns "
-        "(--zorder-by) or by a linear sort (--sort-by), cut into files of the target size, "
-        "committed atomically beside live writers. Incremental unless --full.",
+        "(--zorder-by) or by a linear sort (--sort-by), or without either by the clustering "
+        "`lakelog clustering` declared, cut into files of the target size, committed "
+        "atomically beside live writers. Incremental unless --full: new files are "
+        "clustered into the existing key ranges within a rewrite budget "
+        "(lakelog.clustering.max_rewrite_ratio).",
     )
     add_table_args(p)
     g = p.add_argument_group("planning")
     which = g.add_mutually_exclusive_group()
     which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
     which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
-    g.add_argument("--curve", choices=("hilbert", "zorder"), default=None)
-    g.add_argument("--target-file-size", type=size_arg, metavar="SIZE", help="e.g. 128MiB")
-    g.add_argument("--max-group-bytes", type=size_arg, metavar="SIZE", help="in-memory sort budget")
-    g.add_argument("--compression", default=None, help="codec of the new files")
-    g.add_argument("--row-group-size", type=count_arg, default=None, metavar="ROWS")
+    g.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder"),
+        default=None,
+        help="the curve over --zorder-by (default: hilbert)",
+    )
+    g.add_argument(
+        "--target-file-size",
+        type=size_arg,
+        metavar="SIZE",
+        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
+    )
+    g.add_argument(
+        "--max-group-bytes",
+        type=size_arg,
+        metavar="SIZE",
+        help="sort a group in memory up to this size, above it in spilled runs (default: "
+        "lakelog.clustering.max_group_bytes, 1 GiB)",
+    )
+    g.add_argument(
+        "--compression",
+        default=None,
+        metavar="CODEC",
+        help="codec of the new files (default: lakelog.compression, zstd)",
+    )
+    g.add_argument(
+        "--row-group-size",
+        type=count_arg,
+        default=None,
+        metavar="ROWS",
+        help="rows per row group of the new files",
+    )
     g.add_argument(
         "--partition",
         action="append",
@@ -72,7 +102,7 @@ def register(sub: Any) -> None:
         metavar="COL=VALUE",
         help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
     )
-    g.add_argument("--full", action="store_true", help="recluster everything (new boundaries)")
+    g.add_argument("--full", action="store_true", help="recluster everything (fresh key ranges)")
     add_run_args(p, verb="clustered")
     p.set_defaults(func=cmd_optimize)
 
@@ -89,7 +119,12 @@ def register(sub: Any) -> None:
     which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
     which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
     which.add_argument("--none", action="store_true", help="declare no clustering")
-    p.add_argument("--curve", choices=("hilbert", "zorder"), default=None)
+    p.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder"),
+        default=None,
+        help="the curve over --zorder-by (default: hilbert)",
+    )
     p.set_defaults(func=cmd_clustering)
 
     p = sub.add_parser(
@@ -97,16 +132,35 @@ def register(sub: Any) -> None:
         help="skipping inside files (page index, bloom filters, row groups), or with "
         "--columns how well the layout skips data for some columns",
         description="Without --columns: per file and column, whether a page index and bloom "
-        "filters exist, and the row groups (see lakelog.cli.inspect). With --columns: average "
+        "filters exist, and the row groups; with --filter, also how many files and row "
+        "groups a read with it skips. With --columns: average "
         "overlap depth per column and expected fraction of bytes read by range queries of a "
         "given selectivity, from per-file min/max alone.",
     )
     add_table_args(p)
-    p.add_argument("--columns", type=_columns, default=None, metavar="A,B")
+    p.add_argument(
+        "--columns",
+        type=_columns,
+        default=None,
+        metavar="A,B",
+        help="report how well the layout skips data for these columns",
+    )
     add_inspect_files_args(p)
-    p.add_argument("--version", type=int, default=None, help="inspect this version")
-    p.add_argument("--selectivity", type=float, default=0.01, help="fraction of rows per query")
-    p.add_argument("--plot", metavar="FILE.png", help="draw the files' boxes (two columns)")
+    p.add_argument(
+        "--version", type=int, default=None, help="inspect this version (default: the latest)"
+    )
+    p.add_argument(
+        "--selectivity",
+        type=float,
+        default=0.01,
+        metavar="FRACTION",
+        help="with --columns: fraction of rows per range query (default 0.01)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="with --columns: draw the files' boxes over the first two columns",
+    )
     p.add_argument(
         "--before-version",
         type=int,

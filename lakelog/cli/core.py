@@ -6,14 +6,24 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from .common import add_table_args, human_bytes, open_from_args, print_json, print_rows
+from .common import (
+    add_filter_arg,
+    add_table_args,
+    human_bytes,
+    open_from_args,
+    print_json,
+    print_rows,
+    timestamp_ms,
+)
 from .metadata import add_csv_arg, print_csv
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("info", help="version, schema, partitioning, size of a table")
     add_table_args(p)
-    p.add_argument("--version", type=int, default=None, help="describe this version")
+    p.add_argument(
+        "--version", type=int, default=None, help="describe this version (default: the latest)"
+    )
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("history", help="commits, newest first")
@@ -24,13 +34,19 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("files", help="live data files of a version")
     add_table_args(p)
-    p.add_argument("--version", type=int, default=None, help="files of this version")
-    p.add_argument("--filter", default=None, metavar="EXPR", help="only files that may match EXPR")
+    p.add_argument(
+        "--version", type=int, default=None, help="files of this version (default: the latest)"
+    )
+    add_filter_arg(
+        p, help="only files that may hold rows matching EXPR, e.g. \"day = '2026-11-01'\""
+    )
     add_csv_arg(p)
     p.set_defaults(func=cmd_files)
 
 
 def _iso(ms: int) -> str:
+    """A commit time in JSON (its form there since the first release; text and CSV print
+    :func:`~lakelog.cli.common.timestamp_ms`)."""
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(
         timespec="milliseconds"
     )
@@ -56,8 +72,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
         return 0
+    shown = {**info, "timestamp": timestamp_ms(snap.timestamp_ms)}
     for key in ("uri", "table_id", "version", "timestamp", "num_files", "num_rows"):
-        print(f"{key:<13} {info[key]}")
+        print(f"{key:<13} {shown[key]}")
     print(f"{'total_bytes':<13} {snap.total_bytes} ({human_bytes(snap.total_bytes)})")
     print(f"{'partition_by':<13} {', '.join(snap.partition_by) or '-'}")
     print("schema")
@@ -75,10 +92,11 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.csv:  # the metadata table (lakelog.inspect), flattened
         print_csv(table.inspect.history(limit=args.limit))
         return 0
+    when = _iso if args.json else timestamp_ms
     rows = [
         {
             "version": h.version,
-            "timestamp": _iso(h.timestamp_ms),
+            "timestamp": when(h.timestamp_ms),
             "operation": h.operation,
             "read_version": h.read_version,
             "parameters": h.parameters,

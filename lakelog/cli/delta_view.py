@@ -25,7 +25,11 @@ def register(sub: Any) -> None:
             "with a checkpoint at the current version); every later commit also appears as "
             "the same Delta version. sync: write the Delta versions the view is missing "
             "(after a writer was killed). status: the view against the log. disable: "
-            "turn the view off and delete _delta_log/. See docs/delta-view.md."
+            "turn the view off and delete _delta_log/. A table with deletion vectors (the "
+            "default of tables created without the view) gets them in its view as Delta "
+            "deletion vectors, which deltalake's pyarrow reader refuses (DataFusion, DuckDB "
+            "and Spark read them); for that reader, run `lakelog set-properties URI "
+            "lakelog.deletion_vectors=false` before enabling. See docs/delta-view.md."
         ),
     )
     p.add_argument("action", choices=["enable", "disable", "sync", "status"], help="what to do")

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from ..inspect import flatten
-from .common import add_table_args, open_from_args, print_rows
+from .common import add_filter_arg, add_table_args, open_from_args, print_rows, text_columns
 
 
 def register(sub: Any) -> None:
@@ -33,7 +33,8 @@ def register(sub: Any) -> None:
             "Appends give their rows as inserts; compaction, clustering and expiry give "
             "nothing. Deletes, updates, merges and overwrites with a predicate are in the "
             "feed when the table property lakelog.change_data_feed was true when they "
-            "committed; a range holding one committed without it fails."
+            "committed (`lakelog set-properties URI lakelog.change_data_feed=true` turns it on for "
+            "the commits after); a range holding one committed without it fails."
         ),
     )
     add_table_args(p)
@@ -60,12 +61,7 @@ def register(sub: Any) -> None:
         metavar="A,B",
         help="the table's columns to print, comma-separated (default: all)",
     )
-    p.add_argument(
-        "--where",
-        dest="filter",
-        metavar="EXPR",
-        help='only rows matching EXPR, e.g. "customer_id = 42"',
-    )
+    add_filter_arg(p, where_alias=True, help='only rows matching EXPR, e.g. "customer_id = 42"')
     p.add_argument("--csv", action="store_true", help="print CSV (nested columns flattened)")
     p.set_defaults(func=cmd_changes)
 
@@ -118,10 +114,11 @@ def _print_json(batches: Iterator[pa.RecordBatch]) -> None:
 
 
 def _print_csv(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> None:
-    """A CSV table (header first), written a batch at a time."""
-    flat = flatten(schema.empty_table()).schema
+    """A CSV table (header first), written a batch at a time; numbers and instants as
+    the text table shows them (:func:`~lakelog.cli.common.text_columns`)."""
+    flat = text_columns(flatten(schema.empty_table())).schema
     header = True
-    for table in (flatten(pa.Table.from_batches([b])) for b in batches):
+    for table in (text_columns(flatten(pa.Table.from_batches([b]))) for b in batches):
         _write_csv(table.cast(flat), header=header)
         header = False
     if header:  # no rows: the header alone

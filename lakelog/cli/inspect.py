@@ -16,18 +16,16 @@ import msgspec
 
 from ..io.footers import FileLayout, describe_files
 from ..scan.skipping import SkipStats, collect_skip_stats
-from .common import human_bytes, open_from_args, print_json, print_rows
+from .common import add_filter_arg, human_bytes, open_from_args, print_json, print_rows
 
 
 def add_inspect_files_args(p: argparse.ArgumentParser) -> None:
     """The options of this report on the ``inspect`` parser (registered by
     :mod:`lakelog.cli.cluster`, whose ``--columns`` report shares the command)."""
-    p.add_argument(
-        "--filter",
-        default=None,
-        metavar="EXPR",
-        help='only files that may match EXPR (e.g. "customer_id = 42"), and report '
-        "what a read with it skips",
+    add_filter_arg(
+        p,
+        help='only files that may hold rows matching EXPR (e.g. "customer_id = 42"), and '
+        "report what a read with it skips",
     )
     p.add_argument("--per-column", action="store_true", help="one line per file and column")
 

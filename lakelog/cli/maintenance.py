@@ -70,8 +70,10 @@ def register(sub: Any) -> None:
         "compact",
         help="rewrite small files into files of the target size",
         description="Bin-pack small files per partition and rewrite them into files of the "
-        "target size, committed atomically beside live writers. Unset options come from "
-        "table properties.",
+        "target size, committed atomically beside live writers. A file whose deletion "
+        "vector marks at least lakelog.deletion_vectors.purge_ratio (0.2) of its rows is "
+        "rewritten whatever its size, dropping those rows. Unset options come from table "
+        "properties.",
     )
     add_table_args(p)
     g = p.add_argument_group("planning")
@@ -79,7 +81,7 @@ def register(sub: Any) -> None:
         "--target-file-size",
         type=size_arg,
         metavar="SIZE",
-        help="output file size, e.g. 128MiB (default: lakelog.target_file_size)",
+        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
     )
     g.add_argument(
         "--target-rows",
@@ -91,13 +93,14 @@ def register(sub: Any) -> None:
         "--min-file-size",
         type=size_arg,
         metavar="SIZE",
-        help="files below this are candidates (default: 75%% of the target)",
+        help="files below this are candidates (default: the target times "
+        "lakelog.compaction.min_file_size_ratio, 0.75)",
     )
     g.add_argument(
         "--min-input-files",
         type=count_arg,
         metavar="N",
-        help="rewrite groups of at least N files (default 2)",
+        help="rewrite groups of at least N files (default: lakelog.compaction.min_input_files, 2)",
     )
     g.add_argument(
         "--partition",
@@ -107,7 +110,9 @@ def register(sub: Any) -> None:
         help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
     )
     g.add_argument(
-        "--compression", metavar="CODEC", help="codec of the new files (default: the table's)"
+        "--compression",
+        metavar="CODEC",
+        help="codec of the new files (default: lakelog.compression, zstd)",
     )
     g.add_argument(
         "--row-group-size",

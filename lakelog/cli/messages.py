@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from collections.abc import Mapping
 
 __all__ = ["flag_names", "one_line", "translate"]
 
-_ALIASES = {"partition_filter": "partition", "storage_options": "storage_option"}
+_ALIASES = {
+    "partition_filter": "partition",
+    "storage_options": "storage_option",
+    "where": "filter",  # delete(where=...): `lakelog delete --filter`
+}
 """Library keyword -> the CLI option (dest) that feeds it, where the names differ."""
 
 _COMMANDS = {
     "compact": "compact",
     "expire_snapshots": "expire",
     "optimize": "optimize",
+    "set_properties": "set-properties",
     "vacuum": "vacuum",
 }
 """Library call -> ``lakelog`` command, for advice like ``optimize(incremental=False)``."""
@@ -33,6 +39,10 @@ _TOKEN = re.compile(
     r"(?![\w/\\(-]|\.\w)"  # nor a file name (x_y.parquet), a path part or a call
 )
 _CALL = re.compile(r"(?<![\w.])(?P<name>[a-z_]+)\((?P<args>[^()]*)\)")
+_SET_PROPERTIES = re.compile(r"(?:\b[a-z_]+\.)?set_properties\(\{(?P<pairs>[^{}()]*)\}\)")
+_PAIR = re.compile(
+    r"""(?P<q>['"])(?P<key>[^'"]+)(?P=q)\s*:\s*(?P<v>['"]?)(?P<value>[^'",]*)(?P=v)"""
+)
 
 
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -66,6 +76,8 @@ def translate(
     message: str,
     flags: Mapping[str, str],
     commands: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    uri: str | None = None,
 ) -> str:
     """``message`` with the Python keywords of ``flags`` replaced by their flags.
 
@@ -73,8 +85,15 @@ def translate(
     alone; plain words only as ``word=value`` (``force=True``), since ``limit`` or
     ``version`` are also ordinary words. A call of a library method that is also a
     command (``optimize(incremental=False)``) becomes that command, with its flags
-    from ``commands`` (command -> its :func:`flag_names`).
+    from ``commands`` (command -> its :func:`flag_names`). Advice to call
+    ``table.set_properties({'k': 'v'})`` becomes ``lakelog set-properties URI k=v``, with
+    the table's ``uri`` when known.
     """
+
+    def properties(m: re.Match[str]) -> str:
+        pairs = [f"{p.group('key')}={p.group('value')}" for p in _PAIR.finditer(m.group("pairs"))]
+        words = [shlex.quote(uri) if uri else "URI", *map(shlex.quote, pairs)]
+        return "`" + " ".join(["lakelog set-properties", *words]) + "`"
 
     def call(m: re.Match[str]) -> str:
         command = _COMMANDS.get(m.group("name"))
@@ -84,7 +103,7 @@ def translate(
         words = [_words(a, (commands or {}).get(command, {})) for a in args]
         return "`" + " ".join(["lakelog", command, *words]) + "`"
 
-    return _words(_CALL.sub(call, message), flags)
+    return _words(_CALL.sub(call, _SET_PROPERTIES.sub(properties, message)), flags)
 
 
 def _words(text: str, flags: Mapping[str, str]) -> str:

@@ -17,7 +17,16 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from ..inspect import flatten
-from .common import add_table_args, human_bytes, open_from_args, print_json, print_rows
+from .common import (
+    add_filter_arg,
+    add_table_args,
+    format_timestamp,
+    human_bytes,
+    open_from_args,
+    print_json,
+    print_rows,
+    text_columns,
+)
 
 
 def add_csv_arg(p: argparse.ArgumentParser) -> None:
@@ -26,9 +35,10 @@ def add_csv_arg(p: argparse.ArgumentParser) -> None:
 
 
 def print_csv(table: pa.Table) -> None:
-    """A metadata table as CSV on stdout (header line first)."""
+    """A metadata table as CSV on stdout (header line first), numbers and instants as
+    the text tables show them (:func:`~lakelog.cli.common.format_value`)."""
     buf = io.BytesIO()
-    pcsv.write_csv(flatten(table), buf)
+    pcsv.write_csv(text_columns(flatten(table)), buf)
     sys.stdout.write(buf.getvalue().decode())
 
 
@@ -39,12 +49,11 @@ def register(sub: Any) -> None:
     )
     add_table_args(p)
     add_csv_arg(p)
-    p.add_argument("--version", type=int, default=None, help="partitions of this version")
     p.add_argument(
-        "--filter",
-        default=None,
-        metavar="EXPR",
-        help="only files that may match EXPR, e.g. \"day >= '2026-11-01'\"",
+        "--version", type=int, default=None, help="partitions of this version (default: the latest)"
+    )
+    add_filter_arg(
+        p, help="only files that may hold rows matching EXPR, e.g. \"day >= '2026-11-01'\""
     )
     p.set_defaults(func=cmd_partitions)
 
@@ -92,7 +101,7 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     rows = [
         {
             "version": r["version"],
-            "timestamp": r["timestamp"].isoformat(timespec="milliseconds"),
+            "timestamp": format_timestamp(r["timestamp"]),
             "operation": r["operation"],
             "files": r["num_files"],
             "rows": r["num_rows"],

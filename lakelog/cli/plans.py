@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from typing import Any
 
 from ..maintenance.claims import PlanStatus
 from ..maintenance.resume import resume_plan
-from .common import add_execution_args, add_table_args, open_from_args, print_json, print_rows
+from .common import (
+    add_execution_args,
+    add_table_args,
+    open_from_args,
+    print_json,
+    print_rows,
+    timestamp_ms,
+)
 from .maintenance import execution_of, progress_bar
 
 
@@ -42,13 +48,12 @@ def register(sub: Any) -> None:
 
 
 def _row(s: PlanStatus) -> dict[str, Any]:
-    claimed = dt.datetime.fromtimestamp(s.claimed_ms / 1000, dt.timezone.utc)
     return {
         "plan_id": s.plan_id,
         "operation": s.operation,
         "state": "running" if s.running else "stopped",
         "owner": s.owner,
-        "claimed": claimed.strftime("%Y-%m-%d %H:%M:%SZ"),
+        "claimed": timestamp_ms(s.claimed_ms),
         "version": s.claim_version,
         "groups": s.groups,
         "files": s.files,

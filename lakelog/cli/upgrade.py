@@ -1,4 +1,4 @@
-"""``lakelog upgrade``: move a table to format version 2 now."""
+"""``lakelog upgrade``: declare format version 3 and write a version-2 manifest now."""
 
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ from .common import add_table_args, open_from_args, print_json
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "upgrade",
-        help="move a table to the newest format version now",
+        help="declare format version 3 and write a version-2 manifest now (older tables)",
         description=(
-            "Move a table to the newest format version now: declare format version 3, the "
-            "newest a table declares (version 4 changes only manifests), in a metadata "
-            "commit, so maintenance runs claim their files on the log and concurrent runs "
-            "pick disjoint files; and write a version-2 manifest (a root "
-            "and its leaves) at the latest version, in place of a version-1 manifest there. "
-            "Running it again does nothing. Readers of older lakelog versions refuse the "
-            "table afterwards; upgrade them first."
+            "Move an older table to the format new tables start with: declare format "
+            "version 3 in a metadata commit when it declares an older one, so maintenance "
+            "runs claim their files on the log and concurrent runs pick disjoint files; and "
+            "write a version-2 manifest (a root and its leaves) at the latest version, in "
+            "place of a version-1 manifest there. Later format versions come with the "
+            "features that need them (5: deletion vectors, 6: the change data feed, 7: "
+            "column ids), declared when those are turned on, not by this command. Running "
+            "it again does nothing. Readers of older lakelog versions refuse the table "
+            "afterwards; upgrade them first."
         ),
     )
     add_table_args(p)

@@ -5,20 +5,22 @@ columns, a declared clustering)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..errors import InvalidArgumentError
 from ..io.parquet_settings import check_parquet_properties
 from ..log.actions import Metadata
-from ..properties import validate_properties
+from ..properties import PREFIX, PROPERTIES, validate_properties
 from ..transaction import CommitResult
 
 if TYPE_CHECKING:
     from ..table import Table
 
-__all__ = ["set_properties", "validate_properties_for"]
+__all__ = ["set_properties", "unset_properties", "validate_properties_for"]
 
 _CLUSTERING_PREFIX = "lakelog.clustering.c"  # columns and curve
 
@@ -66,6 +68,60 @@ def set_properties(table: Table, properties: Mapping[str, Any]) -> CommitResult:
         kind="metadata",
         read_snapshot=snap,
         parameters={"properties": changed},
+    )
+
+
+def unset_properties(
+    table: Table, keys: str | Iterable[str], *, missing_ok: bool = False
+) -> CommitResult:
+    """:meth:`lakelog.Table.unset_properties`: one ``metadata`` commit on the latest
+    snapshot removing ``keys``, so each reads as its default again (a ``lakelog.*``
+    property) or is gone (the user's own). An unknown ``lakelog.*`` name is refused with
+    the closest declared one; a name that is not set is refused unless ``missing_ok``.
+    Nothing to remove commits nothing (``skipped``)."""
+    names = [keys] if isinstance(keys, str) else list(keys)
+    for key in names:
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(
+                f"expected property names to be non-empty strings, found {key!r}"
+            )
+        if key.lower().startswith(PREFIX) and key not in PROPERTIES:
+            validate_properties({key: ""})  # refused: names the closest declared property
+    snap = table.snapshot()
+    props = dict(snap.metadata.properties)
+    missing = [k for k in names if k not in props]
+    if missing and not missing_ok:
+        hints = [difflib.get_close_matches(k, list(props), n=1) for k in missing]
+        close = sorted({h[0] for h in hints if h})
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise InvalidArgumentError(
+            f"expected properties set on the table to unset, found {missing} not set "
+            f"(version {snap.version}); {hint}pass missing_ok=True to skip names that are "
+            f"not set."
+        )
+    removed = [k for k in dict.fromkeys(names) if k in props]
+    if not removed:
+        return CommitResult(
+            version=snap.version, attempts=0, operation="UNSET PROPERTIES", skipped=True
+        )
+    for key in removed:
+        del props[key]
+    if any(k.startswith(_CLUSTERING_PREFIX) for k in removed):
+        _check_declared(props, snap.schema, snap.partition_by)
+    md = Metadata(
+        table_id=snap.metadata.table_id,
+        schema=snap.metadata.schema,
+        partition_by=snap.metadata.partition_by,
+        properties=props,
+        format_version=snap.metadata.format_version,
+        created_ms=snap.metadata.created_ms,
+    )
+    return table.commit(
+        [md],
+        operation="UNSET PROPERTIES",
+        kind="metadata",
+        read_snapshot=snap,
+        parameters={"properties": removed},
     )
 
 

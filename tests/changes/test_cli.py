@@ -50,14 +50,14 @@ def test_delete_commits_and_history_shows_it(tmp_path: Path) -> None:
 
 def test_errors_are_one_line_in_the_users_words(tmp_path: Path) -> None:
     t = make_table(tmp_path / "t", files=1)
-    p = run("delete", t.uri, "--where", "nope = 1")
+    p = run("delete", t.uri, "--filter", "nope = 1")
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.startswith("lakelog: error: expected a column of the table")
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
-    p = run("delete", t.uri, "--where", "")
+    p = run("delete", t.uri, "--filter", "")
     assert p.returncode == 1 and 'pass "true"' in p.stderr
-    p = run("delete", t.uri)  # --where is required
-    assert p.returncode == 2 and "--where" in p.stderr
+    p = run("delete", t.uri)  # --filter (or its old name --where) is required
+    assert p.returncode == 2 and "required: --filter\n" in p.stderr
     p = run("delete", str(tmp_path / "missing"), "--where", "true")
     assert p.returncode == 1 and "expected a lakelog table" in p.stderr
     assert t.refresh().snapshot().num_rows == 10

@@ -7,6 +7,7 @@ import csv
 import datetime as dt
 import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -52,11 +53,14 @@ def test_json(table: lakelog.Table, capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
-def test_to_columns_and_where(table: lakelog.Table, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flag", ["--filter", "--where"])  # --where: its old name
+def test_to_columns_and_filter(
+    table: lakelog.Table, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
     code, out, err = _run(capsys, "changes", table.uri, "--from", "1", "--to", "2", "--json")
     assert code == 0, err
     assert sorted(r["id"] for r in json.loads(out)) == [1, 2, 3]
-    argv = ["changes", table.uri, "--from", "1", "--columns", "id", "--where", "day = 'd2'"]
+    argv = ["changes", table.uri, "--from", "1", "--columns", "id", flag, "day = 'd2'"]
     code, out, err = _run(capsys, *argv, "--json")
     assert code == 0, err
     rows = json.loads(out)
@@ -138,3 +142,14 @@ def test_an_incomplete_range_says_how_to_turn_the_feed_on(tmp_path: Path) -> Non
     proc = _cli("changes", t.uri, "--from", "1")
     assert proc.returncode == 1 and proc.stdout == ""
     assert "commit 2" in proc.stderr and "lakelog.change_data_feed=true" in proc.stderr
+    # the advice is the command that turns the feed on, for this table, runnable as written
+    hint = proc.stderr.split("`")[1]
+    assert hint == f"lakelog set-properties {t.uri} lakelog.change_data_feed=true"
+    assert "table.set_properties" not in proc.stderr
+    turned_on = _cli(*shlex.split(hint)[1:])
+    assert turned_on.returncode == 0, turned_on.stderr
+    assert t.refresh().properties["lakelog.change_data_feed"] == "true"
+    t.delete("id = 2")
+    after = _cli("changes", t.uri, "--from", "4", "--json")
+    assert after.returncode == 0, after.stderr
+    assert [(r["_change_type"], r["id"]) for r in json.loads(after.stdout)] == [("delete", 2)]

@@ -60,7 +60,7 @@ def test_info_on_a_file(tmp_path: Path) -> None:
 
 
 def test_missing_table(tmp_path: Path) -> None:
-    line = _one_error_line(_cli("history", str(tmp_path / "nope"), "--json"))
+    line = _one_error_line(_cli("history", str(tmp_path / "nope")))
     assert "expected a lakelog table" in line
     assert not (tmp_path / "nope").exists()
 

@@ -190,8 +190,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("argv", "flag", "column"),
     [
-        (["delete", "{uri}", "--where", "tags > 1"], "--where", "tags"),
-        (["delete", "{uri}", "--where", "id = 1 or attrs = 1", "--dry-run"], "--where", "attrs"),
+        (["delete", "{uri}", "--filter", "tags > 1"], "--filter", "tags"),
+        # --where: the old name of --filter, which the message names
+        (["delete", "{uri}", "--where", "id = 1 or attrs = 1", "--dry-run"], "--filter", "attrs"),
         (["files", "{uri}", "--filter", "props in (1, 2)"], "--filter", "props"),
         (["inspect", "{uri}", "--filter", "tags between 1 and 2"], "--filter", "tags"),
     ],

@@ -274,8 +274,14 @@ def test_cli_refuses_a_broken_store(
     code, out, err = _cli(capsys, "check-storage", str(root), "--json")
     assert code == 1
     assert json.loads(out)["ok"] is False
-    assert err.startswith("lakelog: error: expected the store of ") and "accepted" in err
+    # with --json the failure is a JSON object too (on stderr; stdout holds the result)
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    failure = json.loads(err)
+    assert failure["error"] == "StorageConsistencyError"
+    assert failure["message"].startswith("expected the store of ") and "accepted" in err
+    code, out, err = _cli(capsys, "check-storage", str(root))
+    assert code == 1
+    assert err.startswith("lakelog: error: expected the store of ") and "accepted" in err
     assert not (root / MARKER).exists()  # writers check again, and refuse
     with pytest.raises(StorageConsistencyError):
         lakelog.open_table(str(root)).append(ROWS)
