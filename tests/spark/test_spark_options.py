@@ -251,6 +251,8 @@ def test_options_of_another_entry_point_are_refused() -> None:
         registry.read_options({"path": "/t", "endingVersion": "1"})
     with pytest.raises(InvalidArgumentError, match="readChangeFeed"):
         registry.read_options({"path": "/t", "readChangeFeed": "true", "versionAsOf": "1"})
+    with pytest.raises(InvalidArgumentError, match="maxFilesPerTrigger to be a whole number >= 1"):
+        registry.stream_read_options({"path": "/t", "maxfilespertrigger": "0"})
     with pytest.raises(InvalidArgumentError, match="true or false"):
         registry.read_options({"path": "/t", "readChangeFeed": "yes"})
     with pytest.raises(InvalidArgumentError, match="JSON object"):
