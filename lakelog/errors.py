@@ -38,6 +38,7 @@ __all__ = [
     "TableExistsError",
     "TableNotFoundError",
     "TableLocationEmptyError",
+    "UnknownOptionError",
     "UnsupportedFormatError",
     "VersionExpiredError",
     "VersionNotFoundError",
@@ -50,6 +51,31 @@ class LakelogError(Exception):
 
 class InvalidArgumentError(LakelogError, ValueError):
     """An option or argument is out of range or of the wrong kind."""
+
+
+class UnknownOptionError(InvalidArgumentError):
+    """An option name that the entry point does not know (a typo, or an option of another
+    entry point): refused before anything is read or written, never ignored.
+
+    ``option`` is the name as given, ``entry_point`` what it was given to (such as
+    ``df.write.format('lakelog')``), ``valid`` the names that entry point takes and
+    ``closest`` the valid name nearest to ``option`` (None when none is near).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        option: str,
+        entry_point: str,
+        valid: tuple[str, ...],
+        closest: str | None,
+    ) -> None:
+        super().__init__(message)
+        self.option = option
+        self.entry_point = entry_point
+        self.valid = valid
+        self.closest = closest
 
 
 class TableNotFoundError(LakelogError, FileNotFoundError):

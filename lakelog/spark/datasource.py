@@ -21,18 +21,19 @@ through Python workers as Arrow batches, so they are slower than
   (:mod:`lakelog.spark.source`), with its own options (``startingVersion``,
   ``maxFilesPerTrigger``, ``skipChangeCommits``, ``readChangeFeed``, ...).
 
-Options: ``path`` (or ``load(path)``/``save(path)``), ``versionAsOf``, ``maxPartitionBytes``,
-``timestampAsOf`` (ISO 8601), ``partitionBy`` (comma-separated, when a write
-creates the table), ``storageOptions`` (JSON object for fsspec); for writes, the
-write modes of :func:`lakelog.spark.write` (:func:`lakelog.spark.modes.spec_from_options`):
-``replaceWhere``, ``partitionOverwriteMode``, ``mergeSchema`` / ``schema_mode``,
-``txnAppId`` with ``txnVersion``. Spark refuses ``df.write.partitionBy(...)`` for a
-Python data source and hands it no session settings, so those are options here.
+Options: one registry per entry point (:mod:`lakelog.spark.options`), checked by name
+before anything is read or written (an unknown name is
+:class:`~lakelog.errors.UnknownOptionError`): ``versionAsOf``, ``timestampAsOf``,
+``maxPartitionBytes``, ``storageOptions`` (JSON object for fsspec); for writes, the write
+modes of :func:`lakelog.spark.write` (``replaceWhere``, ``partitionOverwriteMode``,
+``mergeSchema`` / ``schema_mode``, ``txnAppId`` with ``txnVersion``), ``partitionBy``
+(comma-separated, when a write creates the table) and table properties (``lakelog.*``,
+for a table the write creates). Spark refuses ``df.write.partitionBy(...)`` for a Python
+data source and hands it no session settings, so those are options here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from pyspark.sql.datasource import (
 from ..changes.predicate import Where
 from ..core import WritePlan, write_options_from
 from ..errors import InvalidArgumentError, SchemaMismatchError, TableNotFoundError
+from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import conform
 from ..io.writer import write_files
 from ..log.actions import AddFile, DataFile
@@ -66,7 +68,14 @@ from .modes import (
     outside_rows,
     parse_replace_where,
     refuse_outside,
-    spec_from_options,
+)
+from .options import (
+    ReadOptions,
+    WriteOptions,
+    load_options,
+    read_options,
+    stream_read_options,
+    write_options,
 )
 from .pushdown import translate_pushed
 from .read import _resolve
@@ -85,7 +94,6 @@ _FILES_DEC = msgspec.json.Decoder(list[DataFile])
 
 _PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 _OPEN_COST = 4 << 20
-_PARTITION_BYTES = 128 << 20
 
 
 def register(spark: SparkSession) -> None:
@@ -95,33 +103,8 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(LakelogDataSource)
 
 
-def _storage(options: Mapping[str, str]) -> Storage:
-    path = options.get("path")
-    if not path:
-        raise InvalidArgumentError(
-            "expected a table location: spark.read.format('lakelog').load('/data/t') or "
-            "option('path', ...), found none"
-        )
-    raw = options.get("storageOptions") or options.get("storageoptions")
-    opts = json.loads(raw) if raw else None
-    return Storage(path, opts)
-
-
-def _opt(options: Mapping[str, str], name: str) -> str | None:
-    return options.get(name) or options.get(name.lower())
-
-
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    return (_opt(options, name) or "").strip().lower() == "true"
-
-
-def _snapshot(options: Mapping[str, str]) -> Snapshot:
-    storage = _storage(options)
-    version = _opt(options, "versionAsOf")
-    as_of = _opt(options, "timestampAsOf")
-    if version is not None and not version.strip().lstrip("-").isdigit():
-        raise InvalidArgumentError(f"expected versionAsOf to be an integer, found {version!r}")
-    return _resolve(storage, int(version) if version is not None else None, as_of)
+def _snapshot(opts: ReadOptions) -> Snapshot:
+    return _resolve(opts.storage(), opts.version, opts.timestamp)
 
 
 class LakelogDataSource(DataSource):
@@ -131,28 +114,33 @@ class LakelogDataSource(DataSource):
     def name(cls) -> str:
         return "lakelog"
 
+    # Spark builds the source on the driver and asks it for the schema (at load()), then
+    # for a reader or writer (before any task runs): each checks the options by name first.
+
     def schema(self) -> StructType:
-        if _flag(self.options, "readChangeFeed"):
+        opts = load_options(self.options)
+        if opts.change_feed:
             from .feed import options_schema
 
-            return to_spark_schema(options_schema(_storage(self.options), dict(self.options)))
-        return to_spark_schema(_snapshot(self.options).schema)
+            return to_spark_schema(options_schema(opts.storage(), opts))
+        return to_spark_schema(_snapshot(opts).schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if _flag(self.options, "readChangeFeed"):
+        opts = read_options(self.options)
+        if opts.change_feed:
             from .feed import FeedReader
 
-            return FeedReader(_storage(self.options), dict(self.options))
-        return _Reader(dict(self.options))
+            return FeedReader(opts)
+        return _Reader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The streaming source (:mod:`lakelog.spark.source`)."""
         from .source import stream_reader
 
-        return stream_reader(_storage(self.options), dict(self.options), schema)
+        return stream_reader(stream_read_options(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        return _Writer(dict(self.options), schema, overwrite)
+        return _Writer(write_options(self.options, overwrite=overwrite), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """The streaming sink (:mod:`lakelog.spark.streaming`): ``overwrite`` is Spark's
@@ -171,8 +159,8 @@ class LakelogDataSource(DataSource):
 
 
 class _Reader(DataSourceReader):  # type: ignore[misc]
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+    def __init__(self, options: ReadOptions) -> None:
+        self.partition_bytes = options.partition_bytes
         snap = _snapshot(options)
         self.uri = snap.storage.uri
         self.storage_options = snap.storage.storage_options
@@ -191,7 +179,7 @@ class _Reader(DataSourceReader):  # type: ignore[misc]
         storage = Storage(self.uri, self.storage_options)
         snap = load_snapshot(storage, self.version)
         files = snap.files(getattr(self, "pruning", None))
-        limit = _partition_bytes(self.options)
+        limit = self.partition_bytes
         bins: list[list[DataFile]] = []
         size = limit
         for f in files:  # consecutive files, as Spark bins its own file splits
@@ -220,18 +208,6 @@ class _Reader(DataSourceReader):  # type: ignore[misc]
                     for col, t in zip(batch.columns, spark_types, strict=True)
                 ]
                 yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
-
-
-def _partition_bytes(options: Mapping[str, str]) -> int:
-    raw = _opt(options, "maxPartitionBytes")
-    if raw is None:
-        return _PARTITION_BYTES
-    if not raw.strip().isdigit() or int(raw) <= 0:
-        raise InvalidArgumentError(
-            f"expected option maxPartitionBytes to be a whole number of bytes > 0, found "
-            f"{raw!r}; for example .option('maxPartitionBytes', str(128 << 20))"
-        )
-    return int(raw)
 
 
 def write_task_files(
@@ -264,16 +240,14 @@ class _Commit(WriterCommitMessage):  # type: ignore[misc]
 
 
 class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
-    """The batch writer: the options of :func:`lakelog.spark.modes.spec_from_options`,
+    """The batch writer: the options of :func:`lakelog.spark.options.write_options`,
     checked when Spark plans the write; each task writes its rows with lakelog's writer
     (and counts those outside ``replaceWhere``, writing nothing once it finds one); the
     driver commits every task's files in one commit (:func:`commit_written`)."""
 
-    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
-        self.options = options
-        self.overwrite = overwrite
-        spec = spec_from_options(options, overwrite=overwrite)
-        storage = _storage(options)
+    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+        self.spec = spec = options.spec
+        storage = options.storage()
         self.uri = storage.uri
         self.storage_options = storage.storage_options
         try:
@@ -292,16 +266,19 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             plan = dataframe_plan(schema, snap, spec.schema_mode)
             parts = snap.partition_by
             self.read_version: int | None = snap.version
+            self.props = dict(snap.properties)
         else:
             table_schema = to_arrow_schema(schema)
             parts = check_partition_columns(table_schema, spec.partition_by)
             plan = WritePlan(table_schema)
             self.read_version = None
+            # the table properties given as options (lakelog.*), checked by name already
+            self.props = dict(spec.properties or {})
+            check_parquet_properties(self.props, table_schema, parts)
         parse_replace_where(spec, plan.schema)  # a bad filter fails before any task runs
         self.spark_schema = schema
         self.schema_bytes = plan.schema.serialize().to_pybytes()
         self.partition_by = tuple(parts)
-        self.props = dict(snap.properties) if snap is not None else {}
         self.replace_where = spec.replace_where
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -342,7 +319,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
         if self.skip:
             storage.delete([a.path for a in adds])
             return
-        spec = spec_from_options(self.options, overwrite=self.overwrite)
+        spec = self.spec
         snap = None if self.read_version is None else load_snapshot(storage, self.read_version)
         written = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
         if snap is None:
@@ -364,7 +341,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             spec,
             plan=plan,
             partition_by=self.partition_by,
-            properties={},
+            properties=self.props if snap is None else {},
             where=where,
             parameters={"format": "lakelog"},
         )

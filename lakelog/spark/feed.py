@@ -7,7 +7,8 @@ deletes or change rows); Spark tasks read the parts' rows with
 :func:`lakelog.scan.changes.read_part`, so the DataFrame holds exactly the rows of
 :meth:`lakelog.Table.changes` on the same versions.
 
-Options of ``spark.read.format("lakelog").option("readChangeFeed", "true")``:
+Options of ``spark.read.format("lakelog").option("readChangeFeed", "true")``
+(:data:`lakelog.spark.options.READ`):
 ``startingVersion`` or ``startingTimestamp`` (ISO 8601: the first version committed at or
 after it), ``endingVersion`` or ``endingTimestamp`` (the last at or before it; default
 the latest), ``columns`` (a JSON list of the table's columns), ``filter`` (a lakelog
@@ -30,12 +31,14 @@ from ..errors import InvalidArgumentError
 from ..filters import parse_filter, to_expression
 from ..log.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
-from ..scan.changes import ChangeFeed, ChangePart, VersionLike, feed_schema, open_feed, read_part
+from ..scan.changes import ChangeFeed, ChangePart, feed_schema, open_feed, read_part
 from ..storage import Storage
 from .schema import to_arrow_type, to_spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from .options import ReadOptions
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -48,7 +51,6 @@ __all__ = [
 ]
 
 CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
-_PARTITION_BYTES = 128 << 20
 _OPEN_COST = 4 << 20
 
 
@@ -100,82 +102,32 @@ def read_changes(
     return reader.load(uri)
 
 
-# -- options --------------------------------------------------------------------------
+# -- options (checked by lakelog.spark.options.read_options) ---------------------------
 
 
-def _opt(options: Mapping[str, str], name: str) -> str | None:
-    value = options.get(name)
-    return value if value is not None else options.get(name.lower())
-
-
-def _bound(options: Mapping[str, str], which: str) -> VersionLike | None:
-    raw_v = _opt(options, f"{which}Version")
-    raw_t = _opt(options, f"{which}Timestamp")
-    if raw_v is not None and raw_t is not None:
-        raise InvalidArgumentError(
-            f"expected {which}Version or {which}Timestamp, found both; give one of them"
-        )
-    if raw_v is not None:
-        if not raw_v.strip().isdigit():
-            raise InvalidArgumentError(
-                f"expected option {which}Version to be a version >= 0, found {raw_v!r}"
-            )
-        return int(raw_v)
-    if raw_t is not None:
-        try:
-            when = dt.datetime.fromisoformat(raw_t.strip().replace("Z", "+00:00"))
-        except ValueError as e:
-            raise InvalidArgumentError(
-                f"expected option {which}Timestamp as ISO 8601, such as "
-                f"'2026-01-02T03:04:05Z', found {raw_t!r}"
-            ) from e
-        return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
-    return None
-
-
-def _columns(options: Mapping[str, str]) -> list[str] | None:
-    raw = _opt(options, "columns")
-    if raw is None:
-        return None
-    try:
-        cols = json.loads(raw)
-    except ValueError:
-        cols = None
-    if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
-        raise InvalidArgumentError(
-            f"expected option columns to be a JSON list of column names, found {raw!r}; "
-            f"for example .option('columns', json.dumps(['id', 'day']))"
-        )
-    return cols
-
-
-def _open(storage: Storage, options: Mapping[str, str]) -> ChangeFeed:
-    start = _bound(options, "starting")
-    if start is None:
+def _open(storage: Storage, opts: ReadOptions) -> ChangeFeed:
+    if opts.starting is None:
         raise InvalidArgumentError(
             "expected option startingVersion or startingTimestamp with readChangeFeed, found "
             "neither; for example .option('startingVersion', 0)"
         )
     return open_feed(
         storage,
-        start,
-        _bound(options, "ending"),
-        columns=_columns(options),
-        filter=_opt(options, "filter"),
+        opts.starting,
+        opts.ending,
+        columns=None if opts.columns is None else list(opts.columns),
+        filter=opts.filter,
     )
 
 
-def _end_snapshot(storage: Storage, options: Mapping[str, str]) -> Snapshot:
-    end = _bound(options, "ending")
+def options_schema(storage: Storage, opts: ReadOptions) -> pa.Schema:
+    """The Arrow schema of a feed read with ``opts``: the table's columns (or those of
+    option ``columns``) at the range's end, then the change columns."""
+    end = opts.ending
     if isinstance(end, dt.datetime):
         end = version_as_of(storage, end)
-    return load_snapshot(storage, end)
-
-
-def options_schema(storage: Storage, options: Mapping[str, str]) -> pa.Schema:
-    """The Arrow schema of a feed read with ``options``: the table's columns (or those of
-    option ``columns``) at the range's end, then the change columns."""
-    return feed_schema(_end_snapshot(storage, options).schema, _columns(options))
+    columns = None if opts.columns is None else list(opts.columns)
+    return feed_schema(load_snapshot(storage, end).schema, columns)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -218,8 +170,9 @@ class FeedReader(DataSourceReader):  # type: ignore[misc]
     """The batch reader of ``readChangeFeed``: the driver checks the range and plans its
     parts once; each task reads a bin of parts."""
 
-    def __init__(self, storage: Storage, options: dict[str, str]) -> None:
+    def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        storage = options.storage()
         feed = _open(storage, options)  # a range it cannot give fails here, at load()
         self._feed: ChangeFeed | None = feed
         self.uri = storage.uri
@@ -227,7 +180,7 @@ class FeedReader(DataSourceReader):  # type: ignore[misc]
         self.schema_bytes = feed.table_schema.serialize().to_pybytes()
         self.partition_by = feed.partition_by
         self.columns = feed.columns
-        self.filter = _opt(options, "filter")
+        self.filter = options.filter
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_feed"}
@@ -236,8 +189,7 @@ class FeedReader(DataSourceReader):  # type: ignore[misc]
         feed = self.__dict__.get("_feed") or _open(
             Storage(self.uri, self.storage_options), self.options
         )
-        raw = _opt(self.options, "maxPartitionBytes")
-        limit = int(raw) if raw and raw.strip().isdigit() and int(raw) > 0 else _PARTITION_BYTES
+        limit = self.options.partition_bytes
         # no part: one empty partition, as Spark reads None otherwise
         return [InputPartition(b) for b in bins(list(feed.parts()), limit)] or [InputPartition([])]
 

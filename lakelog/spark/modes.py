@@ -20,7 +20,7 @@ whatever wrote the files:
   (:func:`lakelog.core.plan_write`) in the same commit as the files.
 
 Options of the data source (and the streaming sink) map to the same fields:
-:func:`spec_from_options`.
+:func:`lakelog.spark.options.write_options`.
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ __all__ = [
     "outside_rows",
     "parse_replace_where",
     "refuse_outside",
-    "spec_from_options",
     "write_spec",
 ]
 
@@ -196,89 +195,6 @@ def write_spec(
         app=app_transaction(app_id, app_version),
         partition_by=tuple(partition_by),
         properties=properties,
-    )
-
-
-# the data source's options: each field, its accepted spellings (Delta's first; keys
-# are case-insensitive, as Spark hands them over)
-_OPTION_NAMES: dict[str, tuple[str, ...]] = {
-    "replace_where": ("replaceWhere", "replace_where"),
-    "partition_overwrite": ("partitionOverwriteMode", "partition_overwrite"),
-    "schema_mode": ("schema_mode", "schemaMode"),
-    "merge_schema": ("mergeSchema", "merge_schema"),
-    "app_id": ("txnAppId", "app_id", "appId"),
-    "app_version": ("txnVersion", "app_version", "appVersion"),
-    "partition_by": ("partitionBy", "partition_by"),
-}
-
-
-def spec_from_options(options: Mapping[str, str], *, overwrite: bool) -> WriteSpec:
-    """The :class:`WriteSpec` of a ``df.write.format("lakelog")`` (or a streaming sink's)
-    options; ``overwrite``: Spark's save mode. Spellings: ``replaceWhere``,
-    ``partitionOverwriteMode`` (``static``/``dynamic``), ``mergeSchema``
-    (``true``/``false``) or ``schema_mode`` (``strict``/``merge``), ``txnAppId`` with
-    ``txnVersion``, ``partitionBy`` (comma-separated), and each in snake case too."""
-    lowered = {str(k).lower(): v for k, v in options.items()}
-
-    def get(key: str) -> tuple[str, str | None]:
-        spellings = _OPTION_NAMES[key]
-        for name in spellings:
-            value = lowered.get(name.lower())
-            if value is not None:
-                return name, value
-        return spellings[0], None
-
-    names: dict[str, str] = {}
-    where_name, where = get("replace_where")
-    names["replace_where"] = f"option {where_name!r}"
-    po_name, po = get("partition_overwrite")
-    names["partition_overwrite"] = f"option {po_name!r}"
-    sm_name, sm = get("schema_mode")
-    ms_name, ms = get("merge_schema")
-    schema_mode: str = "strict"
-    if ms is not None:
-        flag = ms.strip().lower()
-        if flag not in ("true", "false"):
-            raise InvalidArgumentError(
-                f"expected option {ms_name!r} 'true' or 'false', found {ms!r}"
-            )
-        schema_mode = "merge" if flag == "true" else "strict"
-        names["schema_mode"] = f"option {ms_name!r}"
-    if sm is not None:
-        wanted = sm.strip().lower()
-        if ms is not None and wanted != schema_mode:
-            raise InvalidArgumentError(
-                f"expected option {sm_name!r} or {ms_name!r}, found both and they disagree "
-                f"({sm!r}, {ms!r}); give one."
-            )
-        schema_mode = wanted
-        names["schema_mode"] = f"option {sm_name!r}"
-    id_name, app_id = get("app_id")
-    v_name, raw_version = get("app_version")
-    app_version: int | None = None
-    if raw_version is not None:
-        if not raw_version.strip().isdigit():
-            raise InvalidArgumentError(
-                f"expected option {v_name!r} to be a whole number >= 0 (a batch number), "
-                f"found {raw_version!r}"
-            )
-        app_version = int(raw_version)
-    if (app_id is None) != (app_version is None):
-        raise InvalidArgumentError(
-            f"expected options {id_name!r} and {v_name!r} together (exactly-once writes), "
-            f"found only {id_name if app_version is None else v_name!r}; give both, e.g. "
-            f".option({id_name!r}, 'ingest').option({v_name!r}, 12)"
-        )
-    _, parts = get("partition_by")
-    return write_spec(
-        mode="overwrite" if overwrite else "append",
-        replace_where=where if where is None or where.strip() else None,
-        partition_overwrite=None if po is None else po.strip().lower(),
-        schema_mode=schema_mode,
-        app_id=app_id,
-        app_version=app_version,
-        partition_by=[c.strip() for c in (parts or "").split(",") if c.strip()],
-        names=names,
     )
 
 

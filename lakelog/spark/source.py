@@ -42,7 +42,7 @@ import datetime as dt
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -72,15 +72,21 @@ from ..log.snapshot import load_snapshot, oldest_readable_version, version_as_of
 from ..scan.changes import ChangePart, FeedPlanner, read_part
 from ..storage import Storage
 from .feed import CHANGE_COLUMNS, bins, snapshot_parts, spark_batches
+from .options import DEFAULT_MAX_FILES, StreamReadOptions, stream_read_options
 from .schema import to_arrow_type
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["Position", "SourceOptions", "StreamReader", "source_options", "stream_reader"]
+__all__ = [
+    "DEFAULT_MAX_FILES",
+    "Position",
+    "SourceOptions",
+    "StreamReader",
+    "source_options",
+    "stream_reader",
+]
 
-DEFAULT_MAX_FILES = 1000
-_PARTITION_BYTES = 128 << 20
 _FETCH_AHEAD = 256
 """Commits decoded and kept ahead of the stream per look at the log."""
 _PLANNER_COMMITS = 1000
@@ -91,88 +97,13 @@ files added since its start, so a long-running stream would hold them all)."""
 # -- options and offsets ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    """The source's options, checked when the query starts."""
-
-    starting_version: int | Literal["latest"] | None = None
-    starting_timestamp: dt.datetime | None = None
-    max_files: int | None = DEFAULT_MAX_FILES
-    max_bytes: int | None = None
-    skip_change_commits: bool = False
-    read_change_feed: bool = False
-    partition_bytes: int = _PARTITION_BYTES
-
-
-def _opt(options: Mapping[str, str], name: str) -> str | None:
-    value = options.get(name)
-    return value if value is not None else options.get(name.lower())
-
-
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    raw = _opt(options, name)
-    if raw is None:
-        return False
-    if raw.strip().lower() not in ("true", "false"):
-        raise InvalidArgumentError(f"expected option {name} to be true or false, found {raw!r}")
-    return raw.strip().lower() == "true"
-
-
-def _positive(options: Mapping[str, str], name: str) -> int | None:
-    raw = _opt(options, name)
-    if raw is None:
-        return None
-    if not raw.strip().isdigit() or int(raw) <= 0:
-        raise InvalidArgumentError(
-            f"expected option {name} to be a whole number > 0, found {raw!r}; for example "
-            f".option({name!r}, '100')"
-        )
-    return int(raw)
+SourceOptions = StreamReadOptions
+"""The source's options, checked when the query starts (:mod:`lakelog.spark.options`)."""
 
 
 def source_options(options: Mapping[str, str]) -> SourceOptions:
-    """Parse and check the options of ``readStream.format("lakelog")``."""
-    version: int | Literal["latest"] | None = None
-    raw = _opt(options, "startingVersion")
-    if raw is not None:
-        text = raw.strip().lower()
-        if text == "latest":
-            version = "latest"
-        elif text.isdigit():
-            version = int(text)
-        else:
-            raise InvalidArgumentError(
-                f"expected option startingVersion to be a version >= 0 or 'latest', found {raw!r}"
-            )
-    when = None
-    raw_ts = _opt(options, "startingTimestamp")
-    if raw_ts is not None:
-        if version is not None:
-            raise InvalidArgumentError(
-                "expected startingVersion or startingTimestamp, found both; give one of them"
-            )
-        try:
-            when = dt.datetime.fromisoformat(raw_ts.strip().replace("Z", "+00:00"))
-        except ValueError as e:
-            raise InvalidArgumentError(
-                f"expected option startingTimestamp as ISO 8601, such as "
-                f"'2026-01-02T03:04:05Z', found {raw_ts!r}"
-            ) from e
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
-    max_files = _positive(options, "maxFilesPerTrigger")
-    max_bytes = _positive(options, "maxBytesPerTrigger")
-    if max_files is None and max_bytes is None:
-        max_files = DEFAULT_MAX_FILES
-    return SourceOptions(
-        starting_version=version,
-        starting_timestamp=when,
-        max_files=max_files,
-        max_bytes=max_bytes,
-        skip_change_commits=_flag(options, "skipChangeCommits"),
-        read_change_feed=_flag(options, "readChangeFeed"),
-        partition_bytes=_positive(options, "maxPartitionBytes") or _PARTITION_BYTES,
-    )
+    """Parse and check the options of ``readStream.format("lakelog")`` (by name first)."""
+    return stream_read_options(options)
 
 
 @dataclass(frozen=True)
@@ -554,10 +485,11 @@ def _latest_version(storage: Storage) -> int:
     return load_snapshot(storage).version
 
 
-def stream_reader(storage: Storage, options: Mapping[str, str], schema: StructType) -> StreamReader:
+def stream_reader(opts: SourceOptions, schema: StructType) -> StreamReader:
     """The source of ``spark.readStream.format("lakelog").load(uri)``: the options
-    checked, the table's schema and partitioning as of now."""
-    opts = source_options(options)
+    checked (:func:`lakelog.spark.options.stream_read_options`), the table's schema and
+    partitioning as of now."""
+    storage = opts.storage()
     snap = load_snapshot(storage)
     columns = [n for n in schema.names if n not in CHANGE_COLUMNS]
     unknown = [n for n in columns if n not in snap.schema.names]

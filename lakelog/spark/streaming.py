@@ -67,8 +67,9 @@ from ..partitioning import check_partition_columns
 from ..properties import get_float, validate_properties
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
-from .datasource import _ADDS, _Commit, _storage, write_task_files
-from .modes import WriteSpec, as_written, commit_written, dataframe_plan, spec_from_options
+from .datasource import _ADDS, _Commit, write_task_files
+from .modes import as_written, commit_written, dataframe_plan
+from .options import stream_write_options
 from .schema import to_arrow_schema
 
 if TYPE_CHECKING:
@@ -84,36 +85,6 @@ CREATE_OPERATION = "SPARK STREAMING CREATE TABLE"
 """The commit operation of the micro-batch that creates the table."""
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The local property in which Spark's tasks carry the query's (checkpointed) id."""
-
-_APP_ID_OPTIONS = ("txnAppId", "app_id", "appId")
-# options of the batch writer that mean nothing per micro-batch
-_REFUSED = {
-    "txnVersion": "the micro-batch id is the app version",
-    "app_version": "the micro-batch id is the app version",
-    "appVersion": "the micro-batch id is the app version",
-    "replaceWhere": "use foreachBatch with lakelog.spark.write(replace_where=...)",
-    "replace_where": "use foreachBatch with lakelog.spark.write(replace_where=...)",
-    "partitionOverwriteMode": "outputMode('complete') replaces the whole table",
-    "partition_overwrite": "outputMode('complete') replaces the whole table",
-}
-
-
-def _stream_spec(options: Mapping[str, str], overwrite: bool) -> tuple[WriteSpec, str | None]:
-    """The write spec of a micro-batch (its app transaction left to the commit) and the
-    ``txnAppId`` option (None: the query's id)."""
-    lowered = {str(k).lower(): (str(k), v) for k, v in options.items()}
-    for name, why in _REFUSED.items():
-        if name.lower() in lowered:
-            raise InvalidArgumentError(
-                f"expected no option {name!r} on writeStream.format('lakelog'), found "
-                f"{lowered[name.lower()][1]!r}; {why}."
-            )
-    app_id = next((lowered[n.lower()][1] for n in _APP_ID_OPTIONS if n.lower() in lowered), None)
-    if app_id is not None:
-        app_transaction(app_id, 0)  # the id's checks, before any task runs
-    wanted = {n.lower() for n in _APP_ID_OPTIONS}
-    rest = {k: v for k, v in options.items() if str(k).lower() not in wanted}
-    return spec_from_options(rest, overwrite=overwrite), app_id
 
 
 class _BatchFiles(_Commit):
@@ -214,12 +185,12 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     (pickled to the tasks, which call :meth:`write`) and another for the batch's
     :meth:`commit` or :meth:`abort`; both read the table and check the options then."""
 
-    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
-        self.options = options
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        opts = stream_write_options(options, overwrite=overwrite)  # by name, first
         self.overwrite = overwrite
         self.spark_schema = schema
-        self.spec, self.app_id = _stream_spec(options, overwrite)
-        storage = _storage(options)
+        self.spec, self.app_id = opts.spec, opts.app_id
+        storage = opts.storage()
         self.uri = storage.uri
         self.storage_options = storage.storage_options
         plan, parts, props = self._plan(_table(storage))

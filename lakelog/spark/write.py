@@ -127,7 +127,8 @@ def write(
             lacks are written as nulls), as ``Table.append(schema_mode="merge")`` does;
             default ``"strict"``.
         partition_by: partition columns if the table is created; default none.
-        properties: table properties if the table is created; default none.
+        properties: table properties if the table is created (checked by name and value
+            whatever the table: an unknown ``lakelog.*`` name is refused); default none.
         storage_options: fsspec options for lakelog's access; Spark writes through its
             own Hadoop settings (S3A for s3://). Default none.
         app_id: with ``app_version``, makes the write exactly-once (in ``foreachBatch``,
@@ -140,6 +141,8 @@ def write(
     Returns:
         The commit.
     """
+    if properties is not None:  # a typo'd name is refused even when the table exists
+        properties = validate_properties(properties)
     session: str | None = None
     if partition_overwrite is None and mode == "overwrite" and replace_where is None:
         session = df.sparkSession.conf.get(PARTITION_OVERWRITE_CONF, None)

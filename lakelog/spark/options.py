@@ -1,0 +1,854 @@
+"""The options of every ``lakelog`` Spark entry point, by name: one registry each.
+
+* ``spark.read.format("lakelog")``: :data:`READ`, resolved by :func:`read_options`;
+* ``df.write.format("lakelog")``: :data:`WRITE`, :func:`write_options`;
+* ``spark.readStream.format("lakelog")``: :data:`STREAM_READ`, :func:`stream_read_options`;
+* ``df.writeStream.format("lakelog")``: :data:`STREAM_WRITE`, :func:`stream_write_options`.
+
+Each option has a name (Delta's spelling first, where Delta has one), its other accepted
+spellings, a parser, a default and a line of documentation (``docs/spark.md`` shows the
+tables :func:`markdown_table` makes, checked by a test). Names are case-insensitive, as
+Spark hands them over (lowercased). A name an entry point does not know is refused with
+:class:`~lakelog.errors.UnknownOptionError` (its closest valid name, and the list of them)
+before anything is read or written: a typo such as ``replaceWher`` must never turn a
+replace of one day into an overwrite of the table. Besides lakelog's options, each entry
+point takes the few that Spark itself puts in a Python data source's options (``path``
+from ``load(path)``/``save(path)``/``start(path)``, ``paths`` from ``load([a, b])``,
+``checkpointLocation`` and ``queryName`` on a streaming write). Option names beginning
+with ``lakelog.`` on a write are table properties for a table the write creates, checked
+by :func:`lakelog.properties.validate_properties`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import InvalidArgumentError, UnknownOptionError
+from ..properties import PREFIX, validate_properties
+from ..storage import Storage
+from .modes import WriteSpec, write_spec
+
+__all__ = [
+    "DEFAULT_MAX_FILES",
+    "LOAD",
+    "PARTITION_BYTES",
+    "READ",
+    "REGISTRIES",
+    "STREAM_READ",
+    "STREAM_WRITE",
+    "WRITE",
+    "Option",
+    "ReadOptions",
+    "Registry",
+    "StreamReadOptions",
+    "StreamWriteOptions",
+    "WriteOptions",
+    "load_options",
+    "markdown_table",
+    "read_options",
+    "stream_read_options",
+    "stream_write_options",
+    "write_options",
+]
+
+DEFAULT_MAX_FILES = 1000
+PARTITION_BYTES = 128 << 20
+
+Parser = Callable[[str, str], Any]
+"""(the option's name, its text) to its value, or :class:`InvalidArgumentError`."""
+
+
+# -- parsers -------------------------------------------------------------------------
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _flag(name: str, raw: str) -> bool:
+    text = raw.strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidArgumentError(f"expected option {name} to be true or false, found {raw!r}")
+    return text == "true"
+
+
+def _whole(minimum: int, example: str) -> Parser:
+    def parse(name: str, raw: str) -> int:
+        text = raw.strip()
+        if not text.isdigit() or int(text) < minimum:
+            raise InvalidArgumentError(
+                f"expected option {name} to be a whole number >= {minimum}, found {raw!r}; "
+                f"for example .option({name!r}, {example!r})"
+            )
+        return int(text)
+
+    return parse
+
+
+def _timestamp(name: str, raw: str) -> dt.datetime:
+    try:
+        when = dt.datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+    except ValueError as e:
+        raise InvalidArgumentError(
+            f"expected option {name} as ISO 8601, such as '2026-01-02T03:04:05Z', found {raw!r}"
+        ) from e
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
+
+
+def _stream_start(name: str, raw: str) -> int | Literal["latest"]:
+    text = raw.strip().lower()
+    if text == "latest":
+        return "latest"
+    if text.isdigit():
+        return int(text)
+    raise InvalidArgumentError(
+        f"expected option {name} to be a version >= 0 or 'latest', found {raw!r}"
+    )
+
+
+def _json_object(name: str, raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(
+            f"expected option {name} to be a JSON object of fsspec settings, found {raw!r}; "
+            f"for example .option({name!r}, json.dumps({{'anon': True}}))"
+        )
+    return value
+
+
+def _json_names(name: str, raw: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise InvalidArgumentError(
+            f"expected option {name} to be a JSON list of column names, found {raw!r}; "
+            f"for example .option({name!r}, json.dumps(['id', 'day']))"
+        )
+    return tuple(value)
+
+
+def _comma_names(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in raw.split(",") if c.strip())
+
+
+def _choice(*values: str) -> Parser:
+    def parse(name: str, raw: str) -> str:
+        text = raw.strip().lower()
+        if text not in values:
+            raise InvalidArgumentError(
+                f"expected option {name} to be one of {', '.join(map(repr, values))}, found {raw!r}"
+            )
+        return text
+
+    return parse
+
+
+def _paths(name: str, raw: str) -> str:
+    """Spark's ``paths`` (``load([a, b])``): a table is one location."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        return value[0]
+    raise InvalidArgumentError(
+        f"expected one table location, such as load('/data/t'), found {raw}; a lakelog "
+        f"table is one folder: load each table and union them."
+    )
+
+
+# -- the registry ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of an entry point."""
+
+    name: str
+    """Its name (the spelling messages use)."""
+    parse: Parser
+    values: str
+    """What it takes, for the documentation."""
+    default: str
+    """Its default, for the documentation."""
+    doc: str
+    aliases: tuple[str, ...] = ()
+    """Other spellings accepted (case-insensitive, as the name)."""
+    spark: bool = False
+    """Set by Spark itself (``path``...), not by the caller."""
+    refused: str | None = None
+    """Known here but meaningless: given, it is refused with this reason."""
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The options of one entry point."""
+
+    entry: str
+    """The entry point as its caller writes it, for messages."""
+    options: tuple[Option, ...]
+    properties: bool = False
+    """Names beginning with ``lakelog.`` are table properties (for a table it creates)."""
+    _by_name: dict[str, Option] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, Option] = {}
+        for opt in self.options:
+            for spelling in opt.spellings:
+                if spelling.lower() in by_name:
+                    raise ValueError(f"option {spelling!r} declared twice in {self.entry}")
+                by_name[spelling.lower()] = opt
+        object.__setattr__(self, "_by_name", by_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every accepted spelling, each option's name first."""
+        return tuple(s for o in self.options if o.refused is None for s in o.spellings)
+
+    def option(self, name: str) -> Option | None:
+        """The option a name (any case, any spelling) refers to, or None."""
+        return self._by_name.get(name.lower())
+
+    def unknown(self, name: str) -> UnknownOptionError:
+        """The error of a name this entry point does not know."""
+        valid = self.names
+        listed = [o.name for o in self.options if o.refused is None]
+        by_lower = {n.lower(): n for n in valid}
+        near = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+        closest = by_lower[near[0]] if near else None
+        hint = f"did you mean {closest!r}? " if closest else ""
+        for r in REGISTRIES:
+            known = r.option(name)
+            if r is not self and known is not None and known.refused is None:
+                hint += f"{known.name!r} is an option of {r.entry}. "
+        extra = ", or a table property lakelog.<name>" if self.properties else ""
+        return UnknownOptionError(
+            f"expected an option of {self.entry}, found {name!r}; {hint}Options of "
+            f"{self.entry}: {', '.join(listed)}{extra} (case-insensitive; docs/spark.md "
+            f"lists them with their other spellings). Nothing was read or written.",
+            option=name,
+            entry_point=self.entry,
+            valid=valid,
+            closest=closest,
+        )
+
+    def resolve(self, given: Mapping[str, Any]) -> Resolved:
+        """Check every name of ``given`` and parse every value: unknown names, options
+        refused here and two spellings of one option are errors."""
+        values: dict[str, Any] = {}
+        said: dict[str, str] = {}
+        properties: dict[str, str] = {}
+        for key, raw in given.items():
+            name = str(key)
+            if raw is None:
+                continue
+            if self.properties and name.lower().startswith(PREFIX):
+                properties[name] = str(raw)
+                continue
+            opt = self.option(name)
+            if opt is None:
+                raise self.unknown(name)
+            if opt.refused is not None:
+                raise InvalidArgumentError(
+                    f"expected no option {opt.name!r} on {self.entry}, found {raw!r}; "
+                    f"{opt.refused}."
+                )
+            if opt.name in values:
+                raise InvalidArgumentError(
+                    f"expected option {opt.name!r} once on {self.entry}, found it as "
+                    f"{said[opt.name]!r} and as {name!r}; give one."
+                )
+            spelled = next((s for s in opt.spellings if s.lower() == name.lower()), opt.name)
+            said[opt.name] = spelled
+            values[opt.name] = opt.parse(spelled, str(raw))
+        # table properties are refused by name (and value), whatever the table
+        checked = validate_properties(properties) if properties else {}
+        return Resolved(self, values, said, checked)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The options given to an entry point, parsed, by their names."""
+
+    registry: Registry
+    values: Mapping[str, Any]
+    said: Mapping[str, str]
+    """Each given option's name, as the caller spelled it."""
+    properties: Mapping[str, str]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    def name(self, name: str) -> str:
+        return self.said.get(name, name)
+
+    def only_with(self, names: tuple[str, ...], condition: str, advice: str) -> None:
+        """Refuse any of ``names`` given when ``condition`` does not hold."""
+        extra = [self.name(n) for n in names if self.has(n)]
+        if extra:
+            raise InvalidArgumentError(
+                f"expected option {extra[0]!r} only with {condition} on "
+                f"{self.registry.entry}, found it without; {advice}"
+            )
+
+    def one_of(self, a: str, b: str) -> None:
+        if self.has(a) and self.has(b):
+            raise InvalidArgumentError(
+                f"expected option {self.name(a)} or {self.name(b)} on {self.registry.entry}, "
+                f"found both; give one of them"
+            )
+
+    def location(self) -> str:
+        path = self.get("path")
+        paths = self.get("paths")
+        if path and paths and path != paths:
+            raise InvalidArgumentError(
+                f"expected one table location on {self.registry.entry}, found {path!r} and "
+                f"{paths!r}"
+            )
+        where = path or paths
+        if not where:
+            raise InvalidArgumentError(
+                f"expected a table location: {self.registry.entry}...load('/data/t') (or "
+                f"save/start, or option('path', ...)), found none"
+            )
+        return str(where)
+
+
+# -- the options of each entry point -----------------------------------------------------
+
+_PATH = Option(
+    "path", _text, "a table location", "-", "Set by Spark from `load`/`save`/`start`.", spark=True
+)
+_PATHS = Option(
+    "paths", _paths, "one location", "-", "Set by Spark from `load([path])`.", spark=True
+)
+_STORAGE = Option(
+    "storageOptions",
+    _json_object,
+    "a JSON object",
+    "none",
+    "fsspec settings of the table's filesystem (`s3://` needs no Hadoop filesystem).",
+)
+_PARTITION_BYTES = Option(
+    "maxPartitionBytes",
+    _whole(1, str(PARTITION_BYTES)),
+    "bytes > 0",
+    "128 MiB",
+    "Bytes of files per read task (each file counts 4 MiB more, as in Spark's reader).",
+)
+_CHANGE_FEED = Option(
+    "readChangeFeed",
+    _flag,
+    "`true`, `false`",
+    "`false`",
+    "Read the change feed: rows with `_change_type`, `_commit_version`, `_commit_timestamp`.",
+)
+_STARTING_TIMESTAMP = Option(
+    "startingTimestamp",
+    _timestamp,
+    "ISO 8601",
+    "none",
+    "The first version committed at or after it. Not with `startingVersion`.",
+)
+
+READ = Registry(
+    "spark.read.format('lakelog')",
+    (
+        _PATH,
+        _PATHS,
+        _STORAGE,
+        Option(
+            "versionAsOf",
+            _whole(0, "3"),
+            "a version >= 0",
+            "the latest",
+            "Time travel: read this version.",
+        ),
+        Option(
+            "timestampAsOf",
+            _timestamp,
+            "ISO 8601",
+            "none",
+            "Time travel: the latest version committed at or before it.",
+        ),
+        _PARTITION_BYTES,
+        _CHANGE_FEED,
+        Option(
+            "startingVersion",
+            _whole(0, "0"),
+            "a version >= 0",
+            "none",
+            "With `readChangeFeed`: the first version of the range.",
+        ),
+        Option(
+            "startingTimestamp",
+            _timestamp,
+            "ISO 8601",
+            "none",
+            "With `readChangeFeed`: the first version committed at or after it.",
+        ),
+        Option(
+            "endingVersion",
+            _whole(0, "5"),
+            "a version >= 0",
+            "the latest",
+            "With `readChangeFeed`: the last version of the range.",
+        ),
+        Option(
+            "endingTimestamp",
+            _timestamp,
+            "ISO 8601",
+            "none",
+            "With `readChangeFeed`: the last version committed at or before it.",
+        ),
+        Option(
+            "columns",
+            _json_names,
+            "a JSON list of columns",
+            "all",
+            "With `readChangeFeed`: the table's columns to return, in order.",
+        ),
+        Option(
+            "filter",
+            _text,
+            "a lakelog filter",
+            "none",
+            "With `readChangeFeed`: skips files and keeps the matching rows.",
+        ),
+    ),
+)
+
+_MERGE_SCHEMA = Option(
+    "mergeSchema",
+    _flag,
+    "`true`, `false`",
+    "`false`",
+    "`true` is `schema_mode='merge'`: new columns are added, wider types widen.",
+    aliases=("merge_schema",),
+)
+_SCHEMA_MODE = Option(
+    "schema_mode",
+    _choice("strict", "merge"),
+    "`strict`, `merge`",
+    "`strict`",
+    "As `lakelog.spark.write(schema_mode=...)`.",
+    aliases=("schemaMode",),
+)
+_PARTITION_BY = Option(
+    "partitionBy",
+    _comma_names,
+    "comma-separated columns",
+    "none",
+    "Partition columns of a table the write creates (Spark does not hand "
+    "`.partitionBy(...)` to a Python data source).",
+    aliases=("partition_by",),
+)
+_APP_ID = Option(
+    "txnAppId",
+    _text,
+    "a name",
+    "none",
+    "With `txnVersion`: exactly-once writes (`app_id=`).",
+    aliases=("app_id", "appId"),
+)
+_PER_BATCH = "the micro-batch id is the app version"
+_COMPLETE = "outputMode('complete') replaces the whole table"
+_FOREACH = "use foreachBatch with lakelog.spark.write(replace_where=...)"
+
+WRITE = Registry(
+    "df.write.format('lakelog')",
+    (
+        _PATH,
+        _STORAGE,
+        Option(
+            "replaceWhere",
+            _text,
+            "a lakelog filter",
+            "none",
+            "With mode `overwrite`: replace exactly the rows matching it (`replace_where=`).",
+            aliases=("replace_where",),
+        ),
+        Option(
+            "partitionOverwriteMode",
+            _choice("static", "dynamic"),
+            "`static`, `dynamic`",
+            "`static`",
+            "With mode `overwrite`: `dynamic` replaces only the partitions written.",
+            aliases=("partition_overwrite",),
+        ),
+        _MERGE_SCHEMA,
+        _SCHEMA_MODE,
+        _APP_ID,
+        Option(
+            "txnVersion",
+            _whole(0, "12"),
+            "a whole number >= 0",
+            "none",
+            "With `txnAppId`: the batch number (`app_version=`).",
+            aliases=("app_version", "appVersion"),
+        ),
+        _PARTITION_BY,
+    ),
+    properties=True,
+)
+
+STREAM_READ = Registry(
+    "spark.readStream.format('lakelog')",
+    (
+        _PATH,
+        _PATHS,
+        _STORAGE,
+        Option(
+            "startingVersion",
+            _stream_start,
+            "a version >= 0, `latest`",
+            "the snapshot, then each commit",
+            "Stream the commits from this version on (`latest`: those after the start).",
+        ),
+        _STARTING_TIMESTAMP,
+        Option(
+            "maxFilesPerTrigger",
+            _whole(1, "100"),
+            "a whole number >= 1",
+            f"{DEFAULT_MAX_FILES}",
+            "Files per micro-batch at most (no default when only `maxBytesPerTrigger` is set).",
+        ),
+        Option(
+            "maxBytesPerTrigger",
+            _whole(1, str(1 << 30)),
+            "bytes >= 1",
+            "none",
+            "Bytes per micro-batch, a soft bound (the file crossing it is the last).",
+        ),
+        Option(
+            "skipChangeCommits",
+            _flag,
+            "`true`, `false`",
+            "`false`",
+            "Pass over commits that removed rows (delete, update, merge, overwrite).",
+        ),
+        _CHANGE_FEED,
+        _PARTITION_BYTES,
+    ),
+)
+
+STREAM_WRITE = Registry(
+    "df.writeStream.format('lakelog')",
+    (
+        _PATH,
+        Option(
+            "checkpointLocation",
+            _text,
+            "a folder",
+            "the session's",
+            "Set by Spark: the query's checkpoint.",
+            spark=True,
+        ),
+        Option("queryName", _text, "a name", "none", "Set by Spark: the query's name.", spark=True),
+        _STORAGE,
+        _MERGE_SCHEMA,
+        _SCHEMA_MODE,
+        _PARTITION_BY,
+        Option(
+            "txnAppId",
+            _text,
+            "a name",
+            "the query's id",
+            "Replaces the query's id as the app id of each micro-batch's commit.",
+            aliases=("app_id", "appId"),
+        ),
+        Option(
+            "txnVersion",
+            _text,
+            "",
+            "",
+            "",
+            aliases=("app_version", "appVersion"),
+            refused=_PER_BATCH,
+        ),
+        Option("replaceWhere", _text, "", "", "", aliases=("replace_where",), refused=_FOREACH),
+        Option(
+            "partitionOverwriteMode",
+            _text,
+            "",
+            "",
+            "",
+            aliases=("partition_overwrite",),
+            refused=_COMPLETE,
+        ),
+    ),
+    properties=True,
+)
+
+REGISTRIES = (READ, WRITE, STREAM_READ, STREAM_WRITE)
+"""Every entry point's registry, in the order docs/spark.md lists them."""
+
+LOAD = Registry(
+    "spark.read.format('lakelog') or spark.readStream.format('lakelog')",
+    tuple({o.name: o for o in (*READ.options, *STREAM_READ.options)}.values()),
+)
+"""Both readers' options: Spark asks a source for its schema before it says whether it
+streams (:func:`load_options`)."""
+
+
+def markdown_table(registry: Registry) -> str:
+    """The documentation table of an entry point's options (``docs/spark.md``)."""
+    lines = ["| option | values | default | meaning |", "| --- | --- | --- | --- |"]
+    for o in registry.options:
+        if o.refused is not None:
+            continue
+        names = " / ".join(f"`{s}`" for s in o.spellings)
+        lines.append(f"| {names} | {o.values} | {o.default} | {o.doc} |")
+    refused = [o for o in registry.options if o.refused is not None]
+    for o in refused:
+        names = " / ".join(f"`{s}`" for s in o.spellings)
+        lines.append(f"| {names} | refused | - | Refused: {o.refused}. |")
+    if registry.properties:
+        lines.append(
+            "| `lakelog.<property>` | a table property | - | A property of a table the "
+            "write creates ([format](format.md)); checked by name and value. |"
+        )
+    return "\n".join(lines)
+
+
+# -- resolved, per entry point -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The options of ``spark.read.format("lakelog")``, checked."""
+
+    path: str
+    storage_options: dict[str, Any] | None = None
+    version: int | None = None
+    timestamp: dt.datetime | None = None
+    partition_bytes: int = PARTITION_BYTES
+    change_feed: bool = False
+    starting: int | dt.datetime | None = None
+    ending: int | dt.datetime | None = None
+    columns: tuple[str, ...] | None = None
+    filter: str | None = None
+
+    def storage(self) -> Storage:
+        return Storage(self.path, self.storage_options)
+
+
+_FEED_ONLY = (
+    "startingVersion",
+    "startingTimestamp",
+    "endingVersion",
+    "endingTimestamp",
+    "columns",
+    "filter",
+)
+
+
+def read_options(given: Mapping[str, Any]) -> ReadOptions:
+    """Check and parse the options of ``spark.read.format("lakelog")``."""
+    r = READ.resolve(given)
+    location = r.location()
+    r.one_of("versionAsOf", "timestampAsOf")
+    feed = bool(r.get("readChangeFeed", False))
+    if feed:
+        for name in ("versionAsOf", "timestampAsOf"):
+            if r.has(name):
+                raise InvalidArgumentError(
+                    f"expected no option {r.name(name)!r} with readChangeFeed on "
+                    f"{READ.entry}, found it; the feed's range is startingVersion.."
+                    f"endingVersion (or the timestamps)."
+                )
+        r.one_of("startingVersion", "startingTimestamp")
+        r.one_of("endingVersion", "endingTimestamp")
+        if not (r.has("startingVersion") or r.has("startingTimestamp")):
+            raise InvalidArgumentError(
+                "expected option startingVersion or startingTimestamp with readChangeFeed, "
+                "found neither; for example .option('startingVersion', 0)"
+            )
+    else:
+        r.only_with(
+            _FEED_ONLY,
+            "readChangeFeed 'true'",
+            "set .option('readChangeFeed', 'true') to read the change feed, or use "
+            "versionAsOf/timestampAsOf to read a version.",
+        )
+    return ReadOptions(
+        path=location,
+        storage_options=r.get("storageOptions"),
+        version=r.get("versionAsOf"),
+        timestamp=r.get("timestampAsOf"),
+        partition_bytes=r.get("maxPartitionBytes", PARTITION_BYTES),
+        change_feed=feed,
+        starting=r.get("startingVersion", r.get("startingTimestamp")),
+        ending=r.get("endingVersion", r.get("endingTimestamp")),
+        columns=r.get("columns"),
+        filter=r.get("filter"),
+    )
+
+
+def load_options(given: Mapping[str, Any]) -> ReadOptions:
+    """What ``load()`` needs for the schema, before Spark says whether the read is a
+    batch or a stream: every name checked against both readers' options (each checks
+    its own when Spark asks it for a reader, before anything is read)."""
+    r = LOAD.resolve(given)
+    r.one_of("versionAsOf", "timestampAsOf")
+    r.one_of("endingVersion", "endingTimestamp")
+    return ReadOptions(
+        path=r.location(),
+        storage_options=r.get("storageOptions"),
+        version=r.get("versionAsOf"),
+        timestamp=r.get("timestampAsOf"),
+        change_feed=bool(r.get("readChangeFeed", False)),
+        ending=r.get("endingVersion", r.get("endingTimestamp")),
+        columns=r.get("columns"),
+    )
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """The options of ``spark.readStream.format("lakelog")``, checked when the query
+    starts."""
+
+    path: str = ""
+    storage_options: dict[str, Any] | None = None
+    starting_version: int | Literal["latest"] | None = None
+    starting_timestamp: dt.datetime | None = None
+    max_files: int | None = DEFAULT_MAX_FILES
+    max_bytes: int | None = None
+    skip_change_commits: bool = False
+    read_change_feed: bool = False
+    partition_bytes: int = PARTITION_BYTES
+
+    def storage(self) -> Storage:
+        return Storage(self.path, self.storage_options)
+
+
+def stream_read_options(given: Mapping[str, Any]) -> StreamReadOptions:
+    """Check and parse the options of ``spark.readStream.format("lakelog")``."""
+    r = STREAM_READ.resolve(given)
+    location = r.location()
+    r.one_of("startingVersion", "startingTimestamp")
+    max_files = r.get("maxFilesPerTrigger")
+    max_bytes = r.get("maxBytesPerTrigger")
+    if max_files is None and max_bytes is None:
+        max_files = DEFAULT_MAX_FILES
+    return StreamReadOptions(
+        path=location,
+        storage_options=r.get("storageOptions"),
+        starting_version=r.get("startingVersion"),
+        starting_timestamp=r.get("startingTimestamp"),
+        max_files=max_files,
+        max_bytes=max_bytes,
+        skip_change_commits=bool(r.get("skipChangeCommits", False)),
+        read_change_feed=bool(r.get("readChangeFeed", False)),
+        partition_bytes=r.get("maxPartitionBytes", PARTITION_BYTES),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The options of ``df.write.format("lakelog")``, checked: the write's
+    :class:`~lakelog.spark.modes.WriteSpec` (table properties in ``spec.properties``)."""
+
+    path: str
+    spec: WriteSpec
+    storage_options: dict[str, Any] | None = None
+
+    def storage(self) -> Storage:
+        return Storage(self.path, self.storage_options)
+
+
+def _spec(r: Resolved, *, overwrite: bool, app_version: int | None) -> WriteSpec:
+    """The write spec of resolved write options (``app_version``: the batch writer's
+    ``txnVersion``; the streaming sink's comes per micro-batch)."""
+    names = {
+        "replace_where": f"option {r.name('replaceWhere')!r}",
+        "partition_overwrite": f"option {r.name('partitionOverwriteMode')!r}",
+    }
+    schema_mode = "strict"
+    if r.has("mergeSchema"):
+        schema_mode = "merge" if r.get("mergeSchema") else "strict"
+        names["schema_mode"] = f"option {r.name('mergeSchema')!r}"
+    if r.has("schema_mode"):
+        wanted = r.get("schema_mode")
+        if r.has("mergeSchema") and wanted != schema_mode:
+            raise InvalidArgumentError(
+                f"expected option {r.name('schema_mode')!r} or {r.name('mergeSchema')!r}, "
+                f"found both and they disagree ({wanted!r}, {schema_mode!r}); give one."
+            )
+        schema_mode = wanted
+        names["schema_mode"] = f"option {r.name('schema_mode')!r}"
+    where = r.get("replaceWhere")
+    return write_spec(
+        mode="overwrite" if overwrite else "append",
+        replace_where=where if where is None or where.strip() else None,
+        partition_overwrite=r.get("partitionOverwriteMode"),
+        schema_mode=schema_mode,
+        app_id=r.get("txnAppId") if app_version is not None else None,
+        app_version=app_version,
+        partition_by=r.get("partitionBy", ()),
+        properties=dict(r.properties) or None,
+        names=names,
+    )
+
+
+def write_options(given: Mapping[str, Any], *, overwrite: bool) -> WriteOptions:
+    """Check and parse the options of ``df.write.format("lakelog")``; ``overwrite``:
+    Spark's save mode."""
+    r = WRITE.resolve(given)
+    location = r.location()
+    if r.has("txnAppId") != r.has("txnVersion"):
+        id_name, v_name = r.name("txnAppId"), r.name("txnVersion")
+        raise InvalidArgumentError(
+            f"expected options {id_name!r} and {v_name!r} together (exactly-once writes), "
+            f"found only {id_name if r.has('txnAppId') else v_name!r}; give both, e.g. "
+            f".option({id_name!r}, 'ingest').option({v_name!r}, 12)"
+        )
+    spec = _spec(r, overwrite=overwrite, app_version=r.get("txnVersion"))
+    return WriteOptions(location, spec, r.get("storageOptions"))
+
+
+@dataclass(frozen=True)
+class StreamWriteOptions:
+    """The options of ``df.writeStream.format("lakelog")``, checked: the spec of every
+    micro-batch (its app transaction added per batch) and ``app_id``, the ``txnAppId``
+    option (None: the query's id)."""
+
+    path: str
+    spec: WriteSpec
+    app_id: str | None = None
+    storage_options: dict[str, Any] | None = None
+
+    def storage(self) -> Storage:
+        return Storage(self.path, self.storage_options)
+
+
+def stream_write_options(given: Mapping[str, Any], *, overwrite: bool) -> StreamWriteOptions:
+    """Check and parse the options of ``df.writeStream.format("lakelog")``;
+    ``overwrite``: output mode ``complete``."""
+    from ..transaction import app_transaction
+
+    r = STREAM_WRITE.resolve(given)
+    location = r.location()
+    app_id = r.get("txnAppId")
+    if app_id is not None:
+        app_transaction(app_id, 0)  # the id's checks, before any task runs
+    spec = _spec(r, overwrite=overwrite, app_version=None)
+    return StreamWriteOptions(location, spec, app_id, r.get("storageOptions"))
