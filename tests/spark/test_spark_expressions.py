@@ -248,3 +248,5 @@ def test_hadoop_uris_from_spark(spark: Any, tmp_path: Path) -> None:
     )
     lspark.delete(spark, hadoop, "id = 1")
     assert lakelog.open_table(str(folder)).snapshot().num_rows == 6
+    lspark.write(df.where("id = 2"), "file://localhost" + urllib.parse.quote(str(folder)))
+    assert lakelog.open_table(str(folder)).snapshot().num_rows == 7
