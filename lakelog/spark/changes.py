@@ -293,13 +293,16 @@ def _where(spark: SparkSession, where: Any, schema: pa.Schema, operation: str) -
     see a plan) is taken as the embedded change takes it; DNF tuples and pyarrow
     Expressions as well."""
     if not (isinstance(where, str) or is_spark_column(where)):
-        if not isinstance(where, (pc.Expression, list, tuple)):
+        try:
+            return Where(where, schema, operation=operation)
+        except InvalidArgumentError as e:
+            if isinstance(where, (pc.Expression, list, tuple)):
+                raise
             raise InvalidArgumentError(
                 f"expected where= to be a Spark Column (F.col('id') == 5) or a Spark SQL "
                 f'string ("id = 5"), or DNF tuples or a pyarrow Expression, found '
                 f"{type(where).__name__} {where!r}"
-            )
-        return Where(where, schema, operation=operation)
+            ) from e
     try:
         expression = exact_expression(spark, schema, where, "where=")
     except InvalidArgumentError as refused:

@@ -110,6 +110,7 @@ def test_paths_spark_reports_match_the_log(folder: Path) -> None:
         assert st.relative_url(url) == rel, url
         assert normalize_path(url, st) == rel, url
     assert st.relative_url(f"file:{urllib.parse.quote(str(folder.parent))}/x") is None
+    assert "://" in normalize_path(f"file://otherhost{folder}/{rel}", st)  # never ours
 
     import pyarrow.parquet as pq
 

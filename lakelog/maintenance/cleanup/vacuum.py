@@ -122,7 +122,10 @@ def normalize_path(path: str, storage: Storage) -> str:
     p = path.strip()
     root = "/" + storage.root.strip("/")
     if "://" in p or p.lower().startswith("file:"):
-        rel = storage.relative_url(p)
+        try:
+            rel = storage.relative_url(p)
+        except InvalidArgumentError:  # e.g. file://otherhost/...: never under the root
+            return p
         if rel is None:
             return normalize_uri(p)
         p = rel
