@@ -157,10 +157,13 @@ def analysis_error(
         lowered = {c.lower(): c for c in columns}
         hint = close[0] if close else lowered.get(name.lower())
         did = f" (did you mean {hint!r}?)" if hint else ""
+        text = ""
+        if isinstance(value, str) and value.strip() == name:  # meant as a text value?
+            text = f" A text value is SQL too: write \"'{name}'\" or F.lit({name!r})."
         return InvalidArgumentError(
             f"expected {parameter} to name columns of the table, found column {name!r} in "
             f"{shown!r}, which the table does not have{did}. The table's columns are "
-            f"{list(columns)}."
+            f"{list(columns)}.{text}"
         )
     return InvalidArgumentError(
         f"expected {parameter} to be a Spark SQL expression over the table's columns "

@@ -187,6 +187,8 @@ def test_wrong_types_name_the_parameter(spark: Any, base: str) -> None:
     source = spark.createDataFrame([(1, "s", 1.0)], "id long, p string, v double")
     with pytest.raises(InvalidArgumentError, match=r"set=\{'v': \.\.\.\}"):
         lspark.update(spark, base, "id = 1", set={"v": "vv * 2"})
+    with pytest.raises(InvalidArgumentError, match=r"set=\{'p': \.\.\.\}.*F\.lit\('closed'\)"):
+        lspark.update(spark, base, "id = 1", set={"p": "closed"})  # a string is SQL
     with pytest.raises(InvalidArgumentError, match=r"set=\{'v': \.\.\.\}.*reverse"):
         lspark.update(spark, base, "id = 1", set={"v": F.reverse("p").cast("double")})
     with pytest.raises(InvalidArgumentError, match=r"when_matched=\{'v': \.\.\.\}.*'nope'"):
