@@ -1054,8 +1054,16 @@ def _merge_where(spark: SparkSession, value: Any, schema: pa.Schema, both: pa.Sc
             return Where(value, both, operation="MERGE")
         except InvalidArgumentError:
             raise refused from None
-    if expression is None:
-        return Where(value, both, operation="MERGE")
+    if expression is None:  # Spark Connect: lakelog's own SQL-like filter
+        try:
+            return Where(value, both, operation="MERGE")
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(
+                f"expected matched_condition= as a filter lakelog's SQL-like parser reads "
+                f"on Spark Connect (a column or source.<col> compared with a literal, "
+                f"IN, BETWEEN, IS [NOT] NULL, AND/OR/NOT; lakelog cannot see a plan "
+                f"there), found {value!r}: {e}. Pass a Column over the source instead."
+            ) from e
     chosen = Where(expression, both, operation="MERGE")
     chosen.text = value.strip()
     return chosen
