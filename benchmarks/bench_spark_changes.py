@@ -156,7 +156,7 @@ def _warm_up(spark: Any, case: str) -> None:
             elif case == "delete":
                 lspark.delete(spark, uri, "x < 0.01")
             else:
-                lspark.update(spark, uri, "y < 0.01", set={"event": "fixed"})
+                lspark.update(spark, uri, "y < 0.01", set={"event": "'fixed'"})
         finally:
             shutil.rmtree(uri, ignore_errors=True)
 
@@ -194,7 +194,7 @@ def _lakelog_change(path: str, case: str, source: str, engine: str) -> dict[str,
         elif case == "delete":
             r = lspark.delete(spark, path, "x < 0.01")
         else:
-            r = lspark.update(spark, path, "y < 0.01", set={"event": "fixed"})
+            r = lspark.update(spark, path, "y < 0.01", set={"event": "'fixed'"})
     else:
         import pyarrow.parquet as pq
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,10 +36,11 @@ from ._failpoints import fault
 from .errors import InvalidArgumentError, StorageNotSupportedError
 from .paths import leaves_root
 
-__all__ = ["FileInfo", "Storage", "check_local_root", "normalize_uri"]
+__all__ = ["FileInfo", "Storage", "check_local_root", "local_path", "normalize_uri"]
 
 _MEMORY_LOCK = threading.Lock()
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
+_HADOOP_S3 = frozenset({"s3a", "s3n"})
 
 
 @dataclass(frozen=True)
@@ -51,22 +53,69 @@ class FileInfo:
 
 
 def normalize_uri(uri: str) -> str:
-    """One spelling per location: ``s3a://`` -> ``s3://``, no trailing slash,
-    local paths absolute with a ``file://`` scheme.
+    """One spelling per location, so every form Spark, Hadoop or a user writes opens
+    the same table:
+
+    * a plain path (no scheme): absolute, ``~`` expanded, taken literally;
+    * ``file:/abs``, ``file:///abs``, ``file://localhost/abs`` (the forms of Hadoop's
+      ``Path.toUri()``, ``input_file_name()`` and ``_metadata.file_path``): a URI, so
+      ``%XX`` escapes are decoded (``file:/tmp/a%20b/t`` is the folder ``a b``); any
+      other host is refused (:class:`InvalidArgumentError`);
+    * ``s3a://`` and ``s3n://`` (Hadoop's S3 connectors, whose URIs are escaped the
+      same way) become ``s3://``; an ``s3://`` key is fsspec's, taken literally;
+    * no trailing slash.
+
+    The result of a local path is ``file://`` and the absolute path with only ``%``
+    escaped (as ``%25``), so normalizing it again changes nothing.
 
     >>> normalize_uri("s3a://bucket/t/")
     's3://bucket/t'
+    >>> normalize_uri("file:/tmp/a%20b/t"), normalize_uri("file://localhost/tmp/t")
+    ('file:///tmp/a b/t', 'file:///tmp/t')
     """
     uri = uri.strip()
-    if "://" not in uri:
-        return "file://" + os.path.abspath(os.path.expanduser(uri)).rstrip("/")
-    scheme, rest = uri.split("://", 1)
+    scheme, sep, rest = uri.partition(":")
     scheme = scheme.lower()
-    if scheme == "s3a":
-        scheme = "s3"
-    if scheme == "file":
-        rest = os.path.abspath(rest) if rest else "/"
+    if scheme == "file" and sep:
+        return "file://" + _quote_percent(_local_path(uri, rest))
+    if "://" not in uri:
+        return "file://" + _quote_percent(os.path.abspath(os.path.expanduser(uri)).rstrip("/"))
+    rest = rest[2:]
+    if scheme in _HADOOP_S3:
+        bucket, slash, key = rest.partition("/")
+        return f"s3://{bucket}{slash}{urllib.parse.unquote(key)}".rstrip("/")
     return f"{scheme}://{rest.rstrip('/')}"
+
+
+def local_path(uri: str) -> str:
+    """The filesystem path of a normalized ``file://`` URI (inverse of the escaping
+    :func:`normalize_uri` does)."""
+    return urllib.parse.unquote(uri[len("file://") :]) if uri.startswith("file://") else uri
+
+
+def _local_path(uri: str, rest: str) -> str:
+    """The absolute, decoded path of a ``file:`` URI (``rest`` is what follows ``file:``)."""
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host.lower() not in ("", "localhost"):
+            raise InvalidArgumentError(
+                f"expected a file: URI of this machine (file:/path, file:///path or "
+                f"file://localhost/path), found host {host!r} in {uri!r}; lakelog reads "
+                f"local files only from this machine. Use a path on a mounted filesystem, "
+                f"or the store's own scheme (s3://, hdfs://, ...)."
+            )
+        rest = slash + path
+    if not rest.startswith("/"):
+        raise InvalidArgumentError(
+            f"expected an absolute path in a file: URI (file:/path or file:///path), found "
+            f"{uri!r}; write a relative location as a plain path, without file:."
+        )
+    path = os.path.abspath(urllib.parse.unquote(rest))
+    return path.rstrip("/") if path != "/" else ""
+
+
+def _quote_percent(path: str) -> str:
+    return path.replace("%", "%25")
 
 
 class Storage:
@@ -123,9 +172,23 @@ class Storage:
             full_path = stripped
         return full_path[len(prefix) :]
 
+    def relative_url(self, location: str) -> str | None:
+        """Root-relative path of a URL or absolute path under the root, in any spelling
+        :func:`normalize_uri` accepts (``file:/...``, ``s3a://...``, escaped); None if it
+        lies outside the root."""
+        uri = normalize_uri(location)
+        if uri == self.uri:
+            return ""
+        if not uri.startswith(self.uri + "/"):
+            return None
+        rest = uri[len(self.uri) + 1 :]
+        return urllib.parse.unquote(rest) if self.uri.startswith("file://") else rest
+
     def url(self, rel: str) -> str:
-        """Full URL with scheme (what Spark or a user would type)."""
-        return f"{self.uri}/{rel}" if rel else self.uri
+        """Full URL with scheme (what Spark or a user would type); a local path's
+        characters as they are (Hadoop's ``Path`` and the engines escape them)."""
+        base = f"file://{self.root}" if self._is_local else self.uri
+        return f"{base}/{rel}" if rel else base
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         """A pyarrow filesystem over the same storage, for datasets."""
@@ -349,7 +412,7 @@ def _filesystem(uri: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
     """The fsspec filesystem and path of a normalized URI, with typed errors for an
     unknown scheme, a missing driver and options the filesystem refuses."""
     scheme = uri.split("://", 1)[0]
-    fs_uri = uri[len("file://") :] if scheme == "file" else uri
+    fs_uri = local_path(uri) if scheme == "file" else uri
     try:
         fs, path = fsspec.core.url_to_fs(fs_uri, **storage_options)
     except ImportError as e:

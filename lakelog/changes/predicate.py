@@ -195,19 +195,20 @@ def _set_where(mask: pa.BooleanArray, new: Any, old: pa.Array, field: pa.Field) 
 
 
 def check_assignments(
-    schema: pa.Schema, assignments: Mapping[str, Any]
+    schema: pa.Schema, assignments: Mapping[str, Any], *, argument: str = "set"
 ) -> tuple[dict[str, pa.Scalar | pc.Expression], dict[str, Any]]:
     """``set=`` checked against the schema before anything is read or written.
 
     A value is a literal (cast to the column's type only where that keeps it; a
     string is parsed for dates and timestamps) or a :class:`pyarrow.compute.Expression`
     over the row's current values, whose type must convert to the column's type.
-    Returns the bound values and their text for the commit header.
+    Returns the bound values and their text for the commit header. ``argument`` is the
+    caller's name for the mapping in messages (a merge's ``when_matched``).
     """
     if not isinstance(assignments, Mapping) or not assignments:
         raise InvalidArgumentError(
-            f"expected set= to map column names to new values, such as "
-            f"set={{'status': 'closed'}}, found {assignments!r}"
+            f"expected {argument}= to map column names to new values, such as "
+            f"{argument}={{'status': 'closed'}}, found {assignments!r}"
         )
     values: dict[str, pa.Scalar | pc.Expression] = {}
     shown: dict[str, Any] = {}
@@ -215,7 +216,7 @@ def check_assignments(
     for name, value in assignments.items():
         if not isinstance(name, str) or name not in schema.names:
             raise InvalidArgumentError(
-                f"expected columns of the table in set=, found {name!r}; the table's "
+                f"expected columns of the table in {argument}=, found {name!r}; the table's "
                 f"columns are {schema.names}"
             )
         field = schema.field(name)
@@ -224,30 +225,30 @@ def check_assignments(
                 got = ds.dataset(empty).to_table(columns={"v": value}).schema.field("v").type
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
                 raise InvalidArgumentError(
-                    f"expected an expression over the table's columns for {name!r} in set=, "
+                    f"expected an expression over the table's columns for {name!r} in {argument}=, "
                     f"found {value} ({e})"
                 ) from e
             if not _convertible(got, field.type):
                 raise SchemaMismatchError(
                     f"expected an expression of type {field.type} for column {name!r} in "
-                    f"set=, found {got} ({value}); cast it, e.g. "
+                    f"{argument}=, found {got} ({value}); cast it, e.g. "
                     f"pc.field(...).cast(pa.{field.type})."
                 )
             values[name] = value
             shown[name] = str(value)
             continue
-        values[name] = _literal(name, field, value)
+        values[name] = _literal(name, field, value, argument)
         shown[name] = _json_value(values[name])
     return values, shown
 
 
-def _literal(name: str, field: pa.Field, value: Any) -> pa.Scalar:
+def _literal(name: str, field: pa.Field, value: Any, argument: str = "set") -> pa.Scalar:
     t = field.type
     if value is None:
         if not field.nullable:
             raise SchemaMismatchError(
                 f"expected a value for column {name!r}, which the schema declares "
-                f"non-nullable, found None in set="
+                f"non-nullable, found None in {argument}="
             )
         return pa.scalar(None, t)
     try:
@@ -263,7 +264,7 @@ def _literal(name: str, field: pa.Field, value: Any) -> pa.Scalar:
     )
     if bound is None or text_into_other:
         raise SchemaMismatchError(
-            f"expected a value of type {t} for column {name!r} in set=, found {value!r}"
+            f"expected a value of type {t} for column {name!r} in {argument}=, found {value!r}"
             f" ({type(value).__name__}); pass a value of the column's type."
         )
     return bound

@@ -266,14 +266,14 @@ def _relative(storage: Storage, given: str) -> str | None:
             f"found {given!r}"
         )
     text = given.strip()
-    if "://" in text or text.startswith("/"):
-        candidate = text
-        if text.startswith("file://"):
-            candidate = text[len("file://") :]
-        try:
-            rel = storage.relative(candidate)
-        except InvalidArgumentError:
-            return None
+    if "://" in text or text.startswith("/") or text.lower().startswith("file:"):
+        found = storage.relative_url(text)  # any spelling: file:/, s3a://, %-escaped
+        if found is None:
+            try:
+                found = storage.relative(text)
+            except InvalidArgumentError:
+                return None
+        rel = found
     else:
         rel = text.strip("/")
     return "/".join(p for p in rel.split("/") if p not in ("", "."))

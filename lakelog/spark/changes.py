@@ -79,6 +79,7 @@ from ..log.snapshot import Snapshot
 from ..partitioning import STAGING_DIR
 from ..stats import referenced_columns
 from ..storage import Storage
+from .filters import analysis_error, exact_expression, is_spark_column, spark_expression
 from .jobs import short_error
 from .read import columns_of, spark_url
 from .schema import check_dataframe_schema, to_spark_schema
@@ -227,7 +228,7 @@ def _predicate_task(
 def delete(
     spark: SparkSession,
     uri: str,
-    where: FilterLike,
+    where: str | Column | FilterLike,
     *,
     storage_options: Mapping[str, Any] | None = None,
 ) -> ChangeResult:
@@ -237,9 +238,12 @@ def delete(
     Args:
         spark: the session that runs the tasks.
         uri: the table's URI.
-        where: the rows to delete, a lakelog filter as for the embedded delete: a SQL-like
-            string (``"day = '2026-11-02' and amount > 25"``), DNF tuples or a pyarrow
-            Expression.
+        where: the rows to delete: a Spark Column (``F.col("id") == 5``) or a Spark SQL
+            string (``"day = '2026-11-02' and amount > 25"``), as ``lakelog.spark.read``'s
+            filter takes it, meaning what it means in Spark; lakelog evaluates it in its
+            tasks (comparisons, AND/OR/NOT, IN, IS NULL, arithmetic, CASE WHEN, casts:
+            anything else is refused up front). DNF tuples or a pyarrow Expression are
+            taken as the embedded delete takes them.
         storage_options: fsspec options for the table; default none.
 
     Returns:
@@ -247,14 +251,14 @@ def delete(
     """
     table = _open(uri, storage_options)
     snap = table.snapshot()
-    change = DeleteChange(Where(where, snap.schema, operation="DELETE"))
+    change = DeleteChange(_where(spark, where, snap.schema, "DELETE"))
     return _run_predicate(spark, table, snap, change)
 
 
 def update(
     spark: SparkSession,
     uri: str,
-    where: FilterLike,
+    where: str | Column | FilterLike,
     *,
     set: Mapping[str, Any],
     storage_options: Mapping[str, Any] | None = None,
@@ -264,9 +268,12 @@ def update(
     Args:
         spark: the session that runs the tasks.
         uri: the table's URI.
-        where: the rows to update, a lakelog filter (see :func:`delete`).
-        set: columns to a literal or a pyarrow Expression over the row's current values,
-            exactly as the embedded update takes it.
+        where: the rows to update, as for :func:`delete`.
+        set: columns to new values over the row's current values: a Spark Column
+            (``F.col("amount") * 2``) or a Spark SQL string (``"amount * 2"``; a string
+            value is SQL, so a text literal is ``"'closed'"`` or ``F.lit("closed")``),
+            evaluated by lakelog as :func:`delete`'s ``where``; or a Python literal or a
+            pyarrow Expression as the embedded update takes it.
         storage_options: fsspec options for the table; default none.
 
     Returns:
@@ -274,8 +281,72 @@ def update(
     """
     table = _open(uri, storage_options)
     snap = table.snapshot()
-    change = UpdateChange(Where(where, snap.schema, operation="UPDATE"), snap.schema, set)
+    where_ = _where(spark, where, snap.schema, "UPDATE")
+    change = UpdateChange(where_, snap.schema, _assignments(spark, snap.schema, set))
     return _run_predicate(spark, table, snap, change)
+
+
+def _where(spark: SparkSession, where: Any, schema: pa.Schema, operation: str) -> Where:
+    """The rows a delete or update changes. A Spark Column or SQL string means what it
+    means in Spark (:func:`exact_expression`); a string Spark's side refuses a part of
+    that lakelog's own SQL-like filter reads (and on Spark Connect, where lakelog cannot
+    see a plan) is taken as the embedded change takes it; DNF tuples and pyarrow
+    Expressions as well."""
+    if not (isinstance(where, str) or is_spark_column(where)):
+        try:
+            return Where(where, schema, operation=operation)
+        except InvalidArgumentError as e:
+            if isinstance(where, (pc.Expression, list, tuple)):
+                raise
+            raise InvalidArgumentError(
+                f"expected where= to be a Spark Column (F.col('id') == 5) or a Spark SQL "
+                f'string ("id = 5"), or DNF tuples or a pyarrow Expression, found '
+                f"{type(where).__name__} {where!r}"
+            ) from e
+    try:
+        expression = exact_expression(spark, schema, where, "where=")
+    except InvalidArgumentError as refused:
+        if not isinstance(where, str):
+            raise
+        try:
+            return Where(where, schema, operation=operation)
+        except InvalidArgumentError:
+            raise refused from None
+    if expression is None:  # Spark Connect: no plan to see
+        if isinstance(where, str):
+            return Where(where, schema, operation=operation)
+        raise InvalidArgumentError(
+            f"expected where= as a SQL string on Spark Connect (lakelog cannot see a "
+            f"Column's plan there to evaluate it in its tasks), found the Column {where}; "
+            f'pass the same condition as a string such as "id = 5".'
+        )
+    chosen = Where(expression, schema, operation=operation)
+    chosen.text = where.strip() if isinstance(where, str) else str(where)
+    return chosen
+
+
+def _assignments(spark: SparkSession, schema: pa.Schema, assignments: Any) -> Any:
+    """``update``'s ``set=`` with each Spark Column or SQL string value turned into the
+    pyarrow expression lakelog evaluates (:func:`exact_expression`); other values as
+    they are (:func:`check_assignments` checks them all)."""
+    if not isinstance(assignments, Mapping):
+        return assignments
+    out: dict[Any, Any] = {}
+    for name, value in assignments.items():
+        if not (isinstance(value, str) or is_spark_column(value)):
+            out[name] = value
+            continue
+        parameter = f"set={{{name!r}: ...}}"
+        expression = exact_expression(spark, schema, value, parameter)
+        if expression is None:
+            raise InvalidArgumentError(
+                f"expected {parameter} to be a literal or a pyarrow Expression on Spark "
+                f"Connect (lakelog cannot see the plan of a Spark expression there to "
+                f"evaluate it in its tasks), found {value!r}; run the update from a "
+                f"classic SparkSession, or with lakelog.Table.update."
+            )
+        out[name] = expression
+    return out
 
 
 def _run_predicate(
@@ -835,15 +906,19 @@ def merge(
         on: the key column(s) matching source rows to target rows.
         when_matched: ``"update"`` (default: every column from the source row),
             ``"delete"``, None (or ``"ignore"``), or a mapping of columns to new values,
-            each a literal, a pyarrow Expression over the target row (its column names)
-            and the source row (``pc.field("source.<col>")``), or a Spark Column over the
-            source DataFrame's columns (computed by Spark, e.g. ``F.col("amount") * 2``).
+            each a Spark Column or a Spark SQL string over the source DataFrame's columns
+            (computed by Spark: ``F.col("amount") * 2`` or ``"amount * 2"``; a string is
+            SQL, so a text literal is ``"'closed'"`` or ``F.lit("closed")``), a Python
+            literal, or a pyarrow Expression over the target row (its column names) and
+            the source row (``pc.field("source.<col>")``).
         when_not_matched: ``"insert"`` (default) or None.
         when_not_matched_by_source: ``"delete"`` or None (default).
         matched_condition: only matched rows where it is true are updated or deleted (the
-            others stay, and count as matched: they are not inserted); a lakelog filter
-            string (``"status != 'closed'"``), a pyarrow Expression over target and
-            ``source.<col>`` columns, or a Spark Column over the source. Default None.
+            others stay, and count as matched: they are not inserted); a Spark SQL string
+            over the target's columns and the source's as ``source.<col>``
+            (``"status != 'closed' and source.amount > amount"``, evaluated by lakelog as
+            :func:`delete`'s ``where``), a pyarrow Expression over the same, or a Spark
+            Column over the source DataFrame's columns (computed by Spark). Default None.
         duplicates: what several source rows with one key mean: ``"error"`` (default,
             before anything is written), ``"last"`` or ``"first"`` (in the DataFrame's
             order).
@@ -853,7 +928,6 @@ def merge(
         The merge's figures and commit.
     """
     start = time.monotonic()
-    from pyspark.sql import Column
     from pyspark.sql import functions as F
 
     table = _open(uri, storage_options)
@@ -887,15 +961,18 @@ def merge(
                     f"expected when_matched= to leave the key columns {list(keys)} alone "
                     f"(a matched row keeps its key), found {name!r}"
                 )
-            if isinstance(value, Column):
+            parameter = f"when_matched={{{name!r}: ...}}"
+            column = spark_expression(value, parameter)
+            if column is not None:  # over the source's columns, computed by Spark
+                _check_source_expression(source, column, parameter, value)
                 hidden = f"__lakelog_set_{len(computed)}"
-                computed.append((hidden, value))
+                computed.append((hidden, column))
                 assignments.append((name, "column", hidden))
-                shown[name] = str(value)
+                shown[name] = value if isinstance(value, str) else str(value)
             else:
                 plain[name] = value
         if plain:
-            values, texts = check_assignments(both, plain)
+            values, texts = check_assignments(both, plain, argument="when_matched")
             shown.update(texts)
             for name, v in values.items():
                 kind = "expr" if isinstance(v, pc.Expression) else "literal"
@@ -903,11 +980,14 @@ def merge(
     condition: tuple[str, Any] | None = None
     cond_text: str | None = None
     if matched_condition is not None:
-        if isinstance(matched_condition, Column):
+        if is_spark_column(matched_condition):
+            _check_source_expression(
+                source, matched_condition, "matched_condition=", matched_condition
+            )
             computed.append(("__lakelog_condition", matched_condition))
             condition = ("column", "__lakelog_condition")
         else:
-            cond = Where(matched_condition, both, operation="MERGE")
+            cond = _merge_where(spark, matched_condition, schema, both)
             condition = ("expr", cond.expression)
         cond_text = str(matched_condition)
     target_cols: tuple[str, ...] = ()
@@ -950,6 +1030,58 @@ def merge(
     noop = matched_action == "ignore" and not insert and by_source == "ignore"
     candidates = [] if noop else change.candidates(snap)
     return _run_merge(spark, table, snap, change, candidates, deduped, insert and not noop, start)
+
+
+def _merge_where(spark: SparkSession, value: Any, schema: pa.Schema, both: pa.Schema) -> Where:
+    """``matched_condition`` given as anything but a Column: over the target row's columns
+    and the source row's as ``source.<col>``. A string is Spark SQL, evaluated by lakelog
+    (:func:`exact_expression` over the target's columns and a ``source`` struct), or,
+    where Spark's side refuses a part of it that lakelog's own SQL-like filter reads (and
+    on Spark Connect), that filter; DNF tuples and pyarrow Expressions as the embedded
+    merge takes them."""
+    if not isinstance(value, str) or "source" in schema.names:
+        return Where(value, both, operation="MERGE")
+    from pyspark.sql import types as T
+
+    target = to_spark_schema(schema)
+    with_source = T.StructType([*target.fields, T.StructField("source", target)])
+    try:
+        expression = exact_expression(
+            spark, both, value, "matched_condition=", spark_schema=with_source
+        )
+    except InvalidArgumentError as refused:
+        try:
+            return Where(value, both, operation="MERGE")
+        except InvalidArgumentError:
+            raise refused from None
+    if expression is None:  # Spark Connect: lakelog's own SQL-like filter
+        try:
+            return Where(value, both, operation="MERGE")
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(
+                f"expected matched_condition= as a filter lakelog's SQL-like parser reads "
+                f"on Spark Connect (a column or source.<col> compared with a literal, "
+                f"IN, BETWEEN, IS [NOT] NULL, AND/OR/NOT; lakelog cannot see a plan "
+                f"there), found {value!r}: {e}. Pass a Column over the source instead."
+            ) from e
+    chosen = Where(expression, both, operation="MERGE")
+    chosen.text = value.strip()
+    return chosen
+
+
+def _check_source_expression(source: DataFrame, column: Column, parameter: str, value: Any) -> None:
+    """Refuse (:class:`InvalidArgumentError`, naming ``parameter``) an expression Spark
+    cannot evaluate over the source's columns (an unknown column, a type mismatch) before
+    anything runs; on Spark Connect Spark answers when the merge's first job runs."""
+    from pyspark.errors import AnalysisException
+
+    from .filters import quiet_analysis
+
+    try:
+        with quiet_analysis():
+            source.select(column)
+    except AnalysisException as e:
+        raise analysis_error(e, parameter, value, source.columns) from e
 
 
 def _valid(keys: Sequence[str]) -> Column:

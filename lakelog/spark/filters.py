@@ -13,14 +13,24 @@ A node that cannot be translated becomes TRUE (positive) or FALSE
 (negative), which keeps every file. Leaves follow Spark's semantics where
 they differ from Arrow's: NaN is equal to itself and greater than every
 number, and ``<=>`` never returns null.
+
+The one rule of the Spark read and change APIs for expressions
+(:func:`spark_expression`): a filter, condition or SET value is a Spark Column or a
+Spark SQL string (``F.expr(s)``). Where lakelog itself evaluates one, in the tasks of
+``delete`` and ``update``, :func:`exact_expression` turns Spark's analyzed expression into
+a pyarrow expression with Spark's meaning, or refuses it, naming the parameter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
+import difflib
 import logging
 import re
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,7 +42,16 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["check_filter", "connect_pruning", "translate_filter"]
+__all__ = [
+    "analysis_error",
+    "check_filter",
+    "connect_pruning",
+    "exact_expression",
+    "is_spark_column",
+    "quiet_analysis",
+    "spark_expression",
+    "translate_filter",
+]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -49,16 +68,121 @@ _INT_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 _FLOAT_RANK = {"float": 1, "double": 2}
 
 
-def check_filter(filter: object) -> None:
+def is_spark_column(value: object) -> bool:
+    """Whether ``value`` is a pyspark Column (classic or Spark Connect)."""
+    return type(value).__name__ == "Column" and type(value).__module__.startswith("pyspark.")
+
+
+def check_filter(filter: object, parameter: str = "filter") -> None:
     """Raise unless ``filter`` is None, a Spark SQL string or a Spark Column."""
-    if filter is None or isinstance(filter, str):
-        return
-    if type(filter).__name__ == "Column" and type(filter).__module__.startswith("pyspark."):
+    if filter is None or isinstance(filter, str) or is_spark_column(filter):
         return
     raise InvalidArgumentError(
-        f"expected filter to be a Spark SQL string such as \"day >= '2024-01-02'\" or a "
-        f"pyspark Column such as F.col('day') >= '2024-01-02', found {type(filter).__name__}"
+        f"expected {parameter}= to be a Spark SQL string such as \"day >= '2024-01-02'\" or "
+        f"a pyspark Column such as F.col('day') >= '2024-01-02', found "
+        f"{type(filter).__name__} {filter!r}"
     )
+
+
+def spark_expression(value: object, parameter: str) -> Column | None:
+    """The one rule for expressions in the Spark APIs: a Spark Column as it is, a Spark
+    SQL string as ``F.expr(value)`` (on Spark Connect too); None for anything else
+    (the caller takes it as a literal or a lakelog filter, or refuses it). ``parameter``
+    is the caller's name for it in messages (``where``, ``set={'v': ...}``)."""
+    if is_spark_column(value):
+        return value  # type: ignore[return-value]
+    if not isinstance(value, str):
+        return None
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    try:
+        with quiet_analysis():
+            return F.expr(value)
+    except PySparkException as e:  # a classic session parses at once
+        raise InvalidArgumentError(
+            f"expected {parameter} to be a Spark SQL expression, found {value!r}, which "
+            f"Spark cannot parse: {_first_line(e)}. A string literal is quoted inside the "
+            f"SQL (\"'closed'\") or given as F.lit('closed')."
+        ) from e
+
+
+_QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+
+
+@contextlib.contextmanager
+def quiet_analysis() -> Iterator[None]:
+    """PySpark logs every analysis error that has a query context (a JSON record of
+    about a hundred lines on stderr, Java stack included) when it raises it; lakelog
+    turns the errors of the expressions it analyzes into its own one-line errors, so
+    those loggers are off while it does (in this process, for every thread)."""
+    global _quiet_depth
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # a PySpark without its JSON logger logs nothing of the kind
+        yield
+        return
+    loggers = [PySparkLogger.getLogger(name) for name in _QUIET_LOGGERS]
+    with _quiet_lock:
+        _quiet_depth += 1
+        for logger in loggers:
+            logger.disabled = True
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if not _quiet_depth:
+                for logger in loggers:
+                    logger.disabled = False
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(e).__name__
+
+
+def analysis_error(
+    e: Exception, parameter: str, value: object, columns: Sequence[str]
+) -> InvalidArgumentError:
+    """Spark's refusal of the expression ``value`` (given as ``parameter``) as one
+    line: an unknown column named with the closest of ``columns``; else Spark's reason."""
+    condition = str(_condition(e) or "")
+    shown = value if isinstance(value, str) else str(value)
+    if condition.startswith("UNRESOLVED_COLUMN"):
+        name = _unresolved_name(e)
+        close = difflib.get_close_matches(name, list(columns), n=1, cutoff=0.5)
+        lowered = {c.lower(): c for c in columns}
+        hint = close[0] if close else lowered.get(name.lower())
+        did = f" (did you mean {hint!r}?)" if hint else ""
+        text = ""
+        if isinstance(value, str) and value.strip() == name:  # meant as a text value?
+            text = f" A text value is SQL too: write \"'{name}'\" or F.lit({name!r})."
+        return InvalidArgumentError(
+            f"expected {parameter} to name columns of the table, found column {name!r} in "
+            f"{shown!r}, which the table does not have{did}. The table's columns are "
+            f"{list(columns)}.{text}"
+        )
+    return InvalidArgumentError(
+        f"expected {parameter} to be a Spark SQL expression over the table's columns "
+        f"{list(columns)}, found {shown!r}, which Spark refuses: {_first_line(e)}"
+    )
+
+
+def _unresolved_name(e: Exception) -> str:
+    params: Any = None
+    get = getattr(e, "getMessageParameters", None)
+    if get is not None:
+        with contextlib.suppress(Exception):
+            params = get()
+    raw = str((params or {}).get("objectName", ""))
+    if not raw:
+        found = re.search(r"name (`[^`]*`(?:\.`[^`]*`)*)", str(e))
+        raw = found.group(1) if found else "?"
+    parts = re.findall(r"`((?:[^`]|``)*)`", raw) or [raw]
+    return ".".join(p.replace("``", "`") for p in parts)
 
 
 def translate_filter(
@@ -75,11 +199,12 @@ def translate_filter(
 
     empty = spark.createDataFrame([], spark_schema)
     try:
-        filtered = empty.where(filter)
+        with quiet_analysis():
+            filtered = empty.where(filter)
     except AnalysisException as e:
         condition = str(_condition(e) or "")
         if not condition.startswith("DATATYPE_MISMATCH"):
-            raise
+            raise analysis_error(e, "filter=", filter, schema.names) from e
         raise InvalidArgumentError(_mismatch_message(filter, schema, e)) from e
     jdf = getattr(filtered, "_jdf", None)
     if jdf is None:  # Spark Connect: the plan is not reachable from Python
@@ -416,3 +541,253 @@ def connect_pruning(filter: str | Column, schema: pa.Schema) -> pc.Expression:
             f"spark.read.format('lakelog'), whose pushed filters prune."
         )
     return to_expression(usable[0] if len(usable) == 1 else And(tuple(usable)))
+
+
+# -- exact translation (delete and update evaluate it in lakelog's tasks) ---------------
+
+_NUMERIC_RANK = {**_INT_RANK, "float": 5, "double": 6}
+_ARITHMETIC = {"Add": "add", "Subtract": "subtract", "Multiply": "multiply"}
+_EXACT_KINDS = (
+    "columns, literals, comparisons (= <> < <= > >= <=>), AND/OR/NOT, IN, IS [NOT] NULL, "
+    "BETWEEN, + - * /, unary minus, CASE WHEN, IF, COALESCE and widening numeric casts"
+)
+
+
+def exact_expression(
+    spark: SparkSession,
+    schema: pa.Schema,
+    value: object,
+    parameter: str,
+    *,
+    spark_schema: StructType | None = None,
+) -> pc.Expression | None:
+    """``value`` (a Spark Column or SQL string, :func:`spark_expression`) over a table of
+    ``schema``, as a pyarrow expression lakelog evaluates with Spark's meaning (three-
+    valued logic, NaN equal to itself and above every number, ANSI overflow errors).
+
+    Spark analyzes it (names resolved case-insensitively, implicit casts made explicit,
+    constants folded); an unknown column or a type Spark refuses is an
+    :class:`InvalidArgumentError` naming ``parameter`` and the columns, as is a part
+    lakelog does not evaluate itself (a function call, ...). Returns None on Spark
+    Connect, whose plans a client cannot reach (the caller decides)."""
+    from pyspark.errors import AnalysisException
+
+    from .schema import to_spark_schema
+
+    column = spark_expression(value, parameter)
+    if column is None:
+        raise InvalidArgumentError(
+            f"expected {parameter} to be a Spark Column or a Spark SQL string, found "
+            f"{type(value).__name__} {value!r}"
+        )
+    empty = spark.createDataFrame([], spark_schema or to_spark_schema(schema))
+    try:
+        with quiet_analysis():
+            projected = empty.select(column.alias("__lakelog_value"))
+    except AnalysisException as e:
+        raise analysis_error(e, parameter, value, schema.names) from e
+    jdf = getattr(projected, "_jdf", None)
+    if jdf is None:
+        return None
+    alias = jdf.queryExecution().analyzed().projectList().apply(0)
+    ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
+    shown = value if isinstance(value, str) else str(value)
+    return _Exact(schema, parameter, shown, ansi).node(alias.child())
+
+
+class _Exact:
+    """Catalyst -> pyarrow, node by node, refusing what it cannot mean exactly."""
+
+    def __init__(self, schema: pa.Schema, parameter: str, shown: str, ansi: bool) -> None:
+        self.schema = schema
+        self.parameter = parameter
+        self.shown = shown
+        self.ansi = ansi
+        self.literals = _Translator(schema)
+        self.shared: dict[str, pc.Expression] = {}
+
+    def refuse(self, e: Any, why: str = "") -> InvalidArgumentError:
+        try:
+            sql = str(e.sql())
+        except Exception:  # noqa: BLE001 - py4j: show the node's kind only
+            sql = e.getClass().getSimpleName()
+        reason = f" ({why})" if why else ""
+        return InvalidArgumentError(
+            f"expected {self.parameter} to be made of what lakelog evaluates itself in its "
+            f"tasks ({_EXACT_KINDS}), found {sql}{reason} in {self.shown!r}. Write it with "
+            f"those, or compute the value with lakelog.spark.read and write the result back."
+        )
+
+    def type_of(self, e: Any) -> pa.DataType:
+        t = _arrow_literal_type(str(e.dataType().simpleString()))
+        if t is None:
+            raise self.refuse(e, f"of type {e.dataType().simpleString()}")
+        return t
+
+    def node(self, e: Any) -> pc.Expression:
+        kind = str(e.getClass().getSimpleName())
+        if kind == "Alias":
+            return self.node(e.child())
+        if kind == "AttributeReference":
+            name = str(e.name())
+            if name not in self.schema.names:
+                raise self.refuse(e, "not a column of the table")
+            return pc.field(name)
+        if kind == "GetStructField":  # ``source.<col>`` of a merge's condition
+            parent = e.child()
+            if parent.getClass().getSimpleName() == "AttributeReference":
+                name = f"{parent.name()}.{e.extractFieldName()}"
+                if name in self.schema.names:
+                    return pc.field(name)
+            raise self.refuse(e, "a struct field")
+        if kind == "Literal" or bool(e.foldable()):
+            try:
+                value = self.literals.literal(e)
+            except Exception as exc:  # py4j: a constant Spark folds later
+                raise self.refuse(e, "a constant lakelog cannot compute") from exc
+            if value is None:
+                raise self.refuse(e, f"a constant of type {e.dataType().simpleString()}")
+            return pc.scalar(value)
+        if kind in ("And", "Or"):
+            left, right = self.node(e.left()), self.node(e.right())
+            return (left & right) if kind == "And" else (left | right)
+        if kind == "Not":
+            return ~self.node(e.child())
+        if kind in _CMP or kind == "EqualNullSafe":
+            return self.compare(kind, e.left(), e.right())
+        if kind in ("IsNull", "IsNotNull"):
+            inner = self.node(e.child())
+            return inner.is_null() if kind == "IsNull" else inner.is_valid()
+        if kind == "In":
+            items = e.list()
+            if items.size() == 0:
+                raise self.refuse(e, "an empty IN list")
+            terms = [
+                self.compare("EqualTo", e.value(), items.apply(i)) for i in range(items.size())
+            ]
+            out = terms[0]
+            for t in terms[1:]:
+                out = out | t  # OR of equalities: Spark's IN, nulls included
+            return out
+        if kind in _ARITHMETIC or kind == "Divide":
+            return self.arithmetic(kind, e)
+        if kind == "UnaryMinus":
+            fn = "negate_checked" if self.ansi else "negate"
+            return pc.Expression._call(fn, [self.node(e.child())]).cast(self.type_of(e))
+        if kind == "Cast":
+            return self.cast(e)
+        if kind == "Coalesce":
+            children = e.children()
+            args = [self.node(children.apply(i)) for i in range(children.size())]
+            return pc.Expression._call("coalesce", args)
+        if kind == "If":
+            return self.choose(e.predicate(), e.trueValue(), e.falseValue(), e)
+        if kind == "CaseWhen":
+            return self.case_when(e)
+        if kind == "With":  # common subexpressions (BETWEEN): each definition once
+            defs = e.defs()
+            for i in range(defs.size()):
+                d = defs.apply(i)
+                self.shared[str(d.id())] = self.node(d.child())
+            return self.node(e.child())
+        if kind == "CommonExpressionRef" and str(e.id()) in self.shared:
+            return self.shared[str(e.id())]
+        replacement = _replacement(e)  # runtime-replaceable forms
+        if replacement is not None:
+            return self.node(replacement)
+        raise self.refuse(e)
+
+    def compare(self, kind: str, left_e: Any, right_e: Any) -> pc.Expression:
+        left, right = self.node(left_e), self.node(right_e)
+        floating = str(left_e.dataType().simpleString()) in _FLOAT_RANK
+        if kind == "EqualNullSafe":
+            equal = _float_equal(left, right) if floating else (left == right)
+            either = left.is_null() | right.is_null()
+            both = left.is_null() & right.is_null()
+            return pc.Expression._call("if_else", [either, both, equal])
+        op = _CMP[kind]
+        if not floating:
+            return _compare_expr(op, left, right)
+        if op == "==":
+            return _float_equal(left, right)
+        if op in (">", ">="):
+            left, right, op = right, left, _SWAP[op]
+        if op == "<":  # NaN is above every number, and equal to itself
+            return (left < right) | (~left.is_nan() & right.is_nan())
+        return (left <= right) | (left.is_valid() & right.is_nan())
+
+    def arithmetic(self, kind: str, e: Any) -> pc.Expression:
+        left, right = self.node(e.left()), self.node(e.right())
+        target = self.type_of(e)
+        if kind == "Divide":
+            if self.ansi:
+                return pc.Expression._call("divide_checked", [left, right]).cast(target)
+            zero = right == pc.scalar(pa.scalar(0).cast(self.type_of(e.right())))
+            quotient = pc.Expression._call("divide", [left, right]).cast(target)
+            return pc.Expression._call(
+                "if_else", [zero, pc.scalar(pa.scalar(None, target)), quotient]
+            )
+        fn = _ARITHMETIC[kind] + ("_checked" if self.ansi else "")
+        return pc.Expression._call(fn, [left, right]).cast(target)
+
+    def cast(self, e: Any) -> pc.Expression:
+        src = str(e.child().dataType().simpleString())
+        dst = str(e.dataType().simpleString())
+        inner = self.node(e.child())
+        if src == dst:
+            return inner
+        widening = src in _NUMERIC_RANK and (
+            (dst in _NUMERIC_RANK and _NUMERIC_RANK[dst] >= _NUMERIC_RANK[src])
+            or (dst.startswith("decimal") and src in _INT_RANK)
+        )
+        decimal_wider = src.startswith("decimal") and (
+            dst in ("double",) or (dst.startswith("decimal") and _decimal_fits(src, dst))
+        )
+        if not (widening or decimal_wider):
+            raise self.refuse(e, f"a cast from {src} to {dst}")
+        return inner.cast(self.type_of(e))
+
+    def choose(self, predicate: Any, then: Any, otherwise: Any, e: Any) -> pc.Expression:
+        target = self.type_of(e)
+        test = pc.Expression._call("coalesce", [self.node(predicate), pc.scalar(False)])
+        return pc.Expression._call(
+            "if_else", [test, self.node(then).cast(target), self.node(otherwise).cast(target)]
+        )
+
+    def case_when(self, e: Any) -> pc.Expression:
+        target = self.type_of(e)
+        other = e.elseValue()
+        out = (
+            self.node(other.get()).cast(target)
+            if other.isDefined()
+            else pc.scalar(pa.scalar(None, target))
+        )
+        branches = e.branches()
+        for i in reversed(range(branches.size())):
+            branch = branches.apply(i)
+            test = pc.Expression._call("coalesce", [self.node(branch._1()), pc.scalar(False)])
+            out = pc.Expression._call("if_else", [test, self.node(branch._2()).cast(target), out])
+        return out
+
+
+def _float_equal(left: pc.Expression, right: pc.Expression) -> pc.Expression:
+    return (left == right) | (left.is_nan() & right.is_nan())
+
+
+def _compare_expr(op: str, left: pc.Expression, right: pc.Expression) -> pc.Expression:
+    if op == "==":
+        return left == right
+    if op == "<":
+        return left < right
+    if op == "<=":
+        return left <= right
+    if op == ">":
+        return left > right
+    return left >= right
+
+
+def _decimal_fits(src: str, dst: str) -> bool:
+    """Whether every ``decimal(p,s)`` value of ``src`` is exact in ``dst``."""
+    p1, s1 = (int(x) for x in src[len("decimal(") : -1].split(","))
+    p2, s2 = (int(x) for x in dst[len("decimal(") : -1].split(","))
+    return s2 >= s1 and p2 - s2 >= p1 - s1

@@ -143,7 +143,7 @@ def test_spark_changes_give_the_embedded_rows(
         b = lakelog.open_table(theirs).delete(where)
     else:
         values = {"v": pc.field("v") * 2, "p": "p9"}
-        a = lspark.update(spark, ours, where, set=values)
+        a = lspark.update(spark, ours, where, set={**values, "p": "'p9'"})  # SQL
         b = lakelog.open_table(theirs).update(where, set=values)
     assert (a.deleted_rows, a.updated_rows, a.committed) == (
         b.deleted_rows,

@@ -121,11 +121,14 @@ def normalize_path(path: str, storage: Storage) -> str:
     """
     p = path.strip()
     root = "/" + storage.root.strip("/")
-    if "://" in p:
-        uri = normalize_uri(p)
-        if uri != storage.uri and not uri.startswith(storage.uri + "/"):
-            return uri
-        p = uri[len(storage.uri) :]
+    if "://" in p or p.lower().startswith("file:"):
+        try:
+            rel = storage.relative_url(p)
+        except InvalidArgumentError:  # e.g. file://otherhost/...: never under the root
+            return p
+        if rel is None:
+            return normalize_uri(p)
+        p = rel
     elif p == root or p.startswith(root + "/"):
         p = p[len(root) :]
     full = posixpath.normpath(f"{root}/{p}")
