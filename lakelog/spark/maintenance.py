@@ -62,6 +62,7 @@ from ..storage import Storage
 from .cluster_job import cluster_large_group, is_large, large_path_problem
 from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import GroupJob, SparkRunOutcome, run_group_jobs, task_job
+from .runner import default_parallelism, is_connect
 from .tasks import GroupTask
 
 if TYPE_CHECKING:
@@ -88,7 +89,15 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
 
 def _default_concurrency(spark: SparkSession) -> int:
     """Groups run at once unless told otherwise: the session's parallelism."""
-    return max(1, int(spark.sparkContext.defaultParallelism))
+    return default_parallelism(spark)
+
+
+def _check_executors(spark: SparkSession) -> None:
+    """The executors' environment check (:mod:`lakelog.spark.environment`), on a session
+    with a SparkContext; on Spark Connect a group's first task reports an import problem
+    (its error names the missing module, and the advice follows it)."""
+    if not is_connect(spark):
+        check_executors(spark.sparkContext)
 
 
 def _spark_extra(outcome: SparkRunOutcome | None = None, jobs: int = 0) -> dict[str, Any]:
@@ -135,8 +144,7 @@ class SparkExecutor:
             snap, groups, stale = live_groups(table, plan)
         else:
             snap, groups, stale = prepared.snapshot, list(plan.groups), []
-        sc = self.spark.sparkContext
-        check_executors(sc)
+        _check_executors(self.spark)
         running = max(1, min(execution.max_concurrent_groups, len(groups)))
         rate = execution.max_bytes_per_second
         share = None if rate is None else rate / running
@@ -150,7 +158,7 @@ class SparkExecutor:
             else:
                 jobs = self._compact_jobs(table, plan, groups, lease.lease_id, share)
             outcome = run_group_jobs(
-                sc,
+                self.spark,
                 table,
                 plan,
                 jobs,
@@ -190,7 +198,6 @@ class SparkExecutor:
         lease_id: str,
         share: float | None,
     ) -> list[GroupJob]:
-        sc = self.spark.sparkContext
         options = RewriteOptions.from_compaction(plan.options)
         options = msgspec.structs.replace(options, lease_id=lease_id)
         opts = dict(table.storage.storage_options)
@@ -207,7 +214,7 @@ class SparkExecutor:
                     bytes_per_second=share,
                 )
             )
-            jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+            jobs.append(GroupJob(g, functools.partial(task_job, self.spark, payload, opts)))
         return jobs
 
     def _cluster_jobs(
@@ -220,7 +227,6 @@ class SparkExecutor:
         share: float | None,
         extra: dict[str, Any],
     ) -> list[GroupJob]:
-        sc = self.spark.sparkContext
         options = plan.options
         schema, parts = snap.schema, plan.partition_by
         spec = plan.cluster_spec(schema)
@@ -274,7 +280,7 @@ class SparkExecutor:
                     bytes_per_second=share,
                 )
             )
-            jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+            jobs.append(GroupJob(g, functools.partial(task_job, self.spark, payload, opts)))
         return jobs
 
 
@@ -320,7 +326,7 @@ def compact(
         row_group_size: rows per Parquet row group; default ``lakelog.row_group_size``.
         compression: Parquet codec of the new files; default ``lakelog.compression``.
         max_concurrent_groups: groups rewritten at once; default
-            ``spark.sparkContext.defaultParallelism``.
+            the session's default parallelism.
         max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
         partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
             instead of once at the end; default False.
@@ -409,7 +415,7 @@ def optimize(
             ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
         compression: Parquet codec of the new files; default ``lakelog.compression``.
         max_concurrent_groups: groups rewritten at once; default
-            ``spark.sparkContext.defaultParallelism``.
+            the session's default parallelism.
         max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
         partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
             instead of once at the end; default False.
