@@ -347,3 +347,26 @@ def deletion_vectors(spark: Any, root: str) -> dict[str, Any]:
 
 def _ids(uri: str) -> list[int]:
     return sorted(lakelog.open_table(uri).snapshot().to_arrow().column("id").to_pylist())
+
+
+def refusals(spark: Any, root: str) -> dict[str, Any]:
+    """What each operation refuses: the same lakelog error class on both engines (a raw
+    PySpark error propagates and fails the test)."""
+    uri = os.path.join(root, "t")
+    lakelog.write_table(uri, pa.table({"id": [1, 2, 3], "p": ["a", "b", "c"], "v": [1.0] * 3}))
+    narrow = spark.createDataFrame([("1",)], "id string")
+    return {
+        "duplicates": _refused(
+            lambda: lspark.merge(spark, uri, _frame(spark, [1, 1]), on="id", duplicates="error")
+        ),
+        "schema": _refused(lambda: lspark.write(narrow, uri)),
+        "memory": _refused(lambda: lspark.compact(spark, "memory://connect-refusals")),
+        "where": _refused(lambda: lspark.delete(spark, uri, "nope = 1")),
+        "replace_where": _refused(
+            lambda: lspark.write(
+                _frame(spark, [1]), uri, mode="overwrite", replace_where="nope = 1"
+            )
+        ),
+        "no_table": _refused(lambda: lspark.read(spark, os.path.join(root, "none"))),
+        "rows": _rows(uri),
+    }

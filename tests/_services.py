@@ -692,12 +692,13 @@ def _wait_for_line(process: subprocess.Popen[str], prefix: str, what: str, timeo
     return found[0]
 
 
-def start_connect_server(timeout: float = 180.0) -> ConnectServer:
+def start_connect_server(master: str = LOCAL_MASTER, timeout: float = 180.0) -> ConnectServer:
     """Start :func:`serve_spark_connect` in a subprocess on a free port; returns once it
     serves."""
     port = find_free_port()
+    code = f"import _services; _services.serve_spark_connect({port}, {master!r})"
     process = subprocess.Popen(
-        [sys.executable, "-c", f"import _services; _services.serve_spark_connect({port})"],
+        [sys.executable, "-c", code],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

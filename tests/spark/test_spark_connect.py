@@ -165,3 +165,16 @@ def test_connect_merges_give_the_embedded_rows(
     )
     assert got["same"]
     assert got["counts"][0] == got["counts"][1]
+
+
+def test_refusals_are_lakelog_errors_on_both(
+    spark: Any, connect_client: Any, tmp_path: Path
+) -> None:
+    classic, remote = _both(spark, connect_client, tmp_path, "refusals")
+    assert remote == classic
+    assert remote["duplicates"] == "InvalidArgumentError"
+    assert remote["schema"] == "SchemaMismatchError"
+    assert remote["memory"] == "InvalidArgumentError"
+    assert remote["no_table"] == "TableNotFoundError"
+    assert None not in (remote["where"], remote["replace_where"])
+    assert [r["id"] for r in remote["rows"]] == [1, 2, 3]
