@@ -21,7 +21,9 @@ plugged in. The steps:
 the number of groups whose tasks run at once; ``max_bytes_per_second`` is the
 total read rate of the run: each of those tasks paces its reads to its share.
 Before any work is shipped, one tiny Spark job checks that the executors
-import the driver's lakelog (:mod:`lakelog.spark.environment`). A group whose
+import the driver's lakelog (:mod:`lakelog.spark.environment`; on a classic session,
+while on Spark Connect a group's first task reports it). Every Spark job goes through
+the DataFrame API (:mod:`lakelog.spark.runner`), so the same code runs on both. A group whose
 task still fails after Spark's retries is abandoned and reported in
 ``abandoned_groups`` and ``failed_groups``; its outputs are never committed.
 If groups failed and none was committed, :class:`~lakelog.errors.MaintenanceFailedError`

@@ -48,7 +48,7 @@ from ..storage import Storage
 from .columns import logical_columns, spark_physical_schema
 from .deleted import check_row_index, drop_deleted, scan_layers
 from .filters import check_filter, translate_filter
-from .runner import default_parallelism, is_connect
+from .runner import default_parallelism
 from .schema import check_spark_readable, to_spark_schema, to_spark_type
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ def _logged_scan(
     file list (a Spark without this index, or a setting that ignores the log): the
     caller then hands Spark the URLs.
     """
-    if is_connect(spark):  # Spark Connect: no driver JVM here
+    if getattr(spark, "_jsparkSession", None) is None:  # Spark Connect: no driver JVM here
         return None
     expected = sum(1 for f in files if f.size_bytes > 0)
     try:

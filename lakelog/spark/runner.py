@@ -9,8 +9,9 @@ through this module instead:
 * :func:`run_payloads` runs one Python function per payload (a JSON or msgpack task
   spec), each in its own Spark task: the payloads are rows of a DataFrame built with
   ``spark.createDataFrame``, hash-partitioned on a value chosen per row so that each
-  lands in a partition of its own (:func:`~lakelog.spark.cluster_job.partition_values`),
-  and run with ``mapInArrow``; the results come back in payload order;
+  lands in a partition of its own (:func:`~lakelog.spark.cluster_job.partition_values`;
+  one payload needs no shuffle), and run with ``mapInArrow``; the results come back in
+  payload order;
 * :func:`default_parallelism` is the session's parallelism (``defaultParallelism`` on
   a classic session; on Connect the setting, or the partitions of a ``spark.range``);
 * :func:`job_group` labels the jobs a driver thread runs, and :func:`cancel_job_group`
@@ -159,7 +160,10 @@ def run_payloads(
         ]
     )
     rows = [(i, int(routes[i]), bytes(p)) for i, p in enumerate(payloads)]
-    frame = spark.createDataFrame(rows, schema).repartition(n, "r").select("i", "payload")
+    frame = spark.createDataFrame(rows, schema)
+    # one row: one partition without a shuffle; more: each row in a partition of its own
+    frame = frame.coalesce(1) if n == 1 else frame.repartition(n, "r")
+    frame = frame.select("i", "payload")
     with warnings.catch_warnings():
         # PySpark warns about the installed pandas on every Arrow UDF; no pandas is used
         warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas")
