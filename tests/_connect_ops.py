@@ -370,3 +370,25 @@ def refusals(spark: Any, root: str) -> dict[str, Any]:
         "no_table": _refused(lambda: lspark.read(spark, os.path.join(root, "none"))),
         "rows": _rows(uri),
     }
+
+
+def failed_group(spark: Any, root: str) -> dict[str, Any]:
+    """A compaction whose group over a damaged file fails in its task: the other group
+    commits, the failed one is reported with the line of its error (no JVM trace)."""
+    uri = os.path.join(root, "t")
+    for i in range(3):
+        ids = list(range(i * 10, i * 10 + 10))
+        lakelog.write_table(
+            uri, pa.table({"id": ids, "p": ["a"] * 5 + ["b"] * 5}), partition_by=["p"]
+        )
+    damaged = next(f.path for f in lakelog.open_table(uri).snapshot().files() if "p=a" in f.path)
+    with open(os.path.join(uri, damaged), "r+b") as fh:
+        fh.truncate(40)
+    report = lspark.compact(spark, uri, min_input_files=2)
+    failed = report.extra["failed_groups"]
+    return {
+        "failed": len(failed),
+        "error": next(iter(failed.values()), ""),
+        "abandoned": len(report.abandoned_groups),
+        "committed": report.commits != [],
+    }

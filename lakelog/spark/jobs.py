@@ -79,7 +79,8 @@ def short_error(error: BaseException, limit: int = 400) -> str:
     if not lines:
         return type(error).__name__
     if "Traceback (most recent call last)" in text:
-        tail = [ln for ln in lines if not ln.startswith(("at ", "File ", "^", "~"))]
+        # Spark Connect puts the SQL state on a line of its own after the error
+        tail = [ln for ln in lines if not ln.startswith(("at ", "File ", "^", "~", "SQLSTATE:"))]
         line = tail[-1] if tail else lines[-1]
     else:
         # a JVM error through Py4J: "An error occurred while calling ...", then Spark's

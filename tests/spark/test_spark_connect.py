@@ -178,3 +178,13 @@ def test_refusals_are_lakelog_errors_on_both(
     assert remote["no_table"] == "TableNotFoundError"
     assert None not in (remote["where"], remote["replace_where"])
     assert [r["id"] for r in remote["rows"]] == [1, 2, 3]
+
+
+def test_a_failed_group_is_reported_alike(spark: Any, connect_client: Any, tmp_path: Path) -> None:
+    classic, remote = _both(spark, connect_client, tmp_path, "failed_group")
+    assert (remote["failed"], remote["abandoned"], remote["committed"]) == (1, 1, True)
+    assert (classic["failed"], classic["abandoned"], classic["committed"]) == (1, 1, True)
+    # the line that says what went wrong, as on classic Spark (Connect's message ends
+    # with a line of its own holding the SQL state)
+    assert remote["error"] == classic["error"]
+    assert remote["error"].startswith("pyarrow.lib.ArrowInvalid: Parquet magic bytes")
