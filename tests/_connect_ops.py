@@ -283,9 +283,18 @@ def read_filters(spark: Any, root: str) -> dict[str, Any]:
 
 
 def merge_like_embedded(
-    spark: Any, root: str, ids: list[int | None], partitioned: bool, vectors: bool
+    spark: Any,
+    root: str,
+    ids: list[int | None],
+    partitioned: bool,
+    vectors: bool,
+    matched: str = "update",
+    by_source: str | None = None,
+    cut: int = 6,
+    second: str = "delete",
 ) -> dict[str, Any]:
-    """A Spark merge and delete on a copy of a table, against the embedded ones."""
+    """A Spark merge, then a delete or an update, on a copy of a table, against the
+    embedded ones (``tests/spark/test_spark_changes.py``'s property, on any session)."""
     import shutil
 
     ours, theirs = os.path.join(root, "spark"), os.path.join(root, "embedded")
@@ -311,16 +320,26 @@ def merge_like_embedded(
         }
     )
     frame = spark.createDataFrame([tuple(r.values()) for r in source.to_pylist()], ROW_SCHEMA)
-    want = lakelog.open_table(theirs).merge(source, on="id", duplicates="last")
-    got = lspark.merge(spark, ours, frame, on="id", duplicates="last")
-    lspark.delete(spark, ours, "id < 6 or v >= 1003")
-    lakelog.open_table(theirs).delete("id < 6 or v >= 1003")
+    options: dict[str, Any] = {"on": "id", "when_matched": matched, "duplicates": "last"}
+    want = lakelog.open_table(theirs).merge(
+        source, when_not_matched_by_source=by_source or "ignore", **options
+    )
+    got = lspark.merge(spark, ours, frame, when_not_matched_by_source=by_source, **options)
+    where = f"id < {cut} or v >= 1005"
+    if second == "delete":
+        a = lspark.delete(spark, ours, where)
+        b = lakelog.open_table(theirs).delete(where)
+    else:
+        values = {"v": pc.field("v") * 2, "p": "p9"}
+        a = lspark.update(spark, ours, where, set=values)
+        b = lakelog.open_table(theirs).update(where, set=values)
     return {
         "same": _rows(ours) == _rows(theirs),
         "counts": [
-            [got.inserted_rows, got.updated_rows, got.deleted_rows],
-            [want.inserted_rows, want.updated_rows, want.deleted_rows],
+            [got.inserted_rows, got.updated_rows, got.deleted_rows, got.committed],
+            [want.inserted_rows, want.updated_rows, want.deleted_rows, want.committed],
         ],
+        "second": [[a.deleted_rows, a.updated_rows], [b.deleted_rows, b.updated_rows]],
     }
 
 

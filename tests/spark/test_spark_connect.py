@@ -146,25 +146,48 @@ keys = st.lists(st.one_of(st.none(), st.integers(0, 40)), min_size=0, max_size=8
 
 
 @settings(
-    max_examples=3,
+    max_examples=4,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(ids=keys, partitioned=st.booleans(), vectors=st.booleans())
+@given(
+    ids=keys,
+    partitioned=st.booleans(),
+    vectors=st.booleans(),
+    matched=st.sampled_from(["update", "delete"]),
+    by_source=st.sampled_from([None, "delete"]),
+    cut=st.integers(0, 30),
+    second=st.sampled_from(["delete", "update"]),
+)
 def test_connect_merges_give_the_embedded_rows(
     connect_client: Any,
     tmp_path_factory: pytest.TempPathFactory,
     ids: list[int | None],
     partitioned: bool,
     vectors: bool,
+    matched: str,
+    by_source: str | None,
+    cut: int,
+    second: str,
 ) -> None:
+    """``test_spark_changes``' property (Spark merge, delete, update against the embedded
+    ones) on Spark Connect, with few examples."""
     root = tmp_path_factory.mktemp("connect-prop")
     got = connect_client.run(
-        "merge_like_embedded", root=str(root), ids=ids, partitioned=partitioned, vectors=vectors
+        "merge_like_embedded",
+        root=str(root),
+        ids=ids,
+        partitioned=partitioned,
+        vectors=vectors,
+        matched=matched,
+        by_source=by_source,
+        cut=cut,
+        second=second,
     )
     assert got["same"]
     assert got["counts"][0] == got["counts"][1]
+    assert got["second"][0] == got["second"][1]
 
 
 def test_refusals_are_lakelog_errors_on_both(
