@@ -3,8 +3,9 @@ and on Spark Connect alike.
 
 Spark Connect clients (PySpark 4's ``SparkSession.builder.remote(...)``, shared and
 serverless clusters, the JVM-less ``pyspark-client``) have no ``SparkContext``: no RDDs,
-no broadcasts, no ``setJobGroup``. Every Spark job lakelog runs from the driver goes
-through this module instead:
+no broadcasts, no ``setJobGroup``. What lakelog once did with those (tasks of
+maintenance and ``convert``, job groups, the session's parallelism) goes through this
+module instead; everything else is plain DataFrame code already:
 
 * :func:`run_payloads` runs one Python function per payload (a JSON or msgpack task
   spec), each in its own Spark task: the payloads are rows of a DataFrame built with
@@ -15,7 +16,8 @@ through this module instead:
 * :func:`default_parallelism` is the session's parallelism (``defaultParallelism`` on
   a classic session; on Connect the setting, or the partitions of a ``spark.range``);
 * :func:`job_group` labels the jobs a driver thread runs, and :func:`cancel_job_group`
-  cancels them: a job group on a classic session, a job tag on Connect.
+  cancels them: a job group on a classic session, a job tag on Connect;
+  :func:`job_description` describes them in Spark's UI (classic sessions only).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "cancel_job_group",
     "default_parallelism",
     "is_connect",
+    "job_description",
     "job_group",
     "run_payloads",
 ]
