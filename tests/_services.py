@@ -11,6 +11,9 @@ helpers. Two services are provided:
 * a throwaway PostgreSQL server (:func:`start_postgres_server` /
   :class:`PostgresServer`) in a temporary folder, on a free port of 127.0.0.1, run as
   the ``postgres`` OS user when this process is root (PostgreSQL refuses root).
+* a Spark Connect server in a process of its own on a free port
+  (:func:`start_connect_server`), and a client process that runs
+  ``_connect_ops`` functions on a Connect session (:class:`ConnectClient`).
 
 Spark facts that the helpers encode (checked against pyspark 4.3.0, Java 17):
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -41,6 +45,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -766,3 +771,131 @@ def start_postgres_server(*, attempts: int = 3) -> PostgresServer:
     output = log.read_text(errors="replace") if log.exists() else ""
     server.stop()
     raise ServiceStartError(f"PostgreSQL did not start:\n{started.stderr}\n{output}")
+
+
+# -- Spark Connect -----------------------------------------------------------------------
+
+
+def serve_spark_connect(port: int, master: str = LOCAL_MASTER) -> None:
+    """Run a Spark Connect server on 127.0.0.1:``port`` (the tests' Spark settings) until
+    stdin closes. Run in a process of its own: ``python -c "import _services;
+    _services.serve_spark_connect(<port>)"``."""
+    spark = build_spark_session(
+        "lakelog-connect-server",
+        master=master,
+        extra_conf={
+            "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(port),
+        },
+    )
+    print("READY", flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        spark.stop()
+
+
+class ConnectServer:
+    """A Spark Connect server in its own process on a free port (:func:`start_connect_server`)."""
+
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"sc://{LOOPBACK}:{port}"
+
+    def stop(self) -> None:
+        _stop(self.process)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End a helper process by closing its stdin (it stops on its own), or kill it."""
+    if process.poll() is None:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+def _python_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": worker_python_path(), "PYSPARK_PYTHON": sys.executable}
+
+
+def _wait_for_line(process: subprocess.Popen[str], prefix: str, what: str, timeout: float) -> str:
+    """The first stdout line of ``process`` starting with ``prefix`` (others skipped)."""
+    assert process.stdout is not None
+    found: list[str] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith(prefix):
+                found.append(line[len(prefix) :].strip())
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found:
+        process.kill()
+        raise ServiceStartError(f"{what} did not answer within {timeout:.0f} s")
+    return found[0]
+
+
+def start_connect_server(master: str = LOCAL_MASTER, timeout: float = 180.0) -> ConnectServer:
+    """Start :func:`serve_spark_connect` in a subprocess on a free port; returns once it
+    serves."""
+    port = find_free_port()
+    code = f"import _services; _services.serve_spark_connect({port}, {master!r})"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_python_env(),
+        cwd=str(TESTS_DIR),
+    )
+    _wait_for_line(process, "READY", "the Spark Connect server", timeout)
+    return ConnectServer(process, port)
+
+
+class ConnectClient:
+    """A process running :mod:`_connect_client` against a Connect server: :meth:`run`
+    calls one :mod:`_connect_ops` function on its Connect session."""
+
+    def __init__(self, server: ConnectServer, timeout: float = 120.0) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(TESTS_DIR / "_connect_client.py"), server.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=_python_env(),
+            cwd=str(TESTS_DIR),
+        )
+        self.session = json.loads(
+            _wait_for_line(self.process, "READY ", "the Spark Connect client", timeout)
+        )["session"]
+        self._lock = threading.Lock()
+
+    def run(self, op: str, timeout: float = 600.0, **args: Any) -> Any:
+        with self._lock:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
+            self.process.stdin.flush()
+            answer = json.loads(
+                _wait_for_line(self.process, "RESULT ", f"the Connect client ({op})", timeout)
+            )
+        if "error" in answer:
+            raise AssertionError(
+                f"{op} failed on Spark Connect: {answer['error']}\n{answer['traceback']}"
+            )
+        return answer["ok"]
+
+    def stop(self) -> None:
+        _stop(self.process)

@@ -112,3 +112,21 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_client() -> Iterator[Any]:
+    """A Spark Connect client process (:class:`_services.ConnectClient`) on the test
+    session's one Connect server (its own process, a free port), started once."""
+    pytest.importorskip("grpc", reason="pyspark[connect] is in the dev extra")
+    from _services import ConnectClient, start_connect_server
+
+    server = start_connect_server()
+    try:
+        client = ConnectClient(server)
+        try:
+            yield client
+        finally:
+            client.stop()
+    finally:
+        server.stop()

@@ -24,6 +24,9 @@
 * :func:`register` makes ``spark.read.format("lakelog")`` and
   ``df.write.format("lakelog")`` available (Python data source; slower than
   :func:`read`, see ``docs/spark.md``).
+
+Every function runs on a classic SparkSession and on Spark Connect alike: Spark's work is
+expressed through the public DataFrame API (:mod:`lakelog.spark.runner`).
 """
 
 from __future__ import annotations

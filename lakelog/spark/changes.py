@@ -1346,20 +1346,17 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
 
 
 def _parallelism(spark: SparkSession) -> int:
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        return 2
+    from .runner import default_parallelism
+
+    return default_parallelism(spark)
 
 
 def _check_executors(spark: SparkSession) -> None:
     from .environment import check_executors
+    from .runner import is_connect
 
-    try:
-        sc = spark.sparkContext
-    except Exception:  # noqa: BLE001 - Spark Connect: the first task reports problems
-        return
-    check_executors(sc)
+    if not is_connect(spark):  # Spark Connect: the first task reports problems
+        check_executors(spark.sparkContext)
 
 
 def _slots(files: Sequence[DataFile], n: int) -> tuple[tuple[int, ...], ...]:

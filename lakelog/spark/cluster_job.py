@@ -13,7 +13,7 @@ worker; Spark does it:
    key of every output file with the same cuts as the embedded executor
    (:func:`lakelog.maintenance.clustering.sort.file_cuts`), so files are about the
    target size and start at coarse curve boundaries.
-2. The spec and the cuts are broadcast; an Arrow UDF computes each row's key
+2. The spec and the cuts are shipped with an Arrow UDF that computes each row's key
    and output-file number on the executors (vectorized, no pandas needed).
 3. Rows are partitioned by output file (hash partitioning on a value chosen
    per file so that each file lands in a task of its own: one pass over the
@@ -258,8 +258,9 @@ def cluster_large_group(
     from pyspark.sql import types as T
     from pyspark.sql.pandas.functions import arrow_udf
 
+    from .runner import run_payloads
+
     started = time.time()
-    sc = spark.sparkContext
     file_schema = file_schema_of(schema, partition_by)
     # the job works in the files' physical names throughout (format.md, "Column ids"):
     # it reads them, and its staged files hold them, which the finalizing pass reads
@@ -277,7 +278,6 @@ def cluster_large_group(
     ts_type = output_timestamp_type(file_schema)
     if ts_type is not None:
         settings["spark.sql.parquet.outputTimestampType"] = ts_type
-    setup = None
     added: list[AddFile] = []
     try:
         df = _group_rows(spark, storage, file_schema, group.files)
@@ -292,15 +292,15 @@ def cluster_large_group(
                 for f in key_schema
             ]
         )
-        setup = sc.broadcast(
-            json.dumps(
-                {
-                    "spec": spec_json,
-                    "schema": encode_schema(key_schema),
-                    "starts": [c.key_start for c in cuts],
-                    "route": partition_values(len(cuts)).tolist(),
-                }
-            )
+        # shipped with the UDF (a few KB: the spec and a key per output file); no broadcast,
+        # which Spark Connect lacks
+        setup = json.dumps(
+            {
+                "spec": spec_json,
+                "schema": encode_schema(key_schema),
+                "starts": [c.key_start for c in cuts],
+                "route": partition_values(len(cuts)).tolist(),
+            }
         )
         udf = arrow_udf(  # type: ignore[call-overload]  # scalar; no hints (they warn)
             key_function(setup),
@@ -326,7 +326,7 @@ def cluster_large_group(
             .drop(key_col, route_col)
         )
         writer = (
-            ordered.write.mode("errorifexists")
+            ordered.write.mode("error")
             .partitionBy(file_col)
             .option("compression", "snappy")
             .option("parquet.block.size", str(_STAGED_ROW_GROUP_BYTES))
@@ -368,7 +368,7 @@ def cluster_large_group(
                 )
             )
         fn = functools.partial(finalize_staged_file, storage_options=dict(storage_options or {}))
-        for raw in sc.parallelize(items, max(1, len(items))).map(fn).collect():
+        for raw in run_payloads(spark, items, fn, description="lakelog: finalize clustered files"):
             added.extend(decode_added(raw))
         log.debug(
             "group %s: %d file cuts from %d sampled keys in %.2f s, Spark sort and write "
@@ -393,8 +393,6 @@ def cluster_large_group(
         raise
     finally:
         discard_staging(storage, staging)
-        if setup is not None:
-            setup.unpersist()
     result = GroupResult(
         group_id=group.group_id,
         added=tuple(added),

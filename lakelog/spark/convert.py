@@ -20,10 +20,10 @@ moved to Spark:
    :func:`lakelog.convert`: every check of the files, a second round of tasks for files
    whose statistics are taken again over the table's wider types, one commit.
 
-The tasks are an RDD job, as maintenance's are (``docs/spark-maintenance.md``): no
-pandas needed, but a classic SparkSession (Spark Connect has no RDDs). They read
-through fsspec in Spark's Python workers, which need lakelog installed and the same
-``storage_options``.
+The tasks are one Spark job of payload rows run with ``mapInArrow``
+(:func:`lakelog.spark.runner.run_payloads`), as maintenance's are: no pandas needed, and
+the same on a classic session and on Spark Connect. They read through fsspec in Spark's
+Python workers, which need lakelog installed and the same ``storage_options``.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from ..storage import FileInfo, Storage
 from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import short_error
 from .read import spark_url
+from .runner import default_parallelism, is_connect, run_payloads
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from ..table import Table
@@ -111,15 +111,27 @@ def _encode(results: Sequence[Footer | Unreadable]) -> bytes:
     return len(raw).to_bytes(8, "little") + packed
 
 
+class _Chunk(msgspec.Struct, array_like=True):
+    """What one task is handed: its files (path, size, modification time)."""
+
+    files: list[tuple[str, int, int | None]]
+
+
+_CHUNK_ENCODER = msgspec.msgpack.Encoder()
+_CHUNK_DECODER = msgspec.msgpack.Decoder(_Chunk)
+
+
 def read_footers_task(
-    chunk: Sequence[tuple[str, int, int | None]],
+    chunk: bytes | Sequence[tuple[str, int, int | None]],
     *,
     uri: str,
     storage_options: Mapping[str, Any],
     types: bytes | None,
 ) -> bytes:
     """The executor side: the footers of one chunk of files (path, size, modification
-    time), as one compressed payload."""
+    time; or those as an encoded :class:`_Chunk`), as one compressed payload."""
+    if isinstance(chunk, bytes):
+        chunk = _CHUNK_DECODER.decode(chunk).files
     # the tasks only read: no commit, so no put-if-absent needed from the store
     storage = Storage(uri, storage_options, single_writer=True)
     schema = None if types is None else pa.ipc.read_schema(pa.py_buffer(types))
@@ -155,39 +167,30 @@ def _decode(payloads: Sequence[bytes], infos: Sequence[FileInfo]) -> list[Footer
     return [found[i.path] for i in infos]
 
 
-def _context(spark: SparkSession) -> SparkContext:
-    if getattr(spark, "_jsparkSession", None) is None:
-        raise InvalidArgumentError(
-            "expected a classic SparkSession (its footer-reading tasks are an RDD job), "
-            "found a Spark Connect session, which has no RDDs; run lakelog.spark.convert "
-            "from a classic session, or lakelog.convert in one process."
-        )
-    return spark.sparkContext
-
-
-def _files_per_task(sc: SparkContext, n: int, given: int | None) -> int:
+def _files_per_task(spark: SparkSession, n: int, given: int | None) -> int:
     if given is not None:
         return given
     # two tasks per core, so a slow task (a slow store, a busy node) holds up less
-    wanted = math.ceil(n / (2 * max(1, int(sc.defaultParallelism))))
+    wanted = math.ceil(n / (2 * default_parallelism(spark)))
     return max(MIN_FILES_PER_TASK, min(MAX_FILES_PER_TASK, wanted))
 
 
 class _SparkFooters:
     """A :data:`~lakelog.interop.convert.ReadFooters` that reads in Spark tasks."""
 
-    def __init__(self, sc: SparkContext, storage: Storage, files_per_task: int | None):
-        self.sc = sc
+    def __init__(self, spark: SparkSession, storage: Storage, files_per_task: int | None):
+        self.spark = spark
         self.storage = storage
         self.files_per_task = files_per_task
 
     def __call__(
         self, infos: Sequence[FileInfo], types: pa.Schema | None
     ) -> list[Footer | Unreadable]:
-        sc = self.sc
-        per_task = _files_per_task(sc, len(infos), self.files_per_task)
+        per_task = _files_per_task(self.spark, len(infos), self.files_per_task)
         chunks = [
-            [(i.path, i.size, i.mtime_ms) for i in infos[k : k + per_task]]
+            _CHUNK_ENCODER.encode(
+                _Chunk([(i.path, i.size, i.mtime_ms) for i in infos[k : k + per_task]])
+            )
             for k in range(0, len(infos), per_task)
         ]
         run = functools.partial(
@@ -196,9 +199,9 @@ class _SparkFooters:
             storage_options=dict(self.storage.storage_options),
             types=None if types is None else types.serialize().to_pybytes(),
         )
-        sc.setJobDescription(f"lakelog: read the footers of {len(infos):,} files to convert")
+        what = f"lakelog: read the footers of {len(infos):,} files to convert"
         try:
-            payloads = sc.parallelize(chunks, len(chunks)).map(run).collect()
+            payloads = run_payloads(self.spark, chunks, run, description=what)
         except Exception as e:  # Py4J / PySpark errors of the job
             error = short_error(e)
             if import_problem(error):
@@ -207,8 +210,6 @@ class _SparkFooters:
                     f"found: {error}. Nothing was committed. {SHIP_ENVIRONMENT}"
                 ) from e
             raise
-        finally:
-            sc.setJobDescription(None)  # type: ignore[arg-type]
         return _decode(payloads, infos)
 
 
@@ -226,7 +227,7 @@ def convert(
     :func:`lakelog.convert` does, with the footers read by Spark tasks.
 
     The listing, the checks (and their errors), the statistics and the one commit on the
-    driver are :func:`lakelog.convert`'s. Needs a classic SparkSession.
+    driver are :func:`lakelog.convert`'s. Runs on a classic session and on Spark Connect.
 
     Args:
         spark: the session whose tasks read the footers.
@@ -250,11 +251,11 @@ def convert(
         raise InvalidArgumentError(
             f"expected files_per_task to be a positive integer, found {files_per_task!r}"
         )
-    sc = _context(spark)
     storage = Storage(uri, storage_options, single_writer=single_writer)
     spark_url(storage)  # refuses fsspec's in-memory filesystem, which executors cannot see
     props, infos = convert_listing(storage, properties)
-    check_executors(sc)
+    if not is_connect(spark):  # on Connect, the job's error names a missing module
+        check_executors(spark.sparkContext)
     return convert_files(
-        storage, props, infos, partition_by, read=_SparkFooters(sc, storage, files_per_task)
+        storage, props, infos, partition_by, read=_SparkFooters(spark, storage, files_per_task)
     )

@@ -491,24 +491,39 @@ def _compare(op: str, f: pc.Expression, value: pa.Scalar) -> pc.Expression:
 
 
 def connect_pruning(filter: str | Column, schema: pa.Schema) -> pc.Expression:
-    """Pruning for a Spark Connect client: the top-level AND terms of a SQL string that
-    lakelog's own SQL-like parser reads and that mean the same in Spark.
+    """Pruning for a Spark Connect client, whose plans it cannot reach.
 
-    Left out (they keep files): terms over floating-point columns other than ``=``,
-    ``<``, ``<=``, ``in`` (NaN sorts above every number in Spark), terms over timestamps
-    with a time zone (Spark reads a literal in the session's zone), and any ``not``. A
-    Column filter, a string lakelog cannot parse, or one with no usable term is refused:
-    pruning nothing silently would hide the cost.
+    A Column: the parts of its own expression tree lakelog reads
+    (:func:`lakelog.spark.pushdown.translate_column`: comparisons with literals, IN,
+    IS [NOT] NULL, AND/OR/NOT), with Spark's rules for NaN and zoned timestamps; the
+    parts left out are logged. A SQL string: the top-level AND terms that lakelog's own
+    SQL-like parser reads and that mean the same in Spark.
+
+    Left out of a string (they keep files): terms over floating-point columns other than
+    ``=``, ``<``, ``<=``, ``in`` (NaN sorts above every number in Spark), terms over
+    timestamps with a time zone (Spark reads a literal in the session's zone), and any
+    ``not``. A filter of which no part can prune is refused, naming the parts: pruning
+    nothing silently would hide the cost.
     """
     from ..filters import And, Compare, In, IsNull, parse_filter, to_expression
 
     where = " on Spark Connect"
     if not isinstance(filter, str):
-        raise InvalidArgumentError(
-            f"expected filter as a SQL string{where} (lakelog cannot see a Column's plan "
-            f"there to prune files), found a {type(filter).__name__}; pass the same "
-            f"condition as a string such as \"day = '2024-01-02' AND id > 5\"."
-        )
+        from .pushdown import translate_column
+
+        found, unused = translate_column(filter, schema)
+        if found is None:
+            raise InvalidArgumentError(
+                f"expected a filter with at least one part lakelog can prune files with"
+                f"{where} (a column compared with a literal, IN, IS [NOT] NULL, under "
+                f"AND/OR/NOT), found {_printed(filter)} of which it could not use "
+                f"{'; '.join(unused) or 'any part'}. Pass no filter and apply it with "
+                f".where(...), or read through spark.read.format('lakelog'), whose "
+                f"pushed filters prune."
+            )
+        if unused:
+            log.info("filter parts not used to prune files%s: %s", where, "; ".join(unused))
+        return to_expression(found)
     try:
         pred = parse_filter(filter, schema)
     except InvalidArgumentError as e:
@@ -791,3 +806,8 @@ def _decimal_fits(src: str, dst: str) -> bool:
     p1, s1 = (int(x) for x in src[len("decimal(") : -1].split(","))
     p2, s2 = (int(x) for x in dst[len("decimal(") : -1].split(","))
     return s2 >= s1 and p2 - s2 >= p1 - s1
+
+
+def _printed(filter: Column) -> str:
+    text = str(filter)
+    return text[len("Column<") : -1] if text.startswith("Column<") else text

@@ -38,18 +38,17 @@ from ..maintenance.executor import RunOutcome, run_groups
 from ..maintenance.groups import FileGroup, GroupResult, RewritePlan
 from ..maintenance.options import ExecutionSettings
 from ..maintenance.pacing import Pacer
+from .runner import cancel_job_group, job_group, run_payloads
 from .tasks import TaskOutcome, run_group_task
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     from ..table import Table
 
 __all__ = ["GroupJob", "SparkRunOutcome", "run_group_jobs", "short_error", "task_job"]
 
 log = logging.getLogger("lakelog.spark")
-
-_LOCAL_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,8 @@ def short_error(error: BaseException, limit: int = 400) -> str:
     if not lines:
         return type(error).__name__
     if "Traceback (most recent call last)" in text:
-        tail = [ln for ln in lines if not ln.startswith(("at ", "File ", "^", "~"))]
+        # Spark Connect puts the SQL state on a line of its own after the error
+        tail = [ln for ln in lines if not ln.startswith(("at ", "File ", "^", "~", "SQLSTATE:"))]
         line = tail[-1] if tail else lines[-1]
     else:
         # a JVM error through Py4J: "An error occurred while calling ...", then Spark's
@@ -95,16 +95,16 @@ def short_error(error: BaseException, limit: int = 400) -> str:
 
 
 def task_job(
-    sc: SparkContext, payload: bytes, storage_options: Mapping[str, Any] | None
+    spark: SparkSession, payload: bytes, storage_options: Mapping[str, Any] | None
 ) -> TaskOutcome:
     """Run one :class:`~lakelog.spark.tasks.GroupTask` payload as a one-task Spark job."""
     fn = functools.partial(run_group_task, storage_options=dict(storage_options or {}))
-    out = sc.parallelize([payload], 1).map(fn).collect()
+    out = run_payloads(spark, [payload], fn, description="lakelog: rewrite a group")
     return msgspec.json.decode(out[0], type=TaskOutcome)
 
 
 def run_group_jobs(
-    sc: SparkContext,
+    spark: SparkSession,
     table: Table,
     plan: RewritePlan,
     jobs: Sequence[GroupJob],
@@ -120,19 +120,15 @@ def run_group_jobs(
     (:func:`lakelog.maintenance.executor.run_groups`) and commit the results; see the
     module doc. ``lease``: the run's writer lease, checked by every commit."""
     by_group = {j.group.group_id: j for j in jobs}
-    job_group = f"lakelog-{operation.lower()}-{uuid.uuid4().hex[:12]}"
+    group_tag = f"lakelog-{operation.lower()}-{uuid.uuid4().hex[:12]}"
     failed: dict[str, str] = {}
     outcomes: list[TaskOutcome] = []
     lock = threading.Lock()
 
     def run(group: FileGroup, pacer: Pacer) -> GroupResult:
         # pacing is each task's (its share of the rate); the pacer counts progress only
-        sc.setJobGroup(job_group, f"lakelog {operation.lower()} group {group.group_id}", True)
-        try:
+        with job_group(spark, group_tag, f"lakelog {operation.lower()} group {group.group_id}"):
             done = by_group[group.group_id].run()
-        finally:
-            for key in _LOCAL_PROPERTIES:
-                sc.setLocalProperty(key, None)  # type: ignore[arg-type]
         with lock:
             outcomes.append(done)
         return done.result
@@ -159,7 +155,7 @@ def run_group_jobs(
         groups=[j.group for j in jobs],
         lease=lease,
         on_failure=on_failure,
-        on_abort=lambda: sc.cancelJobGroup(job_group),
+        on_abort=lambda: cancel_job_group(spark, group_tag),
     )
     return SparkRunOutcome(
         commits=base.commits,

@@ -21,7 +21,9 @@ plugged in. The steps:
 the number of groups whose tasks run at once; ``max_bytes_per_second`` is the
 total read rate of the run: each of those tasks paces its reads to its share.
 Before any work is shipped, one tiny Spark job checks that the executors
-import the driver's lakelog (:mod:`lakelog.spark.environment`). A group whose
+import the driver's lakelog (:mod:`lakelog.spark.environment`; on a classic session,
+while on Spark Connect a group's first task reports it). Every Spark job goes through
+the DataFrame API (:mod:`lakelog.spark.runner`), so the same code runs on both. A group whose
 task still fails after Spark's retries is abandoned and reported in
 ``abandoned_groups`` and ``failed_groups``; its outputs are never committed.
 If groups failed and none was committed, :class:`~lakelog.errors.MaintenanceFailedError`
@@ -62,6 +64,7 @@ from ..storage import Storage
 from .cluster_job import cluster_large_group, is_large, large_path_problem
 from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import GroupJob, SparkRunOutcome, run_group_jobs, task_job
+from .runner import default_parallelism, is_connect
 from .tasks import GroupTask
 
 if TYPE_CHECKING:
@@ -88,7 +91,15 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
 
 def _default_concurrency(spark: SparkSession) -> int:
     """Groups run at once unless told otherwise: the session's parallelism."""
-    return max(1, int(spark.sparkContext.defaultParallelism))
+    return default_parallelism(spark)
+
+
+def _check_executors(spark: SparkSession) -> None:
+    """The executors' environment check (:mod:`lakelog.spark.environment`), on a session
+    with a SparkContext; on Spark Connect a group's first task reports an import problem
+    (its error names the missing module, and the advice follows it)."""
+    if not is_connect(spark):
+        check_executors(spark.sparkContext)
 
 
 def _spark_extra(outcome: SparkRunOutcome | None = None, jobs: int = 0) -> dict[str, Any]:
@@ -135,8 +146,7 @@ class SparkExecutor:
             snap, groups, stale = live_groups(table, plan)
         else:
             snap, groups, stale = prepared.snapshot, list(plan.groups), []
-        sc = self.spark.sparkContext
-        check_executors(sc)
+        _check_executors(self.spark)
         running = max(1, min(execution.max_concurrent_groups, len(groups)))
         rate = execution.max_bytes_per_second
         share = None if rate is None else rate / running
@@ -150,7 +160,7 @@ class SparkExecutor:
             else:
                 jobs = self._compact_jobs(table, plan, groups, lease.lease_id, share)
             outcome = run_group_jobs(
-                sc,
+                self.spark,
                 table,
                 plan,
                 jobs,
@@ -190,7 +200,6 @@ class SparkExecutor:
         lease_id: str,
         share: float | None,
     ) -> list[GroupJob]:
-        sc = self.spark.sparkContext
         options = RewriteOptions.from_compaction(plan.options)
         options = msgspec.structs.replace(options, lease_id=lease_id)
         opts = dict(table.storage.storage_options)
@@ -207,7 +216,7 @@ class SparkExecutor:
                     bytes_per_second=share,
                 )
             )
-            jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+            jobs.append(GroupJob(g, functools.partial(task_job, self.spark, payload, opts)))
         return jobs
 
     def _cluster_jobs(
@@ -220,7 +229,6 @@ class SparkExecutor:
         share: float | None,
         extra: dict[str, Any],
     ) -> list[GroupJob]:
-        sc = self.spark.sparkContext
         options = plan.options
         schema, parts = snap.schema, plan.partition_by
         spec = plan.cluster_spec(schema)
@@ -274,7 +282,7 @@ class SparkExecutor:
                     bytes_per_second=share,
                 )
             )
-            jobs.append(GroupJob(g, functools.partial(task_job, sc, payload, opts)))
+            jobs.append(GroupJob(g, functools.partial(task_job, self.spark, payload, opts)))
         return jobs
 
 
@@ -320,7 +328,7 @@ def compact(
         row_group_size: rows per Parquet row group; default ``lakelog.row_group_size``.
         compression: Parquet codec of the new files; default ``lakelog.compression``.
         max_concurrent_groups: groups rewritten at once; default
-            ``spark.sparkContext.defaultParallelism``.
+            the session's default parallelism.
         max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
         partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
             instead of once at the end; default False.
@@ -409,7 +417,7 @@ def optimize(
             ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
         compression: Parquet codec of the new files; default ``lakelog.compression``.
         max_concurrent_groups: groups rewritten at once; default
-            ``spark.sparkContext.defaultParallelism``.
+            the session's default parallelism.
         max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
         partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
             instead of once at the end; default False.

@@ -48,6 +48,7 @@ from ..storage import Storage
 from .columns import logical_columns, spark_physical_schema
 from .deleted import check_row_index, drop_deleted, scan_layers
 from .filters import check_filter, translate_filter
+from .runner import default_parallelism
 from .schema import check_spark_readable, to_spark_schema, to_spark_type
 
 if TYPE_CHECKING:
@@ -77,10 +78,7 @@ def listing_conf(spark: SparkSession, n_files: int, base_url: str) -> dict[str, 
     sequential = {_LISTING_THRESHOLD: str(2**31 - 1)}
     if n_files <= _SEQUENTIAL_FILES or base_url.startswith("file:"):
         return sequential
-    try:
-        cores = int(spark.sparkContext.defaultParallelism)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: Spark decides
-        return {_LISTING_THRESHOLD: str(_SEQUENTIAL_FILES)}
+    cores = default_parallelism(spark)
     tasks = max(1, min(n_files // _SEQUENTIAL_FILES, 4 * cores, 10_000))
     return {_LISTING_THRESHOLD: str(_SEQUENTIAL_FILES), _LISTING_PARALLELISM: str(tasks)}
 

@@ -214,10 +214,10 @@ def _key_setup(text: str) -> _Setup:
     return hit
 
 
-def key_function(setup: Any) -> Callable[..., pa.StructArray]:
+def key_function(setup: str) -> Callable[..., pa.StructArray]:
     """The body of the Arrow UDF of a large clustering job.
 
-    ``setup`` is a Spark broadcast of JSON holding the spec, the Arrow types
+    ``setup`` is JSON holding the spec, the Arrow types
     of the clustering columns, the first key of every output file and, per
     file, the ``int`` whose Spark hash partition is that file's number. The
     function receives the clustering columns as Arrow arrays and returns, per
@@ -227,7 +227,7 @@ def key_function(setup: Any) -> Callable[..., pa.StructArray]:
     """
 
     def keys_and_files(*columns: pa.Array) -> pa.StructArray:
-        spec, schema, starts, route = _key_setup(setup.value)
+        spec, schema, starts, route = _key_setup(setup)
         arrays = [
             c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, schema, strict=True)
         ]

@@ -228,7 +228,7 @@ def write_dataframe(
         write_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{lease.lease_id}"
         staging = f"{STAGING_DIR}/{write_id}"
         target = f"{staging_root}/{staging}"
-        writer = frame.write.mode("errorifexists").option("compression", _SPARK_CODECS[codec])
+        writer = frame.write.mode("error").option("compression", _SPARK_CODECS[codec])
         writer = writer.options(**spark_parquet_options(props, schema, parts))
         if parts:
             writer = writer.partitionBy(*parts)

@@ -194,9 +194,3 @@ def test_what_the_tasks_cannot_run_on_is_refused(spark: Any, tmp_path: Path) -> 
         lspark.convert(spark, "memory://convert-me")
     with pytest.raises(InvalidArgumentError, match="files_per_task"):
         lspark.convert(spark, str(tmp_path), files_per_task=0)
-
-    class ConnectSession:  # a Spark Connect session has no driver JVM, hence no RDDs
-        _jsparkSession = None
-
-    with pytest.raises(InvalidArgumentError, match="Spark Connect"):
-        lspark.convert(ConnectSession(), str(tmp_path))
