@@ -205,7 +205,7 @@ class _SparkFooters:
                 raise SparkEnvironmentError(
                     f"expected Spark's executors to import lakelog to read the footers, "
                     f"found: {error}. Nothing was committed. {SHIP_ENVIRONMENT}"
-                ) from e
+                ) from None
             raise
         finally:
             sc.setJobDescription(None)  # type: ignore[arg-type]

@@ -59,6 +59,8 @@ from ..partitioning import check_partition_columns
 from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result
+from .environment import check_executors
+from .errors import carry
 from .modes import (
     as_written,
     commit_written,
@@ -90,7 +92,10 @@ _PARTITION_BYTES = 128 << 20
 
 def register(spark: SparkSession) -> None:
     """Register the ``lakelog`` format with a session, and turn on Spark's filter
-    pushdown for Python data sources (without it, Spark refuses a source that prunes)."""
+    pushdown for Python data sources (without it, Spark refuses a source that prunes).
+    The session's workers are checked first: the source keeps the interpreter it was
+    registered with (:mod:`lakelog.spark.environment`)."""
+    check_executors(spark)
     spark.conf.set(_PUSHDOWN_CONF, "true")
     spark.dataSource.register(LakelogDataSource)
 
@@ -124,6 +129,7 @@ def _snapshot(options: Mapping[str, str]) -> Snapshot:
     return _resolve(storage, int(version) if version is not None else None, as_of)
 
 
+@carry
 class LakelogDataSource(DataSource):
     """The ``lakelog`` format."""
 
@@ -170,6 +176,7 @@ class LakelogDataSource(DataSource):
         return StreamWriter(dict(self.options), schema, overwrite)
 
 
+@carry
 class _Reader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -263,6 +270,7 @@ class _Commit(WriterCommitMessage):  # type: ignore[misc]
         self.outside = outside  # rows outside replaceWhere (their files were deleted)
 
 
+@carry
 class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
     """The batch writer: the options of :func:`lakelog.spark.modes.spec_from_options`,
     checked when Spark plans the write; each task writes its rows with lakelog's writer

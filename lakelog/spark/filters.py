@@ -80,7 +80,7 @@ def translate_filter(
         condition = str(_condition(e) or "")
         if not condition.startswith("DATATYPE_MISMATCH"):
             raise
-        raise InvalidArgumentError(_mismatch_message(filter, schema, e)) from e
+        raise InvalidArgumentError(_mismatch_message(filter, schema, e)) from None
     jdf = getattr(filtered, "_jdf", None)
     if jdf is None:  # Spark Connect: the plan is not reachable from Python
         return connect_pruning(filter, schema)

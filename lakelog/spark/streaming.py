@@ -68,6 +68,7 @@ from ..properties import get_float, validate_properties
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
 from .datasource import _ADDS, _Commit, _storage, write_task_files
+from .errors import carry
 from .modes import WriteSpec, as_written, commit_written, dataframe_plan, spec_from_options
 from .schema import to_arrow_schema
 
@@ -209,6 +210,7 @@ def _table(storage: Storage) -> Snapshot | None:
         return None
 
 
+@carry
 class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     """The sink's writer. Spark builds one on the driver when it plans a micro-batch
     (pickled to the tasks, which call :meth:`write`) and another for the batch's
