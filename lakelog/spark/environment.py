@@ -26,6 +26,7 @@ separate workers when these change), so the check costs one tiny job per session
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -137,9 +138,11 @@ def import_problem(error: str) -> bool:
 
 def _run_probe(spark: SparkSession, sc: SparkContext | None) -> str | None:
     """What keeps this session's workers from running lakelog; None if nothing."""
-    from pyspark.sql import functions as F
-
-    probe = F.udf(_probe(), "string", useArrow=False)
+    # a Connect session takes the client's own udf, whatever else the process runs
+    functions: Any = importlib.import_module(
+        "pyspark.sql.connect.functions" if sc is None else "pyspark.sql.functions"
+    )
+    probe = functions.udf(_probe(), "string", useArrow=False)
     if sc is not None:
         sc.setLocalProperty("spark.job.description", "lakelog: check that workers import lakelog")
     try:
