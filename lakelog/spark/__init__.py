@@ -27,6 +27,11 @@
 
 Every function runs on a classic SparkSession and on Spark Connect alike: Spark's work is
 expressed through the public DataFrame API (:mod:`lakelog.spark.runner`).
+Spark's Python workers are made to import the driver's lakelog before the first
+job that needs them (:mod:`lakelog.spark.environment`). Every function here raises
+the lakelog error a Spark job, the data source or the streaming source raised, as
+its own class (:mod:`lakelog.spark.errors`); :func:`typed_errors` and :func:`unwrap`
+do the same for code that calls Spark itself.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING
 from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .changes import delete, merge, update
 from .convert import convert
+from .errors import raises_typed, typed_errors, unwrap
 from .feed import read_changes
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
@@ -60,17 +66,38 @@ __all__ = [
     "read",
     "read_changes",
     "register",
+    "typed_errors",
+    "unwrap",
     "update",
     "write",
 ]
 
 
+@raises_typed
 def register(spark: SparkSession) -> None:
     """Register the ``lakelog`` format: ``spark.read.format("lakelog").load(uri)``.
 
     Args:
         spark: the session to register the Python data source with.
+
+    Raises:
+        SparkEnvironmentError: the session's Python workers cannot import lakelog and
+            lakelog cannot point them at the driver's interpreter.
     """
     from .datasource import register as _register
 
     _register(spark)
+
+
+# lakelog errors raised in Spark's workers reach callers as their own classes
+compact = raises_typed(compact)
+convert = raises_typed(convert)
+delete = raises_typed(delete)
+history = raises_typed(history)
+merge = raises_typed(merge)
+optimize = raises_typed(optimize)
+plan_read = raises_typed(plan_read)
+read = raises_typed(read)
+read_changes = raises_typed(read_changes)
+update = raises_typed(update)
+write = raises_typed(write)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import threading
 import time
 import uuid
@@ -48,7 +47,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import errors as _errors
 from ..changes.base import Counts, RowChange, Written
 from ..changes.conflicts import RowLevelRebase
 from ..changes.execute import Context, FileOutcome, RowSink, process_file
@@ -79,8 +77,8 @@ from ..log.snapshot import Snapshot
 from ..partitioning import STAGING_DIR
 from ..stats import referenced_columns
 from ..storage import Storage
+from .errors import carry, lakelog_error
 from .filters import analysis_error, exact_expression, is_spark_column, spark_expression
-from .jobs import short_error
 from .read import columns_of, spark_url
 from .schema import check_dataframe_schema, to_spark_schema
 from .write import discard_staging
@@ -1353,10 +1351,8 @@ def _parallelism(spark: SparkSession) -> int:
 
 def _check_executors(spark: SparkSession) -> None:
     from .environment import check_executors
-    from .runner import is_connect
 
-    if not is_connect(spark):  # Spark Connect: the first task reports problems
-        check_executors(spark.sparkContext)
+    check_executors(spark)
 
 
 def _slots(files: Sequence[DataFile], n: int) -> tuple[tuple[int, ...], ...]:
@@ -1420,7 +1416,7 @@ def _map_in_arrow(df: DataFrame, fn: Any, schema: Any) -> DataFrame:
     functions take and give Arrow batches, pandas is never involved."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas")
-        return df.mapInArrow(fn, schema)
+        return df.mapInArrow(carry(fn), schema)  # its lakelog errors keep their class
 
 
 def _collect(df: DataFrame, what: str) -> list[Any]:
@@ -1429,24 +1425,10 @@ def _collect(df: DataFrame, what: str) -> list[Any]:
     try:
         return df.collect()
     except Exception as e:
-        raise _task_error(e, what) from e
-
-
-_ERROR = re.compile(r"(?:lakelog\.errors\.)?([A-Z]\w*Error): (.*)$", re.S)
-
-
-def _task_error(error: Exception, what: str) -> Exception:
-    line = short_error(error, limit=2000)
-    m = _ERROR.search(line)
-    if m is None:
-        return error
-    cls = getattr(_errors, m.group(1), None)
-    if not (isinstance(cls, type) and issubclass(cls, LakelogError)):
-        return error
-    try:
-        return cls(m.group(2))
-    except TypeError:  # an error class with required details: the base class
-        return LakelogError(f"{what}: {m.group(1)}: {m.group(2)}")
+        found = lakelog_error(e)
+        if found is None:
+            raise
+        raise found from None
 
 
 @dataclasses.dataclass

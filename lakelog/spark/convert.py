@@ -44,7 +44,7 @@ from ..storage import FileInfo, Storage
 from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import short_error
 from .read import spark_url
-from .runner import default_parallelism, is_connect, run_payloads
+from .runner import default_parallelism, run_payloads
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -208,7 +208,7 @@ class _SparkFooters:
                 raise SparkEnvironmentError(
                     f"expected Spark's executors to import lakelog to read the footers, "
                     f"found: {error}. Nothing was committed. {SHIP_ENVIRONMENT}"
-                ) from e
+                ) from None
             raise
         return _decode(payloads, infos)
 
@@ -254,8 +254,7 @@ def convert(
     storage = Storage(uri, storage_options, single_writer=single_writer)
     spark_url(storage)  # refuses fsspec's in-memory filesystem, which executors cannot see
     props, infos = convert_listing(storage, properties)
-    if not is_connect(spark):  # on Connect, the job's error names a missing module
-        check_executors(spark.sparkContext)
+    check_executors(spark)
     return convert_files(
         storage, props, infos, partition_by, read=_SparkFooters(spark, storage, files_per_task)
     )

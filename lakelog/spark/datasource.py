@@ -61,6 +61,8 @@ from ..partitioning import check_partition_columns
 from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result
+from .environment import check_executors
+from .errors import carry
 from .modes import (
     as_written,
     commit_written,
@@ -98,7 +100,10 @@ _OPEN_COST = 4 << 20
 
 def register(spark: SparkSession) -> None:
     """Register the ``lakelog`` format with a session, and turn on Spark's filter
-    pushdown for Python data sources (without it, Spark refuses a source that prunes)."""
+    pushdown for Python data sources (without it, Spark refuses a source that prunes).
+    The session's workers are checked first: the source keeps the interpreter it was
+    registered with (:mod:`lakelog.spark.environment`)."""
+    check_executors(spark)
     spark.conf.set(_PUSHDOWN_CONF, "true")
     spark.dataSource.register(LakelogDataSource)
 
@@ -107,6 +112,7 @@ def _snapshot(opts: ReadOptions) -> Snapshot:
     return _resolve(opts.storage(), opts.version, opts.timestamp)
 
 
+@carry
 class LakelogDataSource(DataSource):
     """The ``lakelog`` format."""
 
@@ -158,6 +164,7 @@ class LakelogDataSource(DataSource):
         return StreamWriter(dict(self.options), schema, overwrite)
 
 
+@carry
 class _Reader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, options: ReadOptions) -> None:
         self.partition_bytes = options.partition_bytes
@@ -239,6 +246,7 @@ class _Commit(WriterCommitMessage):  # type: ignore[misc]
         self.outside = outside  # rows outside replaceWhere (their files were deleted)
 
 
+@carry
 class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
     """The batch writer: the options of :func:`lakelog.spark.options.write_options`,
     checked when Spark plans the write; each task writes its rows with lakelog's writer

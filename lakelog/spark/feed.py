@@ -33,6 +33,7 @@ from ..log.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
 from ..scan.changes import ChangeFeed, ChangePart, feed_schema, open_feed, read_part
 from ..storage import Storage
+from .errors import carry
 from .schema import to_arrow_type, to_spark_schema
 
 if TYPE_CHECKING:
@@ -87,19 +88,22 @@ def read_changes(
     from .datasource import register
 
     register(spark)
-    reader = spark.read.format("lakelog").option("readChangeFeed", "true")
+    options = {"readChangeFeed": "true"}
     for name, value in (("starting", starting_version), ("ending", ending_version)):
         if isinstance(value, dt.datetime):
-            reader = reader.option(f"{name}Timestamp", value.isoformat())
+            options[f"{name}Timestamp"] = value.isoformat()
         elif value is not None:
-            reader = reader.option(f"{name}Version", str(value))
+            options[f"{name}Version"] = str(value)
     if columns is not None:
-        reader = reader.option("columns", json.dumps(list(columns)))
+        options["columns"] = json.dumps(list(columns))
     if filter is not None:
-        reader = reader.option("filter", filter)
+        options["filter"] = filter
     if storage_options:
-        reader = reader.option("storageOptions", json.dumps(dict(storage_options)))
-    return reader.load(uri)
+        options["storageOptions"] = json.dumps(dict(storage_options))
+    # the range is checked here, so its errors are raised by this call (Spark opens the
+    # source's reader only when the DataFrame is first run)
+    _open(Storage(uri, storage_options), options)
+    return spark.read.format("lakelog").options(**options).load(uri)
 
 
 # -- options (checked by lakelog.spark.options.read_options) ---------------------------
@@ -166,6 +170,7 @@ def snapshot_parts(snapshot: Snapshot, schema: pa.Schema) -> list[ChangePart]:
     return [ChangePart(v, ts, "insert", f, schema) for f in files]
 
 
+@carry
 class FeedReader(DataSourceReader):  # type: ignore[misc]
     """The batch reader of ``readChangeFeed``: the driver checks the range and plans its
     parts once; each task reads a bin of parts."""

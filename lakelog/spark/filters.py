@@ -204,8 +204,8 @@ def translate_filter(
     except AnalysisException as e:
         condition = str(_condition(e) or "")
         if not condition.startswith("DATATYPE_MISMATCH"):
-            raise analysis_error(e, "filter=", filter, schema.names) from e
-        raise InvalidArgumentError(_mismatch_message(filter, schema, e)) from e
+            raise analysis_error(e, "filter=", filter, schema.names) from None
+        raise InvalidArgumentError(_mismatch_message(filter, schema, e)) from None
     jdf = getattr(filtered, "_jdf", None)
     if jdf is None:  # Spark Connect: the plan is not reachable from Python
         return connect_pruning(filter, schema)

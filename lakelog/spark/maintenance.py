@@ -64,7 +64,7 @@ from ..storage import Storage
 from .cluster_job import cluster_large_group, is_large, large_path_problem
 from .environment import SHIP_ENVIRONMENT, check_executors, import_problem
 from .jobs import GroupJob, SparkRunOutcome, run_group_jobs, task_job
-from .runner import default_parallelism, is_connect
+from .runner import default_parallelism
 from .tasks import GroupTask
 
 if TYPE_CHECKING:
@@ -95,11 +95,9 @@ def _default_concurrency(spark: SparkSession) -> int:
 
 
 def _check_executors(spark: SparkSession) -> None:
-    """The executors' environment check (:mod:`lakelog.spark.environment`), on a session
-    with a SparkContext; on Spark Connect a group's first task reports an import problem
-    (its error names the missing module, and the advice follows it)."""
-    if not is_connect(spark):
-        check_executors(spark.sparkContext)
+    """The executors' environment check (:mod:`lakelog.spark.environment`), on classic
+    sessions and on Spark Connect alike."""
+    check_executors(spark)
 
 
 def _spark_extra(outcome: SparkRunOutcome | None = None, jobs: int = 0) -> dict[str, Any]:

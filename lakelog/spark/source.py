@@ -71,6 +71,7 @@ from ..log.manifests import read_hint
 from ..log.snapshot import load_snapshot, oldest_readable_version, version_as_of
 from ..scan.changes import ChangePart, FeedPlanner, read_part
 from ..storage import Storage
+from .errors import carry
 from .feed import CHANGE_COLUMNS, bins, snapshot_parts, spark_batches
 from .options import DEFAULT_MAX_FILES, StreamReadOptions, stream_read_options
 from .schema import to_arrow_type
@@ -205,6 +206,7 @@ def _restored(new: pa.Schema, schema: pa.Schema) -> str | None:
     return None
 
 
+@carry
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """The ``lakelog`` source of a streaming query (see the module docstring).
 
@@ -369,7 +371,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
             try:
                 snap = load_snapshot(storage, version)
             except VersionExpiredError as e:
-                raise self._expired(storage, version, e.oldest_version, "snapshot") from e
+                raise self._expired(storage, version, e.oldest_version, "snapshot") from None
             parts = snapshot_parts(snap, snap.schema)
             seg = _Segment(Position(version, True, 0), parts)
             self._snapshots = {version: seg}
@@ -385,7 +387,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
                 if v >= version + _FETCH_AHEAD or (self._target is not None and v >= self._target):
                     break
         except LogGapError:
-            self._check_readable(storage, version)
+            try:  # a hole below the oldest readable version is an expiry, not damage
+                self._check_readable(storage, version)
+            except VersionExpiredError as expired:
+                raise expired from None
             raise
         if version in self._commits:
             return self._commits[version]

@@ -68,6 +68,7 @@ from ..properties import get_float, validate_properties
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
 from .datasource import _ADDS, _Commit, write_task_files
+from .errors import carry
 from .modes import as_written, commit_written, dataframe_plan
 from .options import stream_write_options
 from .schema import to_arrow_schema
@@ -180,6 +181,7 @@ def _table(storage: Storage) -> Snapshot | None:
         return None
 
 
+@carry
 class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     """The sink's writer. Spark builds one on the driver when it plans a micro-batch
     (pickled to the tasks, which call :meth:`write`) and another for the batch's

@@ -157,6 +157,10 @@ def write(
         properties=properties,
         session_partition_overwrite=session,
     )
+    if replace_where is not None:  # Python workers count its rows: check them first
+        from .environment import check_executors
+
+        check_executors(df.sparkSession)
     return write_dataframe(df, uri, spec, storage_options=storage_options)
 
 
