@@ -102,7 +102,9 @@ def read_changes(
         options["storageOptions"] = json.dumps(dict(storage_options))
     # the range is checked here, so its errors are raised by this call (Spark opens the
     # source's reader only when the DataFrame is first run)
-    _open(Storage(uri, storage_options), options)
+    from .options import read_options
+
+    _open(Storage(uri, storage_options), read_options(options))
     return spark.read.format("lakelog").options(**options).load(uri)
 
 
