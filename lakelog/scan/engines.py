@@ -210,6 +210,8 @@ def to_duckdb(snapshot: Snapshot, con: Any = None, *, name: str, filter: FilterL
     sql = duckdb_view_sql(snapshot, con, name=name, filter=filter)
     if sql is None:
         dataset = LakelogDataset.from_snapshot(snapshot, filter)
+        # a native view registered before under this name: register() does not replace it
+        con.execute(f"DROP VIEW IF EXISTS temp.{quote_ident(name)}")
         con.register(name, dataset)
         return con.view(name)  # lazy: con.table() would scan the whole view right away
     with _duckdb_errors(snapshot, duckdb):

@@ -289,3 +289,18 @@ def test_filter_keeps_arrows_rules_in_both_engines(tmp_path: Any, where: Any) ->
     lf = snap.to_polars(filter=where)
     assert ("PYTHON SCAN" not in lf.explain()) == modelled
     assert _rows(lf.collect().to_arrow()) == want
+
+
+def test_a_name_moves_between_the_native_view_and_lakelogs_scanner(tmp_path: Any) -> None:
+    """Registering a name again replaces it, whichever way each registration reads."""
+    data = pa.table({"p": ["a", "b"], "id": [1, 2], "v": [1, 2], "s": ["x", "y"]}, schema=SCHEMA)
+    table = lakelog.write_table(str(tmp_path / "t"), data) and lakelog.open_table(
+        str(tmp_path / "t")
+    )
+    snap = table.snapshot()
+    con = duckdb.connect()
+    unmodelled = pc.field("id") > pc.field("v") - 1
+    for filter, native, count in [(None, True, 2), (unmodelled, False, 2), ("id = 1", True, 1)]:
+        snap.to_duckdb(con, name="t", filter=filter)
+        assert _native_duckdb(con, "t") == native
+        assert con.sql("select count(*) from t").fetchone() == (count,)
