@@ -442,7 +442,10 @@ def polars_frame(snapshot: Snapshot, *, filter: FilterLike = None) -> Any:
             glob=False,
             row_index_name=row_index,
         )
-        got = frame.collect_schema()
+        try:
+            got = frame.collect_schema()  # reads the first file's footer
+        except FileNotFoundError as e:  # a data file deleted outside lakelog
+            raise snapshot._missing_file(e) from e
         if row_index is not None:  # deleted rows: positions offset by earlier files' rows
             offsets = np.cumsum([0] + [by_url[u].num_rows for u in urls[:-1]])
             gone = np.concatenate(

@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import re
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lakelog
+from lakelog.errors import DataFileMissingError
 from lakelog.scan.engines import duckdb_view_sql
 
 duckdb = pytest.importorskip("duckdb")
@@ -304,3 +306,16 @@ def test_a_name_moves_between_the_native_view_and_lakelogs_scanner(tmp_path: Any
         snap.to_duckdb(con, name="t", filter=filter)
         assert _native_duckdb(con, "t") == native
         assert con.sql("select count(*) from t").fetchone() == (count,)
+
+
+def test_a_file_deleted_outside_lakelog_is_a_lakelog_error(tmp_path: Any) -> None:
+    table = lakelog.write_table(
+        str(tmp_path / "t"), pa.table({"id": [1, 2, 3]})
+    ) and lakelog.open_table(str(tmp_path / "t"))
+    (path,) = [table.storage.full(f.path) for f in table.snapshot().files()]
+    Path(path).unlink()
+    snap = table.snapshot()
+    with pytest.raises(DataFileMissingError):
+        snap.to_duckdb(duckdb.connect(), name="t")
+    with pytest.raises(DataFileMissingError):
+        snap.to_polars()
