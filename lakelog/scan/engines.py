@@ -1,13 +1,19 @@
 """DuckDB, polars and pandas read a snapshot, with their filters pruned by lakelog.
 
-Each engine gets a :class:`LakelogDataset`: a pyarrow Dataset over exactly the
-snapshot's files (never a listing of the folder, which would also pick up files
-that compaction replaced and the log itself). DuckDB and polars push a query's
-filter into the dataset's ``scanner(filter=...)``; the dataset answers with
-:meth:`lakelog.Snapshot.dataset` for that filter, so files are pruned by the log's
-partition values and statistics, and row groups by footers and bloom filters,
-before any data is read. Rows are then filtered by pyarrow with the same
-expression, so a filter lakelog cannot use for pruning costs reads, never rows.
+DuckDB and polars read a snapshot with their own Parquet readers over exactly its
+files (never a listing of the folder, which would also pick up files that compaction
+replaced and the log itself): :func:`to_duckdb` creates a view over ``read_parquet``,
+:func:`to_polars` a LazyFrame over ``scan_parquet``, both over the file list pruned by
+``filter=`` through the log (partition values, statistics), partition columns as
+constants, renamed columns under their names and deleted rows removed inside the
+engine's plan (:mod:`lakelog.scan.native`). A query's own filters prune row groups in
+the engine's reader.
+
+What the engines cannot read that way (a table off local disk, one with column ids
+and nested columns, a filter lakelog does not model) is handed over as a
+:class:`LakelogDataset`: a pyarrow Dataset whose ``scanner(filter=...)`` answers with
+lakelog's own pruning and reader, so files are pruned by the filters the engine pushes
+down, and rows deletion vectors mark are dropped by lakelog.
 
 DuckDB, polars and pandas are optional: each is imported when first used, and a
 missing one is a :class:`~lakelog.errors.MissingDependencyError` naming the
