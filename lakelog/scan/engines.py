@@ -235,9 +235,10 @@ def duckdb_view_sql(
     over the partition's files, partition columns as constants (DuckDB drops a branch
     whose constants fail a query's filter), columns under their names (``physical AS
     name``), columns the files lack as typed nulls. Files with deletion vectors are read
-    with ``file_row_number`` and anti-joined with the temporary table
-    ``__lakelog_deleted_<name>`` of their deleted ``(file_index, file_row_number)``.
-    Reading the footers to learn the stored types happens here, once.
+    in branches of their own, anti-joined on ``(file_index, file_row_number)`` with their
+    deleted positions, which this creates on ``con`` as the temporary table
+    ``__lakelog_deleted_<name>`` (``g``: the branch). The footers are read here, once per
+    branch, to learn the stored columns and types.
     """
     duckdb = require("duckdb", purpose="snapshot.to_duckdb()")
     pred = parse_filter(filter, snapshot.schema)
