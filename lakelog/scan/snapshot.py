@@ -224,7 +224,8 @@ class Snapshot(ResolvedSnapshot):
         """A pyarrow Scanner over the live rows of the snapshot that match ``filter``
         (files and row groups pruned as in :meth:`dataset`; rows deletion vectors mark
         dropped): what DuckDB and polars read through :meth:`to_duckdb` and
-        :meth:`to_polars`. Errors while scanning are pyarrow's, as for :meth:`dataset`.
+        :meth:`to_polars` when they cannot read the files themselves. Errors while
+        scanning are pyarrow's, as for :meth:`dataset`.
 
         Args:
             columns: the columns to read, in this order; default None, all of them.
@@ -426,8 +427,9 @@ class Snapshot(ResolvedSnapshot):
     # -- other engines (lakelog.scan.engines; docs/reading.md) -----------------
     def to_duckdb(self, con: Any = None, *, name: str, filter: FilterLike = None) -> Any:
         """Register this snapshot on a DuckDB connection (None: DuckDB's default one) as
-        the view ``name`` and return its relation. Filters of queries on it prune files
-        and row groups through lakelog.
+        the temporary view ``name`` and return its relation: DuckDB's own ``read_parquet``
+        over the snapshot's files pruned by ``filter``, deleted rows removed inside
+        DuckDB's plan; queries on it prune row groups (docs/reading.md).
 
         Args:
             con: a DuckDB connection; default None, DuckDB's default one.
@@ -438,7 +440,9 @@ class Snapshot(ResolvedSnapshot):
         return to_duckdb(self, con, name=name, filter=filter)
 
     def to_polars(self, *, columns: Sequence[str] | None = None, filter: FilterLike = None) -> Any:
-        """This snapshot as a polars LazyFrame whose filters prune through lakelog.
+        """This snapshot as a polars LazyFrame: polars' own ``scan_parquet`` over the
+        snapshot's files pruned by ``filter``, deleted rows filtered out by a row index
+        inside the scan (docs/reading.md).
 
         Args:
             columns: the columns to read, in this order; default None, all of them.
