@@ -104,7 +104,7 @@ def read_changes(
     # source's reader only when the DataFrame is first run)
     from .options import read_options
 
-    _open(Storage(uri, storage_options), read_options(options))
+    _open(Storage(uri, storage_options), read_options({**options, "path": uri}))
     return spark.read.format("lakelog").options(**options).load(uri)
 
 
