@@ -13,10 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 import sqlglot
-from sqlglot import exp
+from sqlglot import Token, TokenType, exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
-from sqlglot import Token, TokenType
 
 from ..errors import SqlSyntaxError, UnsupportedStatementError
 from . import plan as p
