@@ -31,10 +31,11 @@ CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
 """Who may import ``lakelog.catalog``: the public API, the command line and the SQL
 statements over its names."""
 
-SQL_USES = {"sql", "catalog", "errors", "scan"}
+SQL_USES = {"sql", "catalog", "errors", "filters", "scan"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
-the catalog loads) and reads through the scan's engine adapters; no engine of its own."""
+the catalog loads) and reads through the scan's engine adapters (filters: OPTIMIZE's WHERE); no engine of
+its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
 """Who may import ``lakelog.sql``: the command line and ``lakelog.spark.sql`` (the

@@ -14,7 +14,16 @@ import pyarrow as pa
 from ..errors import SqlError
 from . import plan as p
 from .parse import parse, unsupported
-from .run import CATALOG_PLANS, NONE, conform, metrics, resolve, run_catalog, timestamp
+from .run import (
+    CATALOG_PLANS,
+    NONE,
+    conform,
+    metrics,
+    partition_filter,
+    resolve,
+    run_catalog,
+    timestamp,
+)
 from .values import set_value
 
 if TYPE_CHECKING:
@@ -172,10 +181,12 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
         table = catalog.load_table(plan.name)
         if plan.zorder_by:
             report: Any = table.optimize(
-                zorder_by=list(plan.zorder_by), partition_filter=plan.where
+                zorder_by=list(plan.zorder_by),
+                incremental=False,
+                partition_filter=partition_filter(table, plan.where),
             )
         else:
-            report = table.compact(partition_filter=plan.where)
+            report = table.compact(partition_filter=partition_filter(table, plan.where))
         return metrics(report)
     raise unsupported(f"the statement {type(plan).__name__}")
 

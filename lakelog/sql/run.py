@@ -87,6 +87,17 @@ def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return rows.cast(pa.schema(fields))
 
 
+def partition_filter(table: Table, where: str | None) -> Any:
+    """OPTIMIZE's ``WHERE`` as the pyarrow Expression compaction and clustering take
+    (checked against the table's columns)."""
+    if where is None:
+        return None
+    from ..filters import parse_filter, to_expression
+
+    pred = parse_filter(where, table.schema, argument="OPTIMIZE ... WHERE")
+    return None if pred is None else to_expression(pred)
+
+
 def metrics(report: Any) -> pa.Table:
     """One row ``metrics`` (JSON) of an operation's report."""
     return rows([{"metrics": _json(report)}], pa.schema([("metrics", pa.string())]))
