@@ -34,8 +34,8 @@ statements over its names."""
 SQL_USES = {"sql", "catalog", "errors", "filters", "scan"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
-the catalog loads) and reads through the scan's engine adapters (filters: OPTIMIZE's WHERE); no engine of
-its own."""
+the catalog loads), reads through the scan's engine adapters and turns OPTIMIZE's WHERE
+into a filter; no engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
 """Who may import ``lakelog.sql``: the command line and ``lakelog.spark.sql`` (the

@@ -219,7 +219,7 @@ def test_merge_with_set_expressions(spark: Any, catalog: Any) -> None:
 
 
 def test_table_statements(spark: Any, catalog: Any) -> None:
-    a, b = twins(catalog)
+    a, _ = twins(catalog)
     sql(spark, "DELETE FROM s.by_sql WHERE id = 1", catalog=catalog)  # v2
     hist = sql(spark, "DESCRIBE HISTORY s.by_sql LIMIT 1", catalog=catalog).collect()
     assert [(h["version"], h["operation"]) for h in hist] == [(2, "DELETE")]
