@@ -87,7 +87,7 @@ def _passthrough(
     import sqlglot
     from sqlglot import exp
 
-    from ..sql.parse import DIALECT, query
+    from ..sql.parser import DIALECT, query
     from ..sql.run import resolve
 
     try:
@@ -264,7 +264,7 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
             given = set(insert.split(":", 1)[1].split(","))
             missing = [c for c in table.schema.names if c not in given]
             if missing:
-                from ..sql.parse import unsupported
+                from ..sql.parser import unsupported
 
                 raise unsupported(
                     f"WHEN NOT MATCHED THEN INSERT without the columns {missing}",

@@ -6,7 +6,7 @@ operations: :func:`lakelog.spark.sql` on Spark, :func:`.embedded.execute` (``lak
 sql``) on DuckDB for the statements that need no Spark. Nothing here reads or writes
 rows itself.
 
-* :mod:`.parse` and :mod:`.merge`: statement -> plan (pure);
+* :mod:`.parser` and :mod:`.merge`: statement -> plan (pure);
 * :mod:`.values`: ``SET`` values -> literals and pyarrow Expressions;
 * :mod:`.run`: the statements every engine runs alike, on the catalog and the tables;
 * :mod:`.embedded`: the DuckDB engine.
@@ -26,11 +26,11 @@ __all__ = ["default_catalog", "parse"]
 
 
 def parse(statement: str) -> Plan:
-    """The plan of one statement (see :func:`lakelog.sql.parse.parse`)."""
+    """The plan of one statement (see :func:`lakelog.sql.parser.parse`)."""
     from ..scan.engines import require
 
     require("sqlglot", purpose="SQL statements (the sql extra)")
-    from .parse import parse as _parse
+    from .parser import parse as _parse
 
     return _parse(statement)
 

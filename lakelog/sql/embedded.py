@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..errors import SqlError
 from . import plan as p
-from .parse import parse, unsupported
+from .parser import parse, unsupported
 from .run import (
     CATALOG_PLANS,
     NONE,

@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from ..errors import SqlSyntaxError
 from . import plan as p
-from .parse import DIALECT, query, table_name, unsupported
+from .parser import DIALECT, query, table_name, unsupported
 
 SOURCE = "source."
 """How an assignment names a source column (the merge API's ``pc.field("source.x")``)."""

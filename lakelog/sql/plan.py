@@ -1,5 +1,5 @@
 """Statements as plans: small frozen values, one per kind of statement, made by
-:func:`lakelog.sql.parse.parse` and run by an executor (Spark: :mod:`lakelog.spark.sql`;
+:func:`lakelog.sql.parser.parse` and run by an executor (Spark: :mod:`lakelog.spark.sql`;
 DuckDB: :mod:`lakelog.sql.embedded`). A plan holds names, literals and sqlglot trees;
 nothing in it reads or writes a table.
 """
@@ -56,7 +56,7 @@ class Query:
 
 
 def _ref_of(node: exp.Table) -> TableRef | ChangesRef | None:
-    from .parse import changes_ref, table_ref
+    from .parser import changes_ref, table_ref
 
     if isinstance(node.this, exp.Anonymous):
         return changes_ref(node.this)

@@ -218,7 +218,7 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
     elif isinstance(plan, p.SetProperties):
         table.set_properties(dict(plan.properties))
     elif isinstance(plan, p.UnsetProperties):
-        from .parse import unsupported
+        from .parser import unsupported
 
         raise unsupported(
             "ALTER TABLE ... UNSET TBLPROPERTIES",

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from .parse import DIALECT, arrow_type, unsupported
+from .parser import DIALECT, arrow_type, unsupported
 
 _ARITH = {exp.Add: "add_checked", exp.Sub: "subtract_checked", exp.Mul: "multiply_checked"}
 

@@ -1,4 +1,4 @@
-"""Statements -> plans, without a catalog or an engine (lakelog.sql.parse is pure)."""
+"""Statements -> plans, without a catalog or an engine (lakelog.sql.parser is pure)."""
 
 from __future__ import annotations
 
