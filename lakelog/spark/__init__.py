@@ -21,6 +21,8 @@
 * :func:`read_changes` gives the change feed of :meth:`lakelog.Table.changes` as a
   DataFrame read in Spark tasks; ``spark.readStream.format("lakelog")`` streams a table
   (:mod:`lakelog.spark.source`).
+* :func:`sql` runs a SQL statement over the lakelog catalog's names (``docs/sql.md``;
+  needs the ``sql`` extra).
 * :func:`register` makes ``spark.read.format("lakelog")`` and
   ``df.write.format("lakelog")`` available (Python data source; slower than
   :func:`read`, see ``docs/spark.md``).
@@ -36,6 +38,7 @@ from .convert import convert
 from .feed import read_changes
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
+from .sql import sql
 from .write import STAGING_DIR, write
 
 if TYPE_CHECKING:
@@ -57,6 +60,7 @@ __all__ = [
     "read",
     "read_changes",
     "register",
+    "sql",
     "update",
     "write",
 ]

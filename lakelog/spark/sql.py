@@ -19,12 +19,12 @@ import pyarrow as pa
 
 from ..errors import SqlError, UnsupportedStatementError
 from ..sql import default_catalog, parse
-from ..sql import plan as p
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ..catalog import Catalog
+    from ..sql import plan as p
 
 __all__ = ["sql"]
 
@@ -56,6 +56,7 @@ def sql(spark: SparkSession, statement: str, *, catalog: Catalog | None = None) 
         NoSuchTableError: a name in a lakelog namespace without such a table (close
             names in the message).
     """
+    from ..sql import plan as p
     from ..sql.run import CATALOG_PLANS, run_catalog
 
     cat = default_catalog(catalog)
@@ -202,6 +203,7 @@ def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -
 
 
 def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.Table:
+    from ..sql import plan as p
     from ..sql.run import NONE, metrics, partition_filter
     from ..sql.values import set_value
     from .changes import delete, merge, update

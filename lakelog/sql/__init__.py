@@ -19,10 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..catalog import Catalog
     from .plan import Plan
 
-__all__ = ["default_catalog", "parse"]
+__all__ = ["default_catalog", "execute", "parse"]
 
 
 def parse(statement: str) -> Plan:
@@ -33,6 +35,22 @@ def parse(statement: str) -> Plan:
     from .parser import parse as _parse
 
     return _parse(statement)
+
+
+def execute(statement: str, *, catalog: Catalog | None = None, con: Any = None) -> pa.Table:
+    """Run one statement without Spark (queries on DuckDB) and return its rows; see
+    :func:`lakelog.sql.embedded.execute`.
+
+    Args:
+        statement: one statement (Spark's dialect; ``docs/sql.md``).
+        catalog: the catalog whose names it uses; default None,
+            :func:`lakelog.connect_catalog` with its defaults.
+        con: a DuckDB connection; default None, a new in-memory one.
+    """
+    parse(statement)
+    from .embedded import execute as _execute
+
+    return _execute(statement, default_catalog(catalog), con=con)
 
 
 def default_catalog(catalog: Catalog | None = None, **options: Any) -> Catalog:

@@ -50,8 +50,9 @@ class Query:
             ref = _ref_of(node)
             if ref is None or ref not in views:
                 continue
-            alias = node.alias or node.name
-            node.replace(exp.to_table(views[ref]).as_(alias, quoted=True))
+            alias = node.alias or (node.name if isinstance(node.this, exp.Identifier) else "")
+            view = exp.to_table(views[ref])
+            node.replace(view.as_(alias, quoted=True) if alias else view)
         return tree.sql(dialect=dialect)
 
 
