@@ -111,6 +111,7 @@ def _passthrough(
     if not resolve(cat, [r.name for r in q.tables]) and not q.changes:
         return _spark_sql(spark, statement)
     with _Views(spark, cat) as views:
+        views.persist = not isinstance(tree, exp.Query)
         return views.query(q, keep=True)
 
 
@@ -129,20 +130,26 @@ def _spark_sql(spark: SparkSession, statement: str) -> DataFrame:
 
 
 class _Views:
-    """Temporary views of the lakelog tables a statement reads; dropped at the end unless
-    a returned DataFrame still needs them (Spark resolves views when it runs)."""
+    """Temporary views of the lakelog tables a statement reads, dropped when the statement
+    is done: a classic session resolves them when ``spark.sql`` returns, so the returned
+    DataFrame keeps its plan. On Spark Connect the server resolves a DataFrame each time
+    it runs, so the views of a returned query stay for the session, as do those of a
+    statement Spark runs that stores a plan naming them (``CREATE VIEW``)."""
 
     def __init__(self, spark: SparkSession, cat: Catalog) -> None:
         self.spark = spark
         self.cat = cat
         self.made: list[str] = []
         self.kept = False
+        self.persist = False
+        """The statement stores a plan naming the views (``CREATE VIEW``): keep them."""
 
     def __enter__(self) -> _Views:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if not self.kept:
+        lazy = type(self.spark).__module__.startswith("pyspark.sql.connect")
+        if not self.persist and not (self.kept and lazy):
             for v in self.made:
                 self.spark.catalog.dropTempView(v)
 

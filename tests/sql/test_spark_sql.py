@@ -267,6 +267,32 @@ def test_table_statements(spark: Any, catalog: Any) -> None:
     ]
 
 
+def test_views_do_not_outlive_the_statement(spark: Any, catalog: Any) -> None:
+    twins(catalog)
+    df = sql(spark, "SELECT * FROM s.by_sql VERSION AS OF 1 WHERE day = 'mon'", catalog=catalog)
+    left = [t.name for t in spark.catalog.listTables() if t.name.startswith("lakelog_sql_")]
+    assert left == []
+    assert df.count() == 2  # the DataFrame kept its plan
+
+
+def test_spark_statements_pass_through_with_lakelog_names_resolved(
+    spark: Any, catalog: Any
+) -> None:
+    a, _ = twins(catalog)
+    sql(
+        spark,
+        "CREATE OR REPLACE TEMPORARY VIEW monday AS SELECT * FROM s.by_sql WHERE day = 'mon'",
+        catalog=catalog,
+    )
+    assert df_rows(spark.sql("SELECT id FROM monday")) == [(1,), (2,)]
+    version = a.version
+    # a statement lakelog does not run yet that would change a lakelog table is refused
+    with pytest.raises(UnsupportedStatementError, match="CREATE OR REPLACE TABLE"):
+        sql(spark, "CREATE OR REPLACE TABLE s.by_sql (x INT) USING lakelog", catalog=catalog)
+    assert a.refresh().version == version
+    assert catalog.load_table("s.by_sql").schema == SCHEMA
+
+
 @pytest.mark.parametrize(
     ("statement", "error", "words"),
     [
