@@ -101,13 +101,14 @@ def _passthrough(
         return _spark_sql(spark, statement)
     q = query(tree)
     if error is not None and not isinstance(tree, exp.Query):
+        # a statement lakelog does not run yet, changing a name in a lakelog namespace
         target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-        if isinstance(target, exp.Table) and q.tables:
-            ref = next(
-                (r for r in q.tables if r.name == f"{target.db}.{target.name}".lower()), None
-            )
-            if ref is not None and resolve(cat, [ref.name]):
-                raise error
+        if (
+            isinstance(target, exp.Table)
+            and target.args.get("db")
+            and cat.namespace_exists(str(target.db).lower())
+        ):
+            raise error
     if not resolve(cat, [r.name for r in q.tables]) and not q.changes:
         return _spark_sql(spark, statement)
     with _Views(spark, cat) as views:
@@ -247,11 +248,11 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
         uri = table.uri
         df = _positional(views.query(plan.query), plan.columns or table.schema.names, plan.name)
         df = _conform(df, table.schema)
-        n = df.count()
         if plan.mode == "replace_where":
-            write(df, uri, mode="overwrite", replace_where=plan.where)
+            result: Any = write(df, uri, mode="overwrite", replace_where=plan.where)
         else:
-            write(df, uri, mode="overwrite" if plan.mode == "overwrite" else "append")
+            result = write(df, uri, mode="overwrite" if plan.mode == "overwrite" else "append")
+        n = _inserted(result)
         return _dml(n, inserted=n)
     if isinstance(plan, p.Delete):
         uri = cat.load_table(plan.name).uri
@@ -334,3 +335,13 @@ def _conform(df: DataFrame, schema: pa.Schema, *, complete: bool = True) -> Data
             cols.append(F.lit(None).cast(to_spark_type(f.type)).alias(f.name))
     extra = [F.col(f"`{c}`") for c in df.columns if c not in schema.names]
     return df.select(*cols, *extra)
+
+
+def _inserted(result: Any) -> int:
+    """Rows a write added, from its commit (the query is not run a second time to count
+    them): a row-level overwrite says it, an append or overwrite adds new files only."""
+    if hasattr(result, "inserted_rows"):
+        return int(result.inserted_rows)
+    from ..log.actions import AddFile
+
+    return sum(a.num_rows for a in result.actions if isinstance(a, AddFile) and a.data_change)

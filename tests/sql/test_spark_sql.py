@@ -130,12 +130,13 @@ def test_inserts_match_the_python_api(spark: Any, catalog: Any) -> None:
     sql(spark, "INSERT INTO s.by_sql (id, day) VALUES (9, 'sat')", catalog=catalog)
     b.append(pa.table({"id": [9], "day": ["sat"], "amount": [None]}, schema=SCHEMA))
     assert rows(a) == rows(b)
-    sql(
+    out = sql(
         spark,
         "INSERT INTO s.by_sql REPLACE WHERE day = 'mon' SELECT id + 100, day, amount "
         "FROM s.by_api VERSION AS OF 1 WHERE day = 'mon'",
         catalog=catalog,
     )
+    assert out.collect()[0]["num_inserted_rows"] == 2
     mon = b.snapshot(1).to_arrow(filter="day = 'mon'")
     b.overwrite(mon.set_column(0, "id", pa.compute.add(mon["id"], 100)), where="day = 'mon'")
     assert rows(a) == rows(b)
@@ -289,8 +290,11 @@ def test_spark_statements_pass_through_with_lakelog_names_resolved(
     # a statement lakelog does not run yet that would change a lakelog table is refused
     with pytest.raises(UnsupportedStatementError, match="CREATE OR REPLACE TABLE"):
         sql(spark, "CREATE OR REPLACE TABLE s.by_sql (x INT) USING lakelog", catalog=catalog)
+    with pytest.raises(UnsupportedStatementError, match="USING parquet"):
+        sql(spark, "CREATE TABLE s.other (x INT) USING parquet", catalog=catalog)
     assert a.refresh().version == version
     assert catalog.load_table("s.by_sql").schema == SCHEMA
+    assert catalog.list_tables("s") == ["s.by_api", "s.by_sql"]
 
 
 @pytest.mark.parametrize(
