@@ -213,7 +213,7 @@ def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -
 def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.Table:
     from ..sql import plan as p
     from ..sql.run import NONE, metrics, partition_filter
-    from ..sql.values import set_value
+    from ..sql.values import expression, set_value
     from .changes import delete, merge, update
     from .maintenance import compact, optimize
     from .schema import to_arrow_schema
@@ -289,6 +289,9 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
             when_matched=None if matched == "ignore" else matched,
             when_not_matched=None if insert == "ignore" else insert,
             when_not_matched_by_source=None if plan.by_source == "ignore" else plan.by_source,
+            matched_condition=None
+            if plan.matched_condition is None
+            else expression(plan.matched_condition, "WHEN MATCHED AND"),
         )
         affected = r.updated_rows + r.deleted_rows + r.inserted_rows
         return _dml(affected, r.updated_rows, r.deleted_rows, r.inserted_rows)

@@ -161,9 +161,13 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
         r = catalog.load_table(plan.name).update(plan.where or "true", set=values)
         return _dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
-        if isinstance(plan.when_matched, tuple) or plan.when_not_matched.startswith("insert:"):
+        if (
+            isinstance(plan.when_matched, tuple)
+            or plan.when_not_matched.startswith("insert:")
+            or plan.matched_condition is not None
+        ):
             raise unsupported(
-                "MERGE with UPDATE SET or INSERT of listed columns in lakelog sql",
+                "MERGE with WHEN MATCHED AND, UPDATE SET or INSERT of listed columns without Spark",
                 "use UPDATE SET * and INSERT *, or run it on Spark (lakelog.spark.sql)",
             )
         table = catalog.load_table(plan.name)

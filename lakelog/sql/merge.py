@@ -1,8 +1,8 @@
 """``MERGE INTO`` -> :class:`~lakelog.sql.plan.Merge`, for the clause combinations the
-merge API expresses: keys from an equi-join ON, at most one ``WHEN MATCHED`` (``UPDATE
-SET *``, ``UPDATE SET ..``, ``DELETE``), one ``WHEN NOT MATCHED`` (``INSERT *`` or every
+merge API expresses: keys from an equi-join ON, at most one ``WHEN MATCHED [AND cond]``
+(``UPDATE SET *``, ``UPDATE SET ..``, ``DELETE``), one ``WHEN NOT MATCHED`` (``INSERT *`` or every
 column from the source's column of that name) and one ``WHEN NOT MATCHED BY SOURCE THEN
-DELETE``, none with ``AND <condition>``. Anything else is an
+DELETE``, these two without ``AND <condition>``. Anything else is an
 :class:`~lakelog.errors.UnsupportedStatementError` naming the clause.
 """
 
@@ -37,6 +37,7 @@ def merge_plan(tree: exp.Merge) -> p.Merge:
     matched: str | tuple[tuple[str, exp.Expression], ...] = "ignore"
     not_matched = "ignore"
     by_source = "ignore"
+    condition: exp.Expression | None = None
     seen: set[str] = set()
     whens = tree.args.get("whens")
     for when in whens.expressions if whens is not None else []:
@@ -47,11 +48,12 @@ def merge_plan(tree: exp.Merge) -> p.Merge:
             if is_matched
             else ("WHEN NOT MATCHED BY SOURCE" if by_src else "WHEN NOT MATCHED")
         )
-        if when.args.get("condition") is not None:
+        if is_matched and when.args.get("condition") is not None:
+            condition = _sided(when.args["condition"], t_alias, s_alias)
+        elif when.args.get("condition") is not None:
             raise unsupported(
                 f"{clause} AND {when.args['condition'].sql(DIALECT)}",
-                "move the condition into the source query, or use lakelog.spark.merge's "
-                "matched_condition=",
+                "move the condition into the source query",
             )
         if clause in seen:
             raise unsupported(f"several {clause} clauses")
@@ -65,7 +67,7 @@ def merge_plan(tree: exp.Merge) -> p.Merge:
             by_source = "delete"
         else:
             not_matched = _insert(then, s_alias)
-    return p.Merge(name, source, keys, matched, not_matched, by_source)
+    return p.Merge(name, source, keys, matched, not_matched, by_source, condition)
 
 
 def _is_delete(then: exp.Expression | None) -> bool:
@@ -131,8 +133,8 @@ def _sided(value: exp.Expression, t_alias: str, s_alias: str) -> exp.Expression:
             col.replace(exp.column(col.name, quoted=True))
         else:
             raise SqlSyntaxError(
-                f"expected columns of {t_alias!r} or {s_alias!r} in WHEN MATCHED THEN UPDATE "
-                f"SET, found {col.sql(DIALECT)!r}"
+                f"expected columns of {t_alias!r} or {s_alias!r} in WHEN MATCHED, found "
+                f"{col.sql(DIALECT)!r}"
             )
     return value
 

@@ -150,6 +150,9 @@ class Merge:
     over the target's columns (bare) and the source's (``source.<col>``)."""
     when_not_matched: str = "ignore"
     by_source: str = "ignore"
+    matched_condition: exp.Expression | None = None
+    """``WHEN MATCHED AND <cond>``: only matched rows where it holds change (the others
+    stay and are not inserted); over the same columns as the assignments."""
 
 
 @dataclasses.dataclass(frozen=True)

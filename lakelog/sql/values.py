@@ -1,6 +1,7 @@
 """The value of a ``SET col = <expr>`` as the row-level API takes it: a Python literal or
-a pyarrow Expression over the row's columns (arithmetic, CAST, COALESCE, string
-concatenation). Anything else is an :class:`~lakelog.errors.UnsupportedStatementError`
+a pyarrow Expression over the row's columns (arithmetic, comparisons, AND/OR/NOT,
+IS NULL, CAST, COALESCE, string concatenation); a MERGE's ``WHEN MATCHED AND`` condition
+likewise. Anything else is an :class:`~lakelog.errors.UnsupportedStatementError`
 naming the expression.
 """
 
@@ -14,7 +15,19 @@ from sqlglot import exp
 
 from .parser import DIALECT, arrow_type, unsupported
 
-_ARITH = {exp.Add: "add_checked", exp.Sub: "subtract_checked", exp.Mul: "multiply_checked"}
+_ARITH = {
+    exp.Add: "add_checked",
+    exp.Sub: "subtract_checked",
+    exp.Mul: "multiply_checked",
+    exp.EQ: "equal",
+    exp.NEQ: "not_equal",
+    exp.GT: "greater",
+    exp.GTE: "greater_equal",
+    exp.LT: "less",
+    exp.LTE: "less_equal",
+    exp.And: "and_kleene",
+    exp.Or: "or_kleene",
+}
 
 
 def literal(value: exp.Expression) -> tuple[bool, Any]:
@@ -59,6 +72,10 @@ def expression(value: exp.Expression, clause: str) -> pc.Expression:
         return pc.Expression._call("divide", [left, expression(value.expression, clause)])
     if isinstance(value, exp.Neg):
         return pc.Expression._call("negate_checked", [expression(value.this, clause)])
+    if isinstance(value, exp.Not):
+        return pc.Expression._call("invert", [expression(value.this, clause)])
+    if isinstance(value, exp.Is) and isinstance(value.expression, exp.Null):
+        return pc.Expression._call("is_null", [expression(value.this, clause)])
     if isinstance(value, exp.Cast):
         return expression(value.this, clause).cast(arrow_type(value.to, value.sql(DIALECT)))
     if isinstance(value, exp.Coalesce):
@@ -70,5 +87,6 @@ def expression(value: exp.Expression, clause: str) -> pc.Expression:
         return pc.Expression._call("binary_join_element_wise", [*parts, pc.scalar("")])
     raise unsupported(
         f"the expression {value.sql(DIALECT)!r} in {clause}",
-        "lakelog computes literals, columns, + - * /, CAST, COALESCE and || there",
+        "lakelog computes literals, columns, + - * /, comparisons, AND, OR, NOT, IS NULL, "
+        "CAST, COALESCE and || there",
     )

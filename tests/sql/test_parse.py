@@ -143,6 +143,15 @@ def test_merge_clauses() -> None:
     assert m.by_source == "delete" and m.source.tables == (p.TableRef("a.s", version=2),)
     assert isinstance(m.when_matched, tuple)
     assert m.when_matched[0][1].sql() == '"amount" + "source.amount"'
+    cond = parse(
+        "MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED AND s.x > t.x OR t.y IS NULL "
+        "THEN DELETE"
+    )
+    assert isinstance(cond, p.Merge) and cond.matched_condition is not None
+    assert cond.matched_condition.sql() == '"source.x" > "x" OR "y" IS NULL'
+    assert str(set_value(cond.matched_condition, "WHEN MATCHED AND")) == (
+        "((source.x > x) or is_null(y))"
+    )
     simple = parse("MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED THEN DELETE")
     assert isinstance(simple, p.Merge)
     assert (simple.when_matched, simple.when_not_matched) == ("delete", "ignore")
@@ -152,8 +161,8 @@ def test_merge_clauses() -> None:
     ("statement", "clause"),
     [
         (
-            "MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED AND s.x > 1 THEN DELETE",
-            "WHEN MATCHED AND s.x > 1",
+            "MERGE INTO a.t USING a.s ON t.id = s.id WHEN NOT MATCHED AND s.x > 1 THEN INSERT *",
+            "WHEN NOT MATCHED AND s.x > 1",
         ),
         (
             "MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED THEN DELETE "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import lakelog
@@ -154,8 +155,6 @@ def test_delete_and_update_match_the_python_api(spark: Any, catalog: Any) -> Non
     out = sql(
         spark, "UPDATE s.by_sql SET amount = amount * 2 + 1 WHERE day <> 'wed'", catalog=catalog
     )
-    import pyarrow.compute as pc
-
     b.update(
         "day <> 'wed'",
         set={
@@ -217,6 +216,32 @@ def test_merge_with_set_expressions(spark: Any, catalog: Any) -> None:
         catalog=catalog,
     )
     assert dict((r[0], r[2]) for r in rows(a)) == {1: 10.0, 2: 3.0, 3: 7.25, 4: 11.0}
+
+
+def test_conditional_merge_matches_the_merge_api(spark: Any, catalog: Any) -> None:
+    a, b = twins(catalog)
+    src = pa.table(
+        {"id": [1, 2, 10], "day": ["mon", "mon", "sun"], "amount": [20.0, 1.0, 4.0]},
+        schema=SCHEMA,
+    )
+    catalog.create_table("s.src", SCHEMA).append(src)
+    sql(
+        spark,
+        "MERGE INTO s.by_sql t USING s.src s ON t.id = s.id "
+        "WHEN MATCHED AND s.amount > t.amount THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT *",
+        catalog=catalog,
+    )
+    lakelog.spark.merge(
+        spark,
+        b.uri,
+        spark.createDataFrame(src.to_pylist(), "id BIGINT, day STRING, amount DOUBLE"),
+        "id",
+        matched_condition=pc.field("source.amount") > pc.field("amount"),
+    )
+    assert rows(a) == rows(b)
+    assert dict((r[0], r[2]) for r in rows(a))[1] == 20.0  # 20 > 9.5: updated
+    assert dict((r[0], r[2]) for r in rows(a))[2] == 3.0  # 1 < 3: kept, not inserted
 
 
 def test_table_statements(spark: Any, catalog: Any) -> None:
@@ -305,9 +330,9 @@ def test_spark_statements_pass_through_with_lakelog_names_resolved(
         ("DELETE FROM s.by_sq WHERE id = 1", NoSuchTableError, "s.by_sql"),
         (
             "MERGE INTO s.by_sql t USING s.by_api s ON t.id = s.id "
-            "WHEN MATCHED AND s.amount > 1 THEN DELETE",
+            "WHEN NOT MATCHED AND s.amount > 1 THEN INSERT *",
             UnsupportedStatementError,
-            "WHEN MATCHED AND",
+            "WHEN NOT MATCHED AND",
         ),
         ("UPDATE s.by_sql SET amount = sqrt(amount)", UnsupportedStatementError, "SQRT"),
         ("OPTIMIZE s.by_sql WHERE", SqlSyntaxError, "OPTIMIZE"),
