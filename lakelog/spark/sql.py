@@ -112,7 +112,7 @@ def _passthrough(
     if not resolve(cat, [r.name for r in q.tables]) and not q.changes:
         return _spark_sql(spark, statement)
     with _Views(spark, cat) as views:
-        views.persist = not isinstance(tree, exp.Query)
+        views.persist = isinstance(tree, exp.Create) and str(tree.args.get("kind")) == "VIEW"
         return views.query(q, keep=True)
 
 
