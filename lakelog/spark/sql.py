@@ -56,10 +56,29 @@ def sql(spark: SparkSession, statement: str, *, catalog: Catalog | None = None) 
         NoSuchTableError: a name in a lakelog namespace without such a table (close
             names in the message).
     """
+    from pyspark.errors import PySparkException
+
+    from ..sql.run import sql_words
+
+    cat = default_catalog(catalog)
+    try:
+        with sql_words():
+            return _statement(spark, statement, cat)
+    except PySparkException as e:  # a job of the statement failed (e.g. a bad CAST)
+        raise SqlError(
+            f"expected a statement Spark runs, found Spark's error: {_first(e)}"
+        ) from None
+
+
+def _first(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _statement(spark: SparkSession, statement: str, cat: Catalog) -> DataFrame:
     from ..sql import plan as p
     from ..sql.run import CATALOG_PLANS, run_catalog
 
-    cat = default_catalog(catalog)
     try:
         plan = parse(statement)
     except UnsupportedStatementError as e:
@@ -126,8 +145,9 @@ def _spark_sql(spark: SparkSession, statement: str) -> DataFrame:
     try:
         return spark.sql(statement)
     except PySparkException as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SqlError(f"expected a statement Spark runs, found Spark's error: {first}") from None
+        raise SqlError(
+            f"expected a statement Spark runs, found Spark's error: {_first(e)}"
+        ) from None
 
 
 class _Views:
@@ -212,13 +232,15 @@ def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -
 
 def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.Table:
     from ..sql import plan as p
-    from ..sql.run import NONE, metrics, partition_filter
+    from ..sql.run import NONE, check_plan, metrics, partition_filter
     from ..sql.values import expression, set_value
     from .changes import delete, merge, update
     from .maintenance import compact, optimize
     from .schema import to_arrow_schema
     from .write import write
 
+    if isinstance(plan, p.Insert | p.Delete | p.Update | p.Merge | p.Optimize):
+        check_plan(plan, cat.load_table(plan.name))
     if isinstance(plan, p.CreateTable):
         if plan.if_not_exists and cat.table_exists(plan.name):
             return NONE

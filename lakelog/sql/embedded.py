@@ -17,11 +17,13 @@ from .parser import parse, unsupported
 from .run import (
     CATALOG_PLANS,
     NONE,
+    check_plan,
     conform,
     metrics,
     partition_filter,
     resolve,
     run_catalog,
+    sql_words,
     timestamp,
 )
 from .values import set_value
@@ -46,11 +48,13 @@ def execute(statement: str, catalog: Catalog, *, con: Any = None) -> pa.Table:
     duckdb = require("duckdb", purpose="lakelog sql")
     plan = parse(statement)
     if isinstance(plan, CATALOG_PLANS):
-        return run_catalog(plan, catalog)
+        with sql_words():
+            return run_catalog(plan, catalog)
     own = con is None
     con = duckdb.connect() if own else con
     try:
-        return _run(plan, catalog, con)
+        with sql_words():
+            return _run(plan, catalog, con)
     finally:
         if own:
             con.close()
@@ -114,6 +118,8 @@ def positional(rows: pa.Table, names: tuple[str, ...] | list[str], table: str) -
 def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
     if isinstance(plan, p.Select):
         return query(plan.query, catalog, con)
+    if isinstance(plan, p.Insert | p.Delete | p.Update | p.Merge | p.Optimize):
+        check_plan(plan, catalog.load_table(plan.name))
     if isinstance(plan, p.CreateTable):
         if plan.if_not_exists and catalog.table_exists(plan.name):
             return NONE
@@ -145,7 +151,7 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
         )
         if plan.columns:
             rows = _complete(rows, table.schema)
-        rows = conform(rows, table.schema)
+        rows = conform(rows, table.schema, f"INSERT INTO {plan.name}")
         if plan.mode == "replace_where":
             table.overwrite(rows, where=plan.where)
         elif plan.mode == "overwrite":
@@ -171,7 +177,7 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
                 "use UPDATE SET * and INSERT *, or run it on Spark (lakelog.spark.sql)",
             )
         table = catalog.load_table(plan.name)
-        source = conform(query(plan.source, catalog, con), table.schema)
+        source = conform(query(plan.source, catalog, con), table.schema, "MERGE ... USING")
         m = table.merge(
             source,
             list(plan.keys),

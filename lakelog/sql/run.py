@@ -7,9 +7,11 @@ the rest (queries, writes, row-level changes, OPTIMIZE).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import difflib
 import json
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -78,13 +80,88 @@ def committed(result: Any) -> pa.Table:
     )
 
 
-def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform(rows: pa.Table, schema: pa.Schema, clause: str = "INSERT") -> pa.Table:
     """A query's rows with the table's types where a column has another (a literal
     ``1.0`` is a DECIMAL to SQL), as Delta casts on INSERT and MERGE."""
     fields = [
         schema.field(n) if n in schema.names else rows.schema.field(n) for n in rows.column_names
     ]
-    return rows.cast(pa.schema(fields))
+    try:
+        return rows.cast(pa.schema(fields))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        want = ", ".join(f"{f.name} {f.type}" for f in schema)
+        got = ", ".join(f"{f.name} {f.type}" for f in rows.schema)
+        raise SqlError(
+            f"expected values of the table's types in {clause} ({want}), found {got} "
+            f"({str(e).splitlines()[0]})"
+        ) from None
+
+
+def check_columns(table: Table, names: Sequence[str], clause: str) -> None:
+    """Each name a column of the table, else an error naming the clause and close names."""
+    columns = table.schema.names
+    for name in names:
+        if name not in columns:
+            close = difflib.get_close_matches(name, columns, n=3)
+            also = f"; close names: {', '.join(close)}" if close else ""
+            raise SqlError(
+                f"expected a column of the table in {clause}, found {name!r}{also} (its "
+                f"columns: {', '.join(columns)})"
+            )
+
+
+def check_where(table: Table, where: str | None, clause: str) -> None:
+    """The columns a WHERE names are the table's (the filter checks the rest)."""
+    if where is None:
+        return
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(where, dialect="spark")
+    check_columns(table, [c.name for c in tree.find_all(exp.Column)], clause)
+
+
+def check_plan(plan: p.Plan, table: Table) -> None:
+    """The names a writing statement uses are the table's columns, checked before
+    anything is read or written (the error names the clause)."""
+    if isinstance(plan, p.Insert) and plan.columns:
+        check_columns(table, plan.columns, f"INSERT INTO {plan.name} (...)")
+    elif isinstance(plan, p.Delete):
+        check_where(table, plan.where, "DELETE ... WHERE")
+    elif isinstance(plan, p.Update):
+        check_columns(table, [c for c, _ in plan.set], "UPDATE ... SET")
+        check_where(table, plan.where, "UPDATE ... WHERE")
+    elif isinstance(plan, p.Merge):
+        check_columns(table, plan.keys, "MERGE ... ON")
+        if isinstance(plan.when_matched, tuple):
+            check_columns(table, [c for c, _ in plan.when_matched], "WHEN MATCHED THEN UPDATE SET")
+    elif isinstance(plan, p.Optimize):
+        check_where(table, plan.where, "OPTIMIZE ... WHERE")
+        check_columns(table, plan.zorder_by, "OPTIMIZE ... ZORDER BY")
+
+
+@contextlib.contextmanager
+def sql_words() -> Iterator[None]:
+    """The catalog's errors in a SQL user's words (statements, not Python calls)."""
+    try:
+        yield
+    except NoSuchTableError as e:
+        also = f"; close names: {', '.join(e.close)}" if e.close else ""
+        namespace = e.name.split(".", 1)[0]
+        raise NoSuchTableError(
+            f"expected a table of the lakelog catalog, found {e.name!r}{also}; SHOW TABLES "
+            f"IN {namespace} lists its tables",
+            name=e.name,
+            close=e.close,
+        ) from None
+    except NoSuchNamespaceError as e:
+        also = f"; close names: {', '.join(e.close)}" if e.close else ""
+        raise NoSuchNamespaceError(
+            f"expected a namespace of the lakelog catalog, found {e.namespace!r}{also}; "
+            f"create it with CREATE NAMESPACE {e.namespace}",
+            namespace=e.namespace,
+            close=e.close,
+        ) from None
 
 
 def partition_filter(table: Table, where: str | None) -> Any:
@@ -212,8 +289,10 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
     if isinstance(plan, p.AddColumns):
         table.add_columns(plan.columns)
     elif isinstance(plan, p.RenameColumn):
+        check_columns(table, [plan.old], "ALTER TABLE ... RENAME COLUMN")
         table.rename_column(plan.old, plan.new)
     elif isinstance(plan, p.DropColumns):
+        check_columns(table, plan.columns, "ALTER TABLE ... DROP COLUMN")
         table.drop_columns(list(plan.columns))
     elif isinstance(plan, p.SetProperties):
         table.set_properties(dict(plan.properties))

@@ -97,6 +97,12 @@ def test_a_session_of_statements(url: str, capsys: pytest.CaptureFixture[str]) -
             "WHEN NOT MATCHED BY SOURCE THEN UPDATE",
         ),
         ("UPDATE sales.orders SET amount = sqrt(amount)", "SQRT(amount)"),
+        ("UPDATE sales.orders SET amout = 1", "UPDATE ... SET, found 'amout'; close names: amount"),
+        ("DELETE FROM sales.orders WHERE amout > 1", "DELETE ... WHERE"),
+        ("INSERT INTO sales.orders VALUES ('x', 1.0)", "expected values of the table's types"),
+        ("ALTER TABLE sales.orders DROP COLUMN amout", "DROP COLUMN, found 'amout'"),
+        ("CREATE TABLE nons.t (a INT) USING lakelog", "CREATE NAMESPACE nons"),
+        ("DROP TABLE sales.ordrs", "close names: sales.orders"),
     ],
 )
 def test_errors_are_one_line_and_write_nothing(

@@ -337,6 +337,10 @@ def test_spark_statements_pass_through_with_lakelog_names_resolved(
         ("UPDATE s.by_sql SET amount = sqrt(amount)", UnsupportedStatementError, "SQRT"),
         ("OPTIMIZE s.by_sql WHERE", SqlSyntaxError, "OPTIMIZE"),
         ("SELECT nope FROM s.by_sql", SqlError, "nope"),
+        ("UPDATE s.by_sql SET amout = 1 WHERE id = 1", SqlError, "SET, found 'amout'; close"),
+        ("DELETE FROM s.by_sql WHERE amout > 1", SqlError, "DELETE ... WHERE"),
+        ("INSERT INTO s.by_sql VALUES ('x', 'mon', 1.0)", SqlError, "Spark's error"),
+        ("CREATE TABLE nons.t (a INT) USING lakelog", lakelog.LakelogError, "CREATE NAMESPACE"),
     ],
 )
 def test_bad_statements_are_one_line_and_write_nothing(
