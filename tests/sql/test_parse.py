@@ -244,3 +244,38 @@ def test_generated_merges_map_clause_by_clause(
     assert m.when_not_matched == ("insert" if insert else "ignore")
     assert m.by_source == ("delete" if by_source else "ignore")
     assert m.source.tables == (p.TableRef("b.src"),)
+
+
+_refs = st.lists(
+    st.tuples(
+        st.sampled_from(["a.t", "a.u", "b.v"]),
+        st.one_of(st.none(), st.integers(0, 50)),
+        st.sampled_from(["", "x", "y", "z"]),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(refs=_refs, cte=st.booleans())
+def test_generated_selects_rewrite_every_resolved_reference(
+    refs: list[tuple[str, int | None, str]], cte: bool
+) -> None:
+    parts = []
+    for i, (name, version, alias) in enumerate(refs):
+        travel = f" VERSION AS OF {version}" if version is not None else ""
+        parts.append(f"{name}{travel} {alias or f'r{i}'}")
+    body = "SELECT 1 AS one FROM " + " CROSS JOIN ".join(parts)
+    statement = f"WITH c AS ({body}) SELECT * FROM c" if cte else body
+    plan = parse(statement)
+    assert isinstance(plan, p.Select)
+    wanted = {p.TableRef(n, version=v) for n, v, _ in refs}
+    assert set(plan.query.tables) == wanted
+    views = {ref: f"view_{i}" for i, ref in enumerate(sorted(wanted, key=str)) if ref.name != "b.v"}
+    text = plan.query.rewrite(views)
+    again = parse(text)  # the rewritten statement is valid Spark SQL
+    assert isinstance(again, p.Select)
+    left = {r.name for r in again.query.tables}
+    assert left == ({"b.v"} if any(n == "b.v" for n, _, _ in refs) else set())
+    assert all(v in text for v in views.values())
