@@ -68,6 +68,9 @@ def sql(spark: SparkSession, statement: str, *, catalog: Catalog | None = None) 
         raise SqlError(
             f"expected a statement Spark runs, found Spark's error: {_first(e)}"
         ) from None
+    finally:
+        if catalog is None:  # opened for this statement; a returned query needs it no more
+            cat.close()
 
 
 def _first(e: Exception) -> str:

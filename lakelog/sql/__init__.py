@@ -50,7 +50,12 @@ def execute(statement: str, *, catalog: Catalog | None = None, con: Any = None) 
     parse(statement)
     from .embedded import execute as _execute
 
-    return _execute(statement, default_catalog(catalog), con=con)
+    cat = default_catalog(catalog)
+    try:
+        return _execute(statement, cat, con=con)
+    finally:
+        if catalog is None:
+            cat.close()
 
 
 def default_catalog(catalog: Catalog | None = None, **options: Any) -> Catalog:

@@ -75,6 +75,11 @@ def test_a_session_of_statements(url: str, capsys: pytest.CaptureFixture[str]) -
     assert rows(capsys, url, "DESCRIBE DETAIL sales.orders")[0]["numRows"] == 1
     rows(capsys, url, "RESTORE TABLE sales.orders TO VERSION AS OF 1")
     assert len(rows(capsys, url, "SELECT * FROM sales.orders")) == 2
+    rows(capsys, url, "DELETE FROM sales.orders WHERE id = 2")
+    first = rows(capsys, url, "DESCRIBE HISTORY sales.orders")[-2]  # version 1
+    assert first["version"] == 1
+    rows(capsys, url, f"RESTORE sales.orders TO TIMESTAMP AS OF '{first['timestamp']}'")
+    assert len(rows(capsys, url, "SELECT * FROM sales.orders")) == 2
     rows(capsys, url, "OPTIMIZE sales.orders WHERE day = 'mon'")
     rows(capsys, url, "ALTER TABLE sales.orders ADD COLUMNS (note STRING)")
     assert rows(capsys, url, "VACUUM sales.orders RETAIN 200 HOURS DRY RUN") == []
