@@ -32,6 +32,8 @@ __all__ = [
     "NoSuchTableError",
     "SchemaMismatchError",
     "SparkEnvironmentError",
+    "SqlError",
+    "SqlSyntaxError",
     "StorageConsistencyError",
     "StorageNotSupportedError",
     "TableAlreadyExistsError",
@@ -40,6 +42,7 @@ __all__ = [
     "TableLocationEmptyError",
     "UnknownOptionError",
     "UnsupportedFormatError",
+    "UnsupportedStatementError",
     "VersionExpiredError",
     "VersionNotFoundError",
 ]
@@ -348,3 +351,18 @@ class CatalogUnavailableError(CatalogError):
 class CatalogVersionError(CatalogError, UnsupportedFormatError):
     """The catalog database was set up by a newer lakelog (its schema version is higher
     than this one knows): upgrade lakelog rather than write to it."""
+
+
+class SqlError(LakelogError):
+    """A SQL statement (``lakelog.spark.sql``, ``lakelog sql``) that could not run: the
+    message names the clause or the name and says what to write instead."""
+
+
+class SqlSyntaxError(SqlError, InvalidArgumentError):
+    """The statement does not parse as Spark SQL; the message gives the line, the column
+    and the text around it."""
+
+
+class UnsupportedStatementError(SqlError):
+    """The statement, or one of its clauses, parses but lakelog cannot run it yet; the
+    message names the clause (``docs/sql.md``, "From Delta SQL")."""

@@ -27,8 +27,19 @@ CATALOG_USES = {"catalog", "core", "errors", "properties", "storage", "_failpoin
 """What ``lakelog.catalog`` may import: names -> locations on top of the core's create
 and load, nothing of the commit protocol (log, transaction) itself."""
 
-CATALOG_USERS = {"catalog", "cli", "__init__"}
-"""Who may import ``lakelog.catalog``: the public API and the command line."""
+CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
+"""Who may import ``lakelog.catalog``: the public API, the command line and the SQL
+statements over its names."""
+
+SQL_USES = {"sql", "catalog", "errors", "filters", "scan"}
+"""What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
+statements onto the catalog and the tables' own operations (reached through the tables
+the catalog loads), reads through the scan's engine adapters and turns OPTIMIZE's WHERE
+into a filter; no engine of its own."""
+
+SQL_USERS = {"sql", "cli", "__init__"}
+"""Who may import ``lakelog.sql``: the command line and ``lakelog.spark.sql`` (the
+Spark engine of the statements), nothing else of ``spark/``."""
 
 
 def _module(path: Path) -> str:
@@ -141,3 +152,26 @@ def test_only_the_api_and_the_cli_import_the_catalog(path: Path) -> None:
         if _top(target) == "catalog" and target.startswith("lakelog")
     ]
     assert not bad, f"{module} imports the catalog: {bad}"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if _top(_module(p)) == "sql"], ids=str)
+def test_the_sql_statements_build_on_the_catalog_and_the_core(path: Path) -> None:
+    bad = [
+        f"line {line}: {target}"
+        for target, _, line in _runtime_imports(path)
+        if target.startswith("lakelog") and _top(target) not in SQL_USES
+    ]
+    assert not bad, f"{_module(path)} imports beyond the catalog and the scan: {bad}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=str)
+def test_only_the_cli_and_spark_sql_import_the_sql_package(path: Path) -> None:
+    module = _module(path)
+    if _top(module) in SQL_USERS or module in ("lakelog", "lakelog.spark.sql"):
+        return
+    bad = [
+        f"line {line}: {target}"
+        for target, _, line in _runtime_imports(path)
+        if _top(target) == "sql" and target.startswith("lakelog")
+    ]
+    assert not bad, f"{module} imports lakelog.sql: {bad}"

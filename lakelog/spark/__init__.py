@@ -21,6 +21,8 @@
 * :func:`read_changes` gives the change feed of :meth:`lakelog.Table.changes` as a
   DataFrame read in Spark tasks; ``spark.readStream.format("lakelog")`` streams a table
   (:mod:`lakelog.spark.source`).
+* :func:`sql` runs a SQL statement over the lakelog catalog's names (``docs/sql.md``;
+  needs the ``sql`` extra).
 * :func:`register` makes ``spark.read.format("lakelog")`` and
   ``df.write.format("lakelog")`` available (Python data source; slower than
   :func:`read`, see ``docs/spark.md``).
@@ -45,6 +47,7 @@ from .errors import raises_typed, typed_errors, unwrap
 from .feed import read_changes
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
+from .sql import sql
 from .write import STAGING_DIR, write
 
 if TYPE_CHECKING:
@@ -66,6 +69,7 @@ __all__ = [
     "read",
     "read_changes",
     "register",
+    "sql",
     "typed_errors",
     "unwrap",
     "update",
@@ -99,5 +103,6 @@ optimize = raises_typed(optimize)
 plan_read = raises_typed(plan_read)
 read = raises_typed(read)
 read_changes = raises_typed(read_changes)
+sql = raises_typed(sql)
 update = raises_typed(update)
 write = raises_typed(write)

@@ -1,0 +1,209 @@
+"""SQL without Spark (``lakelog sql``): queries run on DuckDB over each lakelog table's
+snapshot (``snapshot.to_duckdb``, time travel included), the statement transpiled from
+Spark's dialect to DuckDB's by sqlglot; writes and row-level changes go through the
+tables' own operations (``append``, ``overwrite``, ``delete``, ``update``, ``merge``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ..errors import SqlError
+from . import plan as p
+from .parser import parse, unsupported
+from .run import (
+    CATALOG_PLANS,
+    NONE,
+    check_plan,
+    conform,
+    metrics,
+    partition_filter,
+    resolve,
+    run_catalog,
+    sql_words,
+    timestamp,
+)
+from .values import set_value
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+
+__all__ = ["execute"]
+
+
+def execute(statement: str, catalog: Catalog, *, con: Any = None) -> pa.Table:
+    """Run one statement on DuckDB and the catalog's tables; its rows as Arrow (a DML
+    statement's ``num_affected_rows``... as :func:`lakelog.spark.sql` gives them).
+
+    Args:
+        statement: one statement (Spark's dialect; ``docs/sql.md``).
+        catalog: the catalog whose names it uses.
+        con: a DuckDB connection; default None, a new in-memory one.
+    """
+    from ..scan.engines import require
+
+    duckdb = require("duckdb", purpose="lakelog sql")
+    plan = parse(statement)
+    if isinstance(plan, CATALOG_PLANS):
+        with sql_words():
+            return run_catalog(plan, catalog)
+    own = con is None
+    con = duckdb.connect() if own else con
+    try:
+        with sql_words():
+            return _run(plan, catalog, con)
+    finally:
+        if own:
+            con.close()
+
+
+def query(q: p.Query, catalog: Catalog, con: Any) -> pa.Table:
+    """A query's rows, each lakelog table read from a DuckDB view of its snapshot."""
+    import duckdb
+
+    found = resolve(catalog, [r.name for r in q.tables] + [c.name for c in q.changes])
+    views: dict[p.TableRef | p.ChangesRef, str] = {}
+    for ref in q.tables:
+        if ref.name not in found:
+            continue
+        table = catalog.load_table(ref.name)
+        as_of = None
+        if ref.timestamp is not None:
+            as_of = timestamp(ref.timestamp, f"{ref.name} TIMESTAMP AS OF")
+        snap = table.snapshot(ref.version, as_of=as_of)
+        views[ref] = _name()
+        snap.to_duckdb(con, name=views[ref])
+    for c in q.changes:
+        table = catalog.load_table(c.name)
+        start = c.start if isinstance(c.start, int) else timestamp(c.start, "table_changes")
+        end = c.end if not isinstance(c.end, str) else timestamp(c.end, "table_changes")
+        views[c] = _name()
+        con.register(views[c], table.changes(start, end).to_arrow())
+    text = q.rewrite(views, dialect="duckdb")
+    try:
+        return con.sql(text).to_arrow_table()
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0]
+        raise SqlError(f"expected a query DuckDB runs, found DuckDB's error: {first}") from None
+
+
+def _name() -> str:
+    return f"lakelog_sql_{uuid.uuid4().hex[:12]}"
+
+
+def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "num_affected_rows": pa.array([affected], pa.int64()),
+            "num_updated_rows": pa.array([updated], pa.int64()),
+            "num_deleted_rows": pa.array([deleted], pa.int64()),
+            "num_inserted_rows": pa.array([inserted], pa.int64()),
+        }
+    )
+
+
+def positional(rows: pa.Table, names: tuple[str, ...] | list[str], table: str) -> pa.Table:
+    """INSERT's rows by position, named as the table's columns."""
+    if rows.num_columns != len(names):
+        raise SqlError(
+            f"expected {len(names)} values per row for INSERT INTO {table} "
+            f"({', '.join(names)}), found {rows.num_columns}"
+        )
+    return rows.rename_columns(list(names))
+
+
+def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
+    if isinstance(plan, p.Select):
+        return query(plan.query, catalog, con)
+    if isinstance(plan, p.Insert | p.Delete | p.Update | p.Merge | p.Optimize):
+        check_plan(plan, catalog.load_table(plan.name))
+    if isinstance(plan, p.CreateTable):
+        if plan.if_not_exists and catalog.table_exists(plan.name):
+            return NONE
+        if plan.query is not None:
+            rows = query(plan.query, catalog, con)
+            table = catalog.create_table(
+                plan.name,
+                rows.schema,
+                partition_by=plan.partition_by,
+                properties=dict(plan.properties),
+                location=plan.location,
+            )
+            table.append(rows)
+        elif plan.schema is None:
+            catalog.register_table(plan.name, plan.location or "")
+        else:
+            catalog.create_table(
+                plan.name,
+                plan.schema,
+                partition_by=plan.partition_by,
+                properties=dict(plan.properties),
+                location=plan.location,
+            )
+        return NONE
+    if isinstance(plan, p.Insert):
+        table = catalog.load_table(plan.name)
+        rows = positional(
+            query(plan.query, catalog, con), plan.columns or table.schema.names, plan.name
+        )
+        if plan.columns:
+            rows = _complete(rows, table.schema)
+        rows = conform(rows, table.schema, f"INSERT INTO {plan.name}")
+        if plan.mode == "replace_where":
+            table.overwrite(rows, where=plan.where)
+        elif plan.mode == "overwrite":
+            table.overwrite(rows)
+        else:
+            table.append(rows)
+        return _dml(rows.num_rows, inserted=rows.num_rows)
+    if isinstance(plan, p.Delete):
+        r = catalog.load_table(plan.name).delete(plan.where or "true")
+        return _dml(r.deleted_rows, deleted=r.deleted_rows)
+    if isinstance(plan, p.Update):
+        values = {c: set_value(v, "UPDATE ... SET") for c, v in plan.set}
+        r = catalog.load_table(plan.name).update(plan.where or "true", set=values)
+        return _dml(r.updated_rows, updated=r.updated_rows)
+    if isinstance(plan, p.Merge):
+        if (
+            isinstance(plan.when_matched, tuple)
+            or plan.when_not_matched.startswith("insert:")
+            or plan.matched_condition is not None
+        ):
+            raise unsupported(
+                "MERGE with WHEN MATCHED AND, UPDATE SET or INSERT of listed columns without Spark",
+                "use UPDATE SET * and INSERT *, or run it on Spark (lakelog.spark.sql)",
+            )
+        table = catalog.load_table(plan.name)
+        source = conform(query(plan.source, catalog, con), table.schema, "MERGE ... USING")
+        m = table.merge(
+            source,
+            list(plan.keys),
+            when_matched=plan.when_matched,  # type: ignore[arg-type]
+            when_not_matched=plan.when_not_matched,  # type: ignore[arg-type]
+            when_not_matched_by_source=plan.by_source,  # type: ignore[arg-type]
+        )
+        affected = m.updated_rows + m.deleted_rows + m.inserted_rows
+        return _dml(affected, m.updated_rows, m.deleted_rows, m.inserted_rows)
+    if isinstance(plan, p.Optimize):
+        table = catalog.load_table(plan.name)
+        if plan.zorder_by:
+            report: Any = table.optimize(
+                zorder_by=list(plan.zorder_by),
+                incremental=False,
+                partition_filter=partition_filter(table, plan.where),
+            )
+        else:
+            report = table.compact(partition_filter=partition_filter(table, plan.where))
+        return metrics(report)
+    raise unsupported(f"the statement {type(plan).__name__}")
+
+
+def _complete(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Columns an INSERT did not list, as nulls."""
+    for f in schema:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
+    return rows.select(schema.names)

@@ -1,0 +1,400 @@
+"""One statement of Spark SQL (Delta's syntax where Delta has the statement) -> a plan.
+
+sqlglot parses with ``dialect="spark"``; the statements it keeps as an opaque command
+(Delta's ``DESCRIBE HISTORY``, ``OPTIMIZE``, ``VACUUM``, ``RESTORE``, ``SHOW TABLES``,
+``UNSET TBLPROPERTIES``) are read from sqlglot's tokens by :mod:`.commands`. Pure: no
+catalog, no table, no engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import Token, TokenType, exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+
+from ..errors import SqlSyntaxError, UnsupportedStatementError
+from . import plan as p
+
+DIALECT = "spark"
+
+_TYPES: dict[Any, pa.DataType] = {
+    exp.DataType.Type.BIGINT: pa.int64(),
+    exp.DataType.Type.INT: pa.int32(),
+    exp.DataType.Type.SMALLINT: pa.int16(),
+    exp.DataType.Type.TINYINT: pa.int8(),
+    exp.DataType.Type.DOUBLE: pa.float64(),
+    exp.DataType.Type.FLOAT: pa.float32(),
+    exp.DataType.Type.BOOLEAN: pa.bool_(),
+    exp.DataType.Type.TEXT: pa.string(),
+    exp.DataType.Type.VARCHAR: pa.string(),
+    exp.DataType.Type.CHAR: pa.string(),
+    exp.DataType.Type.BINARY: pa.binary(),
+    exp.DataType.Type.DATE: pa.date32(),
+    exp.DataType.Type.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMPLTZ: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMPNTZ: pa.timestamp("us"),
+}
+
+
+def parse(statement: str) -> p.Plan:
+    """The plan of one statement.
+
+    Raises:
+        SqlSyntaxError: it does not parse (the message says where).
+        UnsupportedStatementError: it parses, but lakelog cannot run it (the message
+            names the clause).
+    """
+    from .commands import command_plan
+
+    tokens = tokenize(statement)
+    plan = command_plan(statement, tokens)
+    if plan is not None:
+        return plan
+    try:
+        trees = sqlglot.parse(statement, dialect=DIALECT)
+    except ParseError as e:
+        raise SqlSyntaxError(syntax_message(e)) from None
+    trees = [t for t in trees if t is not None]
+    if len(trees) != 1:
+        raise SqlSyntaxError(f"expected one statement, found {len(trees)}; run them one by one")
+    return _plan(trees[0])  # type: ignore[arg-type]
+
+
+def tokenize(statement: str) -> list[Token]:
+    try:
+        tokens = Dialect.get_or_raise(DIALECT).tokenize(statement)
+    except TokenError as e:
+        raise SqlSyntaxError(f"expected a SQL statement, found {_line(str(e))}") from None
+    tokens = [t for t in tokens if t.token_type != TokenType.SEMICOLON or t is not tokens[-1]]
+    if not tokens:
+        raise SqlSyntaxError("expected a SQL statement, found nothing")
+    return tokens
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def syntax_message(e: ParseError) -> str:
+    if e.errors:
+        first = e.errors[0]
+        where = f"line {first.get('line')}, column {first.get('col')}"
+        near = _line(
+            f"{first.get('start_context', '')}{first.get('highlight', '')}"
+            f"{first.get('end_context', '')}"
+        )
+        what = str(first.get("description", "")).split(" but got <Token")[0]
+        return f"expected Spark SQL, found {what} at {where} near {near!r}"
+    return f"expected Spark SQL, found {_line(str(e))}"
+
+
+def unsupported(clause: str, instead: str = "") -> UnsupportedStatementError:
+    more = f"; {instead}" if instead else ""
+    return UnsupportedStatementError(
+        f"expected a statement docs/sql.md lists, found {clause}, which lakelog does not "
+        f"run yet{more}"
+    )
+
+
+# -- names -----------------------------------------------------------------------------
+
+
+def table_name(node: exp.Table, clause: str) -> str:
+    """``namespace.table`` of a table node (lower case, as the catalog keeps names)."""
+    if node.args.get("catalog") is not None or not node.args.get("db") or not node.name:
+        raise UnsupportedStatementError(
+            f"expected a table name namespace.table in {clause}, found {node.sql(DIALECT)!r}"
+        )
+    return f"{node.db}.{node.name}".lower()
+
+
+def table_ref(node: exp.Table) -> p.TableRef | None:
+    """The reference a two-part table name in a query is, if it may be a lakelog table."""
+    if node.args.get("catalog") is not None or not node.args.get("db"):
+        return None
+    if not isinstance(node.this, exp.Identifier):
+        return None
+    version = node.args.get("version")
+    name = f"{node.db}.{node.name}".lower()
+    if version is None:
+        return p.TableRef(name)
+    value = version.expression
+    kind = str(version.this).upper()
+    if kind == "VERSION":
+        return p.TableRef(name, version=_int(value, "VERSION AS OF"))
+    return p.TableRef(name, timestamp=_text(value, "TIMESTAMP AS OF"))
+
+
+def changes_ref(call: exp.Anonymous) -> p.ChangesRef | None:
+    if str(call.this).lower() != "table_changes":
+        return None
+    args = call.expressions
+    if len(args) not in (2, 3) or not isinstance(args[0], exp.Literal):
+        raise UnsupportedStatementError(
+            f"expected table_changes('namespace.table', start[, end]), found {call.sql(DIALECT)!r}"
+        )
+    bounds = [_bound(a) for a in args[1:]]
+    return p.ChangesRef(args[0].this.lower(), bounds[0], bounds[1] if len(bounds) > 1 else None)
+
+
+def _bound(value: exp.Expression) -> int | str:
+    if isinstance(value, exp.Literal) and not value.is_string:
+        return _int(value, "table_changes")
+    return _text(value, "table_changes")
+
+
+def _int(value: exp.Expression, clause: str) -> int:
+    if isinstance(value, exp.Literal) and not value.is_string:
+        try:
+            return int(value.this)
+        except ValueError:
+            pass
+    raise SqlSyntaxError(f"expected an integer in {clause}, found {value.sql(DIALECT)!r}")
+
+
+def _text(value: exp.Expression, clause: str) -> str:
+    if isinstance(value, exp.Cast):
+        value = value.this
+    if isinstance(value, exp.Literal) and value.is_string:
+        return str(value.this)
+    raise SqlSyntaxError(
+        f"expected a quoted timestamp such as '2026-11-02 10:00:00' in {clause}, found "
+        f"{value.sql(DIALECT)!r}"
+    )
+
+
+def query(tree: Any) -> p.Query:
+    """A query with its lakelog candidates (two-part names outside its CTE names)."""
+    refs: dict[p.TableRef, None] = {}
+    changes: dict[p.ChangesRef, None] = {}
+    for node in tree.find_all(exp.Table):
+        if isinstance(node.this, exp.Anonymous):
+            c = changes_ref(node.this)
+            if c is not None:
+                changes[c] = None
+            continue
+        ref = table_ref(node)
+        if ref is not None:
+            refs[ref] = None
+    return p.Query(tree, tuple(refs), tuple(changes))
+
+
+# -- types -----------------------------------------------------------------------------
+
+
+def arrow_type(kind: exp.DataType, column: str) -> pa.DataType:
+    if kind.this == exp.DataType.Type.DECIMAL:
+        params = [int(e.this.this) for e in kind.expressions] or [10, 0]
+        return pa.decimal128(params[0], params[1] if len(params) > 1 else 0)
+    t = _TYPES.get(kind.this)
+    if t is None:
+        raise unsupported(
+            f"the type {kind.sql(DIALECT)} of column {column!r}",
+            "use BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, DECIMAL(p, s), BOOLEAN, "
+            "STRING, BINARY, DATE, TIMESTAMP or TIMESTAMP_NTZ, or create the table from "
+            "Python with any Arrow type",
+        )
+    return t
+
+
+def _schema(defs: Sequence[exp.Expression], clause: str) -> pa.Schema:
+    fields = []
+    for d in defs:
+        if not isinstance(d, exp.ColumnDef) or d.args.get("kind") is None:
+            raise SqlSyntaxError(
+                f"expected column definitions 'name TYPE' in {clause}, found {d.sql(DIALECT)!r}"
+            )
+        nullable = not any(isinstance(c.kind, exp.NotNullColumnConstraint) for c in d.constraints)
+        fields.append(pa.field(d.name, arrow_type(d.args["kind"], d.name), nullable=nullable))
+    return pa.schema(fields)
+
+
+def _literal(value: exp.Expression, clause: str) -> str:
+    if isinstance(value, exp.Literal):
+        return str(value.this)
+    if isinstance(value, exp.Boolean):
+        return "true" if value.this else "false"
+    raise SqlSyntaxError(f"expected a literal value in {clause}, found {value.sql(DIALECT)!r}")
+
+
+def _properties(props: Sequence[exp.Expression], clause: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for prop in props:
+        if not isinstance(prop, exp.Property):
+            raise SqlSyntaxError(f"expected 'key' = 'value' in {clause}, found {prop.sql()!r}")
+        key = prop.this
+        k = key.this if isinstance(key, exp.Literal) else key.sql(DIALECT)
+        out.append((str(k), _literal(prop.args["value"], clause)))
+    return tuple(out)
+
+
+# -- statements sqlglot parses -----------------------------------------------------------
+
+
+def _plan(tree: exp.Expression) -> p.Plan:
+    if isinstance(tree, exp.Create):
+        return _create(tree)
+    if isinstance(tree, exp.Drop):
+        return _drop(tree)
+    if isinstance(tree, exp.Alter):
+        return _alter(tree)
+    if isinstance(tree, exp.Insert):
+        return _insert(tree)
+    if isinstance(tree, exp.Delete):
+        where = tree.args.get("where")
+        return p.Delete(
+            table_name(tree.this, "DELETE FROM"), where.this.sql(DIALECT) if where else None
+        )
+    if isinstance(tree, exp.Update):
+        return _update(tree)
+    if isinstance(tree, exp.Merge):
+        from .merge import merge_plan
+
+        return merge_plan(tree)
+    if isinstance(tree, exp.Query):
+        return p.Select(query(tree))
+    if isinstance(tree, exp.Condition | exp.Alias):
+        raise SqlSyntaxError(
+            f"expected a statement such as SELECT, INSERT, MERGE or CREATE TABLE, found "
+            f"{_line(tree.sql(DIALECT))[:60]!r}"
+        )
+    if isinstance(tree, exp.Command):
+        raise unsupported(f"{str(tree.this).upper()} {_line(str(tree.expression))[:40]}")
+    raise unsupported(f"a {type(tree).__name__.upper()} statement")
+
+
+def _create(tree: exp.Create) -> p.Plan:
+    kind = str(tree.args.get("kind", "")).upper()
+    exists = bool(tree.args.get("exists"))
+    if kind in ("NAMESPACE", "SCHEMA", "DATABASE"):
+        target = tree.this
+        name = target.name or target.db if isinstance(target, exp.Table) else target.name
+        return p.CreateNamespace(str(name).lower(), if_not_exists=exists)
+    if kind != "TABLE":
+        raise unsupported(f"CREATE {kind}")
+    if tree.args.get("replace"):
+        raise unsupported("CREATE OR REPLACE TABLE", "DROP TABLE, then CREATE TABLE")
+    target = tree.this
+    schema: pa.Schema | None = None
+    if isinstance(target, exp.Schema):
+        schema = _schema(target.expressions, "CREATE TABLE")
+        target = target.this
+    name = table_name(target, "CREATE TABLE")
+    using: str | None = None
+    location: str | None = None
+    parts: tuple[str, ...] = ()
+    props: tuple[tuple[str, str], ...] = ()
+    for prop in tree.args["properties"].expressions if tree.args.get("properties") else ():
+        if isinstance(prop, exp.FileFormatProperty):
+            using = prop.this.name.lower()
+        elif isinstance(prop, exp.LocationProperty):
+            location = _literal(prop.this, "LOCATION")
+        elif isinstance(prop, exp.PartitionedByProperty):
+            cols = prop.this.expressions if isinstance(prop.this, exp.Schema) else [prop.this]
+            if any(isinstance(c, exp.ColumnDef) for c in cols):
+                raise unsupported(
+                    "PARTITIONED BY with column types",
+                    "declare the columns in the column list and name them in PARTITIONED BY",
+                )
+            parts = tuple(c.name for c in cols)
+        elif isinstance(prop, exp.Properties):
+            props += _properties(prop.expressions, "TBLPROPERTIES")
+        elif isinstance(prop, exp.Property):
+            props += _properties([prop], "TBLPROPERTIES")
+        else:
+            raise unsupported(f"the clause {prop.sql(DIALECT)!r} of CREATE TABLE")
+    if using != "lakelog":
+        raise unsupported(
+            f"CREATE TABLE {'USING ' + using if using else 'without USING'}",
+            "write CREATE TABLE ... USING lakelog",
+        )
+    body = tree.expression
+    q = query(body) if isinstance(body, exp.Query) else None
+    if q is not None and schema is not None:
+        raise unsupported("CREATE TABLE with both a column list and AS SELECT")
+    if schema is None and q is None and location is None:
+        raise SqlSyntaxError(
+            f"expected columns, AS SELECT or LOCATION in CREATE TABLE {name}, found none"
+        )
+    return p.CreateTable(name, schema, parts, props, exists, location, q)
+
+
+def _drop(tree: exp.Drop) -> p.Plan:
+    kind = str(tree.args.get("kind", "")).upper()
+    exists = bool(tree.args.get("exists"))
+    targets = tree.args.get("tables") or [tree.this]
+    if len(targets) != 1:
+        raise unsupported(f"DROP {kind} of several names", "drop them one by one")
+    if kind in ("NAMESPACE", "SCHEMA", "DATABASE"):
+        t = targets[0]
+        return p.DropNamespace(
+            str(t.name or t.db).lower(), if_exists=exists, cascade=bool(tree.args.get("cascade"))
+        )
+    if kind == "TABLE":
+        return p.DropTable(
+            table_name(targets[0], "DROP TABLE"), exists, bool(tree.args.get("purge"))
+        )
+    raise unsupported(f"DROP {kind}")
+
+
+def _alter(tree: exp.Alter) -> p.Plan:
+    name = table_name(tree.this, "ALTER TABLE")
+    actions = tree.args.get("actions") or []
+    if len(actions) != 1:
+        raise unsupported("ALTER TABLE with several actions", "run one ALTER TABLE per change")
+    action = actions[0]
+    if isinstance(action, exp.AlterRename):
+        return p.RenameTable(name, table_name(action.this, "RENAME TO"))
+    if isinstance(action, exp.RenameColumn):
+        return p.RenameColumn(name, action.this.name, action.args["to"].name)
+    if isinstance(action, exp.Schema):
+        return p.AddColumns(name, _schema(action.expressions, "ADD COLUMNS"))
+    if isinstance(action, exp.ColumnDef):
+        return p.AddColumns(name, _schema([action], "ADD COLUMN"))
+    if isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() == "COLUMN":
+        return p.DropColumns(name, tuple(c.name for c in action.args.get("tables") or []))
+    if isinstance(action, exp.AlterSet):
+        props = [e for e in action.expressions if isinstance(e, exp.Properties)]
+        if len(props) == 1:
+            return p.SetProperties(name, _properties(props[0].expressions, "SET TBLPROPERTIES"))
+    raise unsupported(f"ALTER TABLE ... {action.sql(DIALECT)[:40]}")
+
+
+def _insert(tree: exp.Insert) -> p.Plan:
+    target = tree.this
+    columns: tuple[str, ...] | None = None
+    if isinstance(target, exp.Schema):
+        columns = tuple(c.name for c in target.expressions)
+        target = target.this
+    name = table_name(target, "INSERT INTO")
+    if tree.args.get("partition"):
+        raise unsupported("INSERT ... PARTITION (...)", "use INSERT ... REPLACE WHERE")
+    body = tree.expression
+    if not isinstance(body, exp.Query | exp.Values):
+        raise unsupported(f"INSERT of {type(body).__name__}")
+    q = query(body)
+    where = tree.args.get("where")
+    if where is not None:
+        if tree.args.get("overwrite"):
+            raise unsupported("INSERT OVERWRITE ... REPLACE WHERE")
+        return p.Insert(name, q, "replace_where", where.sql(DIALECT), columns)
+    return p.Insert(name, q, "overwrite" if tree.args.get("overwrite") else "append", None, columns)
+
+
+def _update(tree: exp.Update) -> p.Plan:
+    name = table_name(tree.this, "UPDATE")
+    if tree.args.get("from_") or tree.args.get("from"):
+        raise unsupported("UPDATE ... FROM", "use MERGE INTO")
+    sets: list[tuple[str, exp.Expression]] = []
+    for eq in tree.expressions:
+        if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
+            raise SqlSyntaxError(f"expected column = value in SET, found {eq.sql(DIALECT)!r}")
+        sets.append((eq.this.name, eq.expression))
+    where = tree.args.get("where")
+    return p.Update(name, tuple(sets), where.this.sql(DIALECT) if where else None)

@@ -1,0 +1,92 @@
+"""The value of a ``SET col = <expr>`` as the row-level API takes it: a Python literal or
+a pyarrow Expression over the row's columns (arithmetic, comparisons, AND/OR/NOT,
+IS NULL, CAST, COALESCE, string concatenation); a MERGE's ``WHEN MATCHED AND`` condition
+likewise. Anything else is an :class:`~lakelog.errors.UnsupportedStatementError`
+naming the expression.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from .parser import DIALECT, arrow_type, unsupported
+
+_ARITH = {
+    exp.Add: "add_checked",
+    exp.Sub: "subtract_checked",
+    exp.Mul: "multiply_checked",
+    exp.EQ: "equal",
+    exp.NEQ: "not_equal",
+    exp.GT: "greater",
+    exp.GTE: "greater_equal",
+    exp.LT: "less",
+    exp.LTE: "less_equal",
+    exp.And: "and_kleene",
+    exp.Or: "or_kleene",
+}
+
+
+def literal(value: exp.Expression) -> tuple[bool, Any]:
+    """(True, the Python value) when ``value`` is a constant."""
+    if isinstance(value, exp.Literal):
+        if value.is_string:
+            return True, str(value.this)
+        text = str(value.this)
+        return True, float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, exp.Boolean):
+        return True, bool(value.this)
+    if isinstance(value, exp.Null):
+        return True, None
+    if isinstance(value, exp.Neg):
+        ok, inner = literal(value.this)
+        if ok and isinstance(inner, int | float):
+            return True, -inner
+    return False, None
+
+
+def set_value(value: exp.Expression, clause: str) -> Any:
+    """A literal, or a pyarrow Expression."""
+    ok, v = literal(value)
+    return v if ok else expression(value, clause)
+
+
+def expression(value: exp.Expression, clause: str) -> pc.Expression:
+    ok, v = literal(value)
+    if ok:
+        return pc.scalar(v)
+    if isinstance(value, exp.Paren):
+        return expression(value.this, clause)
+    if isinstance(value, exp.Column):
+        return pc.field(value.name)
+    for kind, fn in _ARITH.items():
+        if isinstance(value, kind):
+            return pc.Expression._call(
+                fn, [expression(value.this, clause), expression(value.expression, clause)]
+            )
+    if isinstance(value, exp.Div):
+        left = expression(value.this, clause).cast(pa.float64())
+        return pc.Expression._call("divide", [left, expression(value.expression, clause)])
+    if isinstance(value, exp.Neg):
+        return pc.Expression._call("negate_checked", [expression(value.this, clause)])
+    if isinstance(value, exp.Not):
+        return pc.Expression._call("invert", [expression(value.this, clause)])
+    if isinstance(value, exp.Is) and isinstance(value.expression, exp.Null):
+        return pc.Expression._call("is_null", [expression(value.this, clause)])
+    if isinstance(value, exp.Cast):
+        return expression(value.this, clause).cast(arrow_type(value.to, value.sql(DIALECT)))
+    if isinstance(value, exp.Coalesce):
+        args = [value.this, *value.expressions]
+        return pc.Expression._call("coalesce", [expression(a, clause) for a in args])
+    if isinstance(value, exp.DPipe | exp.Concat):
+        args = [value.this, value.expression] if isinstance(value, exp.DPipe) else value.expressions
+        parts = [expression(a, clause) for a in args]
+        return pc.Expression._call("binary_join_element_wise", [*parts, pc.scalar("")])
+    raise unsupported(
+        f"the expression {value.sql(DIALECT)!r} in {clause}",
+        "lakelog computes literals, columns, + - * /, comparisons, AND, OR, NOT, IS NULL, "
+        "CAST, COALESCE and || there",
+    )
