@@ -297,12 +297,7 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
     elif isinstance(plan, p.SetProperties):
         table.set_properties(dict(plan.properties))
     elif isinstance(plan, p.UnsetProperties):
-        from .parser import unsupported
-
-        raise unsupported(
-            "ALTER TABLE ... UNSET TBLPROPERTIES",
-            "set the property to its default with SET TBLPROPERTIES",
-        )
+        table.unset_properties(list(plan.keys), missing_ok=plan.if_exists)
     else:
         raise TypeError(f"not a catalog plan: {type(plan).__name__}")
     return NONE
