@@ -54,21 +54,7 @@ def set_properties(table: Table, properties: Mapping[str, Any]) -> CommitResult:
     check_parquet_properties(changed, snap.schema, snap.partition_by)
     if any(k.startswith(_CLUSTERING_PREFIX) for k in changed):
         _check_declared(props, snap.schema, snap.partition_by)
-    md = Metadata(
-        table_id=snap.metadata.table_id,
-        schema=snap.metadata.schema,
-        partition_by=snap.metadata.partition_by,
-        properties=props,
-        format_version=snap.metadata.format_version,
-        created_ms=snap.metadata.created_ms,
-    )
-    return table.commit(
-        [md],
-        operation="SET PROPERTIES",
-        kind="metadata",
-        read_snapshot=snap,
-        parameters={"properties": changed},
-    )
+    return _commit_properties(table, snap, props, "SET PROPERTIES", changed)
 
 
 def unset_properties(
@@ -108,6 +94,13 @@ def unset_properties(
         del props[key]
     if any(k.startswith(_CLUSTERING_PREFIX) for k in removed):
         _check_declared(props, snap.schema, snap.partition_by)
+    return _commit_properties(table, snap, props, "UNSET PROPERTIES", removed)
+
+
+def _commit_properties(
+    table: Table, snap: Any, props: dict[str, str], operation: str, changed: object
+) -> CommitResult:
+    """One ``metadata`` commit of ``snap``'s metadata with ``props`` as its properties."""
     md = Metadata(
         table_id=snap.metadata.table_id,
         schema=snap.metadata.schema,
@@ -118,10 +111,10 @@ def unset_properties(
     )
     return table.commit(
         [md],
-        operation="UNSET PROPERTIES",
+        operation=operation,
         kind="metadata",
         read_snapshot=snap,
-        parameters={"properties": removed},
+        parameters={"properties": changed},
     )
 
 
