@@ -233,6 +233,41 @@ def changes_and_history(spark: Any, root: str) -> dict[str, Any]:
     }
 
 
+def sql(spark: Any, root: str) -> dict[str, Any]:
+    """``lakelog.spark.sql`` over a catalog's names: DDL, INSERT, UPDATE, DELETE, MERGE,
+    a query with time travel and DESCRIBE HISTORY."""
+    catalog = lakelog.connect_catalog(
+        "sqlite:///" + os.path.join(root, "c.db"), warehouse=os.path.join(root, "wh")
+    )
+    try:
+        run = lambda statement: lspark.sql(spark, statement, catalog=catalog)  # noqa: E731
+        run("CREATE NAMESPACE s")
+        run("CREATE TABLE s.t (id BIGINT, p STRING, v DOUBLE) USING lakelog PARTITIONED BY (p)")
+        run("INSERT INTO s.t VALUES (1, 'a', 1.0), (2, 'a', 2.0), (3, 'b', 3.0)")
+        counts = [
+            run("UPDATE s.t SET v = v * 10 WHERE id = 2").collect()[0].asDict(),
+            run("DELETE FROM s.t WHERE id = 1").collect()[0].asDict(),
+            run(
+                "MERGE INTO s.t AS t USING (SELECT 3 AS id, 'b' AS p, 30.0 AS v "
+                "UNION ALL SELECT 4, 'c', 4.0) AS s ON t.id = s.id "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+            .collect()[0]
+            .asDict(),
+        ]
+        old = run("SELECT id FROM s.t VERSION AS OF 1 ORDER BY id").collect()
+        history = run("DESCRIBE HISTORY s.t").collect()
+        uri = catalog.load_table("s.t").uri
+        return {
+            **summary(uri),
+            "counts": _json(counts),
+            "v1": [r.id for r in old],
+            "history": len(history),
+        }
+    finally:
+        catalog.close()
+
+
 def read_filters(spark: Any, root: str) -> dict[str, Any]:
     """``lakelog.spark.read`` with Column filters (and strings): files pruned, rows."""
     from pyspark.sql import functions as F

@@ -211,3 +211,11 @@ def test_a_failed_group_is_reported_alike(spark: Any, connect_client: Any, tmp_p
     # with a line of its own holding the SQL state)
     assert remote["error"] == classic["error"]
     assert remote["error"].startswith("pyarrow.lib.ArrowInvalid: Parquet magic bytes")
+
+
+def test_sql_statements(spark: Any, connect_client: Any, tmp_path: Path) -> None:
+    classic, remote = _both(spark, connect_client, tmp_path, "sql")
+    assert remote == classic
+    assert _ids(remote) == [2, 3, 4]
+    assert remote["v1"] == [1, 2, 3]
+    assert [r["v"] for r in sorted(remote["rows"], key=lambda r: r["id"])] == [20.0, 30.0, 4.0]
