@@ -366,7 +366,7 @@ def merge_like_embedded(
         b = lakelog.open_table(theirs).delete(where)
     else:
         values = {"v": pc.field("v") * 2, "p": "p9"}
-        a = lspark.update(spark, ours, where, set=values)
+        a = lspark.update(spark, ours, where, set={**values, "p": "'p9'"})  # SQL
         b = lakelog.open_table(theirs).update(where, set=values)
     return {
         "same": _rows(ours) == _rows(theirs),

@@ -336,12 +336,18 @@ def _assignments(spark: SparkSession, schema: pa.Schema, assignments: Any) -> An
             continue
         parameter = f"set={{{name!r}: ...}}"
         expression = exact_expression(spark, schema, value, parameter)
+        if expression is None and isinstance(value, str):
+            # Spark Connect: no plan to see; the SQL text is read by lakelog's own reader
+            from ..sql.values import from_text
+
+            out[name] = from_text(value, parameter, schema.names)
+            continue
         if expression is None:
             raise InvalidArgumentError(
-                f"expected {parameter} to be a literal or a pyarrow Expression on Spark "
-                f"Connect (lakelog cannot see the plan of a Spark expression there to "
-                f"evaluate it in its tasks), found {value!r}; run the update from a "
-                f"classic SparkSession, or with lakelog.Table.update."
+                f"expected {parameter} to be a SQL string, a literal or a pyarrow Expression "
+                f"on Spark Connect (lakelog cannot see the plan of a Column there to "
+                f"evaluate it in its tasks), found {value!r}; pass the same value as a SQL "
+                f'string such as "v * 2".'
             )
         out[name] = expression
     return out

@@ -90,3 +90,33 @@ def expression(value: exp.Expression, clause: str) -> pc.Expression:
         "lakelog computes literals, columns, + - * /, comparisons, AND, OR, NOT, IS NULL, "
         "CAST, COALESCE and || there",
     )
+
+
+def from_text(text: str, parameter: str, columns: list[str]) -> Any:
+    """A Spark SQL expression given as text (``"v * 2"``, ``"'closed'"``) as
+    :func:`set_value` gives it, for callers that cannot have Spark analyse it (Spark
+    Connect: a client sees no plan); ``parameter`` names it in errors, ``columns`` are
+    the table's (an unknown one is refused with the closest)."""
+    import difflib
+
+    from sqlglot import ParseError, parse_one
+
+    from ..errors import InvalidArgumentError
+
+    try:
+        tree = parse_one(text, read=DIALECT)
+    except ParseError as e:
+        raise InvalidArgumentError(
+            f"expected {parameter} to be a Spark SQL expression, found {text!r}: "
+            f"{str(e).splitlines()[0]}"
+        ) from None
+    for column in tree.find_all(exp.Column):
+        if column.name not in columns:
+            close = difflib.get_close_matches(column.name, columns, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidArgumentError(
+                f"expected {parameter} to name columns of the table {columns}, found "
+                f"{column.name!r}{hint} in {text!r}; a text value is SQL: write \"'{text}'\" "
+                f"for the string itself"
+            )
+    return set_value(tree, parameter)  # type: ignore[arg-type]
