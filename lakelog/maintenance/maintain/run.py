@@ -1,0 +1,309 @@
+"""``maintain``: rank what one table (or every table of a catalog) needs, run the best
+actions within a byte budget, and report.
+
+:func:`maintain_tables` gathers each table's statistics (:mod:`.stats`), ranks every
+candidate of every table together (:mod:`.model`), keeps those whose rewrite fits the
+budget (``budget_bytes``, bytes read and written again by compaction, purge and
+clustering; expire, vacuum and manifests rewrite nothing) and, unless ``dry_run``,
+runs them in rank order, each through the operation that already exists:
+
+* ``compact``: the compaction pipeline on the action's partition (a plan on the log,
+  claims, pacing; :func:`~..compaction.run.prepare_compaction`);
+* ``purge``: the same, with ``min_file_size=1`` so only the files whose deletion
+  vectors mark ``lakelog.deletion_vectors.purge_ratio`` of their rows are rewritten;
+* ``cluster``: ``optimize`` with the declared clustering (incremental);
+* ``manifests``: a manifest written at the latest version;
+* ``expire`` and ``vacuum``: ``expire_snapshots`` and ``vacuum`` with the table's
+  retention settings.
+
+A rewrite's or expiry's commit records why, in its parameters:
+``maintain: {kind, score, reason}``, so ``history`` says why it happened. A rewrite
+runs on an executor given by the caller (``execute``: threads in this process by
+default; Spark's in :mod:`lakelog.spark.maintain`). An action that fails is reported
+with its error; the others still run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...errors import InvalidArgumentError, LakelogError
+from ...log.checkpoint import write_checkpoint
+from ...properties import get_int
+from ..cleanup.expire import expire_snapshots
+from ..cleanup.vacuum import vacuum
+from ..clustering.run import prepare_clustering
+from ..compaction.run import prepare_compaction
+from ..options import ClusteringOptions, CompactionOptions, ExecutionOptions, check_flag
+from ..pipeline import Prepared, run_prepared
+from ..report import MaintenanceReport
+from .model import Candidate, candidates, choose, rank
+from .stats import table_stats
+
+if TYPE_CHECKING:
+    from ...table import Table
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "ActionResult",
+    "MaintainReport",
+    "RewriteRunner",
+    "maintain_table",
+    "maintain_tables",
+]
+
+log = logging.getLogger("lakelog")
+
+DEFAULT_BUDGET_BYTES = 1 << 30
+"""Bytes one ``maintain`` round may rewrite unless told otherwise (1 GiB)."""
+
+RewriteRunner = Callable[[Prepared[Any]], MaintenanceReport]
+"""Runs a prepared rewrite (default: :func:`~..pipeline.run_prepared` on threads)."""
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """One ranked action: the model's candidate, and what running it did."""
+
+    candidate: Candidate
+    status: str
+    """``planned`` (a dry run), ``done``, ``nothing`` (ran, found nothing to do) or
+    ``failed``."""
+    rewritten_bytes: int = 0
+    version: int | None = None
+    """The version its commit made, if any."""
+    error: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.candidate.kind
+
+    @property
+    def partition(self) -> dict[str, str | None] | None:
+        p = self.candidate.partition
+        return None if p is None else dict(p)
+
+    @property
+    def score(self) -> float:
+        return self.candidate.score
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.candidate.to_dict()
+        out.update(status=self.status, rewritten_bytes=self.rewritten_bytes)
+        if self.version is not None:
+            out["version"] = self.version
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class MaintainReport:
+    """What ``maintain`` chose (``actions``, ranked) and left over the budget (``left``)."""
+
+    dry_run: bool
+    budget_bytes: int | None
+    actions: list[ActionResult]
+    left: list[Candidate] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(a.candidate.rewrite_bytes for a in self.actions)
+
+    @property
+    def rewritten_bytes(self) -> int:
+        return sum(a.rewritten_bytes for a in self.actions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "budget_bytes": self.budget_bytes,
+            "tables": list(self.tables),
+            "planned_bytes": self.planned_bytes,
+            "rewritten_bytes": self.rewritten_bytes,
+            "actions": [a.to_dict() for a in self.actions],
+            "left": [c.to_dict() for c in self.left],
+            "duration_s": round(self.duration_s, 6),
+        }
+
+    def __str__(self) -> str:
+        several = len(self.tables) > 1
+        head = ["#", "kind", *(["table"] if several else []), "partition", "score"]
+        head += ["rewrite", "status", "reason"]
+        rows = [head]
+        for i, a in enumerate(self.actions, 1):
+            c = a.candidate
+            rows.append(
+                [
+                    str(i),
+                    c.kind,
+                    *([c.table] if several else []),
+                    _partition(c),
+                    f"{c.score:.3g}",
+                    _bytes(c.rewrite_bytes),
+                    a.status,
+                    c.reason,
+                ]
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
+        lines = [
+            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1]
+            for r in rows
+        ]
+        verb = "would run" if self.dry_run else "ran"
+        budget = "no budget" if self.budget_bytes is None else f"budget {_bytes(self.budget_bytes)}"
+        summary = f"maintain {verb} {len(self.actions)} actions ({budget}, "
+        summary += f"{_bytes(self.planned_bytes)} to rewrite)"
+        if not self.actions:
+            summary = "maintain: nothing to do"
+            lines = []
+        for c in self.left:
+            lines.append(
+                f"left over the budget: {c.kind} {c.table if several else ''}"
+                f"{_partition(c)} (score {c.score:.3g}, {_bytes(c.rewrite_bytes)})"
+            )
+        return "\n".join([summary, *lines])
+
+
+def _partition(c: Candidate) -> str:
+    if c.partition is None:
+        return "-"
+    return ",".join(f"{k}={v}" for k, v in c.partition.items())
+
+
+def _bytes(n: float) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024:
+            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"
+
+
+def _note(c: Candidate) -> dict[str, Any]:
+    return {"maintain": {"kind": c.kind, "score": round(c.score, 6), "reason": c.reason}}
+
+
+def _with_reason(prepared: Prepared[Any], c: Candidate) -> Prepared[Any]:
+    """``prepared`` whose commits also record why ``maintain`` ran it."""
+    base = prepared.kind.parameters
+
+    def parameters(plan: Any) -> dict[str, Any]:
+        return {**base(plan), **_note(c)}
+
+    kind = dataclasses.replace(prepared.kind, parameters=parameters)
+    return dataclasses.replace(prepared, kind=kind)
+
+
+def _partition_filter(c: Candidate) -> list[tuple[str, str, Any]] | None:
+    if not c.partition:
+        return None
+    return [(k, "=", v) for k, v in c.partition.items()]
+
+
+def _run(
+    table: Table, c: Candidate, execute: RewriteRunner, default_concurrency: int | None
+) -> ActionResult:
+    execution = ExecutionOptions()
+    prepared: Prepared[Any] | None = None
+    if c.kind in ("compact", "purge"):
+        options = CompactionOptions(
+            partition_filter=_partition_filter(c),
+            min_file_size=1 if c.kind == "purge" else None,
+        )
+        prepared = prepare_compaction(
+            table, options, execution, default_concurrency=default_concurrency
+        )
+    elif c.kind == "cluster":
+        prepared = prepare_clustering(
+            table, ClusteringOptions(), execution, default_concurrency=default_concurrency
+        )
+    if prepared is not None:
+        report = execute(_with_reason(prepared, c))
+        return ActionResult(
+            c,
+            "done" if report.commits else "nothing",
+            rewritten_bytes=report.rewritten_bytes,
+            version=report.version,
+        )
+    if c.kind == "manifests":
+        snap = table.snapshot()
+        write_checkpoint(snap, leaf_files=get_int(snap.properties, "lakelog.manifest.leaf_files"))
+        return ActionResult(c, "done", version=snap.version)
+    if c.kind == "expire":
+        expired = expire_snapshots(table, parameters=_note(c))
+        done = expired.expire_commit_version is not None
+        return ActionResult(c, "done" if done else "nothing", version=expired.expire_commit_version)
+    cleaned = vacuum(table, dry_run=False)
+    return ActionResult(c, "done" if cleaned.num_files else "nothing")
+
+
+def maintain_tables(
+    tables: Sequence[tuple[str, Table]],
+    *,
+    budget_bytes: int | None = DEFAULT_BUDGET_BYTES,
+    dry_run: bool = True,
+    execute: RewriteRunner | None = None,
+    default_concurrency: int | None = None,
+) -> MaintainReport:
+    """Rank the candidates of every table together and run the best within the budget
+    (see the module doc). ``tables``: (name, table) pairs."""
+    started = time.monotonic()
+    check_flag("dry_run", dry_run)
+    if budget_bytes is not None and (
+        isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0
+    ):
+        raise InvalidArgumentError(
+            f"expected budget_bytes to be a whole number of bytes >= 0 or None (no bound), "
+            f"found {budget_bytes!r}"
+        )
+    run_rewrite: RewriteRunner = execute if execute is not None else run_prepared
+    by_name = dict(tables)
+    found: list[Candidate] = []
+    for name, table in tables:
+        found.extend(candidates(table_stats(table, name=name)))
+    chosen, left = choose(rank(found), budget_bytes)
+    results: list[ActionResult] = []
+    for c in chosen:
+        if dry_run:
+            results.append(ActionResult(c, "planned"))
+            continue
+        table = by_name[c.table].refresh()
+        try:
+            results.append(_run(table, c, run_rewrite, default_concurrency))
+        except LakelogError as e:
+            log.warning("maintain: %s of %s failed: %s", c.kind, c.table, e)
+            results.append(ActionResult(c, "failed", error=f"{type(e).__name__}: {e}"))
+    return MaintainReport(
+        dry_run=dry_run,
+        budget_bytes=budget_bytes,
+        actions=results,
+        left=left,
+        tables=[name for name, _ in tables],
+        duration_s=time.monotonic() - started,
+    )
+
+
+def maintain_table(
+    table: Table,
+    *,
+    budget_bytes: int | None = DEFAULT_BUDGET_BYTES,
+    dry_run: bool = True,
+    execute: RewriteRunner | None = None,
+    default_concurrency: int | None = None,
+) -> MaintainReport:
+    """:func:`maintain_tables` for one table (named by its URI)."""
+    return maintain_tables(
+        [(table.uri, table)],
+        budget_bytes=budget_bytes,
+        dry_run=dry_run,
+        execute=execute,
+        default_concurrency=default_concurrency,
+    )
