@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "lakelog.cli.check_storage",
     "lakelog.cli.schema",
     "lakelog.cli.catalog",
+    "lakelog.cli.maintain",
 )
 
 EXIT_STATUSES = """\

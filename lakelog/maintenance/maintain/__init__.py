@@ -3,7 +3,14 @@ what the table already records (:mod:`.stats`), and :mod:`.run` runs the best ac
 within a byte budget through the existing operations."""
 
 from .model import Candidate, TableStats, candidates
-from .run import DEFAULT_BUDGET_BYTES, ActionResult, MaintainReport, maintain_table, maintain_tables
+from .run import (
+    DEFAULT_BUDGET_BYTES,
+    ActionResult,
+    MaintainReport,
+    maintain_catalog,
+    maintain_table,
+    maintain_tables,
+)
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -12,6 +19,7 @@ __all__ = [
     "MaintainReport",
     "TableStats",
     "candidates",
+    "maintain_catalog",
     "maintain_table",
     "maintain_tables",
 ]

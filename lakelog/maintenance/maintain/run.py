@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import InvalidArgumentError, LakelogError
 from ...log.checkpoint import write_checkpoint
@@ -53,6 +53,8 @@ __all__ = [
     "ActionResult",
     "MaintainReport",
     "RewriteRunner",
+    "CatalogLike",
+    "maintain_catalog",
     "maintain_table",
     "maintain_tables",
 ]
@@ -302,6 +304,35 @@ def maintain_table(
     """:func:`maintain_tables` for one table (named by its URI)."""
     return maintain_tables(
         [(table.uri, table)],
+        budget_bytes=budget_bytes,
+        dry_run=dry_run,
+        execute=execute,
+        default_concurrency=default_concurrency,
+    )
+
+
+class CatalogLike(Protocol):
+    """What :func:`maintain_catalog` needs of a catalog (:class:`lakelog.catalog.Catalog`)."""
+
+    def list_tables(self, namespace: str | None = None) -> list[str]: ...
+
+    def load_table(self, name: str) -> Table: ...
+
+
+def maintain_catalog(
+    catalog: CatalogLike,
+    *,
+    namespace: str | None = None,
+    budget_bytes: int | None = DEFAULT_BUDGET_BYTES,
+    dry_run: bool = True,
+    execute: RewriteRunner | None = None,
+    default_concurrency: int | None = None,
+) -> MaintainReport:
+    """:func:`maintain_tables` over every table of ``catalog`` (of ``namespace``; None:
+    all), ranked together under one budget and named by their catalog names."""
+    tables = [(name, catalog.load_table(name)) for name in catalog.list_tables(namespace)]
+    return maintain_tables(
+        tables,
         budget_bytes=budget_bytes,
         dry_run=dry_run,
         execute=execute,
