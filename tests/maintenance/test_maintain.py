@@ -5,6 +5,7 @@ and a catalog's tables are ranked together."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -226,18 +227,24 @@ def test_a_catalog_ranks_across_its_tables(tmp_path: Path) -> None:
                 t.append(_batch(rng, 10, ("x",)))
         else:
             t.append(_batch(np.random.default_rng(9), 100, ("x",)))
-    from lakelog.maintenance.maintain import maintain_tables
+    from lakelog.maintenance.maintain import maintain_catalog
 
-    tables = [(n, catalog.load_table(n)) for n in catalog.list_tables()]
-    report = maintain_tables(tables)
+    report = maintain_catalog(catalog)
+    assert report.tables == ["db.few", "db.fine", "db.many"] and report.unread == {}
     assert [(a.candidate.table, a.kind) for a in report.actions] == [
         ("db.many", "compact"),
         ("db.few", "compact"),
     ]
     assert report.actions[0].score > report.actions[1].score
     budget = report.actions[0].candidate.rewrite_bytes
-    run = maintain_tables(tables, budget_bytes=budget, dry_run=False)
+    run = maintain_catalog(catalog, budget_bytes=budget, dry_run=False)
     assert [a.candidate.table for a in run.actions] == ["db.many"]
     assert [c.table for c in run.left] == ["db.few"]
     assert catalog.load_table("db.many").snapshot().num_files == 1
     assert catalog.load_table("db.few").snapshot().num_files == 2
+    # a table whose files are gone is left out and said so; the others are still ranked
+    shutil.rmtree(catalog.describe_table("db.fine").location.removeprefix("file://"))
+    again = maintain_catalog(catalog)
+    assert list(again.unread) == ["db.fine"]
+    assert [(a.candidate.table, a.kind) for a in again.actions] == [("db.few", "compact")]
+    assert "left out, unreadable: db.fine" in str(again)

@@ -17,7 +17,10 @@ runs them in rank order, each through the operation that already exists:
   retention settings.
 
 A rewrite's or expiry's commit records why, in its parameters:
-``maintain: {kind, score, reason}``, so ``history`` says why it happened. A rewrite
+``maintain: {kind, score, reason}``, so ``history`` says why it happened. The model's
+estimate chooses an action; the plan's own figures bound what it rewrites: a plan's
+groups beyond what is left of the budget are not run. Over several tables, a table whose
+statistics cannot be read is left out and reported (``unread``). A rewrite
 runs on an executor given by the caller (``execute``: threads in this process by
 default; Spark's in :mod:`lakelog.spark.maintain`). An action that fails is reported
 with its error; the others still run.
@@ -27,10 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from ...errors import InvalidArgumentError, LakelogError
 from ...log.checkpoint import write_checkpoint
@@ -113,6 +119,8 @@ class MaintainReport:
     actions: list[ActionResult]
     left: list[Candidate] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)
+    unread: dict[str, str] = field(default_factory=dict)
+    """Tables left out because their statistics could not be read (name -> error)."""
     duration_s: float = 0.0
 
     @property
@@ -132,6 +140,7 @@ class MaintainReport:
             "rewritten_bytes": self.rewritten_bytes,
             "actions": [a.to_dict() for a in self.actions],
             "left": [c.to_dict() for c in self.left],
+            "unread": dict(self.unread),
             "duration_s": round(self.duration_s, 6),
         }
 
@@ -164,13 +173,17 @@ class MaintainReport:
         summary = f"maintain {verb} {len(self.actions)} actions ({budget}, "
         summary += f"{_bytes(self.planned_bytes)} to rewrite)"
         if not self.actions:
-            summary = "maintain: nothing to do"
+            summary = (
+                "maintain: nothing within the budget" if self.left else "maintain: nothing to do"
+            )
             lines = []
         for c in self.left:
+            where = " ".join([*([c.table] if several else []), _partition(c)])
             lines.append(
-                f"left over the budget: {c.kind} {c.table if several else ''}"
-                f"{_partition(c)} (score {c.score:.3g}, {_bytes(c.rewrite_bytes)})"
+                f"left over the budget: {c.kind} {where} "
+                f"(score {c.score:.3g}, {_bytes(c.rewrite_bytes)})"
             )
+        lines += [f"left out, unreadable: {n}: {e}" for n, e in self.unread.items()]
         return "\n".join([summary, *lines])
 
 
@@ -204,6 +217,21 @@ def _with_reason(prepared: Prepared[Any], c: Candidate) -> Prepared[Any]:
     return dataclasses.replace(prepared, kind=kind)
 
 
+def _within(prepared: Prepared[Any], budget: float) -> Prepared[Any]:
+    """``prepared`` with only the plan's first groups whose bytes fit ``budget``: the
+    model's estimate chose the action, the plan's own figures bound what it rewrites."""
+    groups, spent = [], 0
+    for g in prepared.plan.groups:
+        if spent + g.total_bytes > budget:
+            continue
+        groups.append(g)
+        spent += g.total_bytes
+    if len(groups) == len(prepared.plan.groups):
+        return prepared
+    plan = msgspec.structs.replace(prepared.plan, groups=tuple(groups))
+    return dataclasses.replace(prepared, plan=plan)
+
+
 def _partition_filter(c: Candidate) -> list[tuple[str, str, Any]] | None:
     if not c.partition:
         return None
@@ -211,7 +239,11 @@ def _partition_filter(c: Candidate) -> list[tuple[str, str, Any]] | None:
 
 
 def _run(
-    table: Table, c: Candidate, execute: RewriteRunner, default_concurrency: int | None
+    table: Table,
+    c: Candidate,
+    execute: RewriteRunner,
+    default_concurrency: int | None,
+    budget: float,
 ) -> ActionResult:
     execution = ExecutionOptions()
     prepared: Prepared[Any] | None = None
@@ -228,7 +260,7 @@ def _run(
             table, ClusteringOptions(), execution, default_concurrency=default_concurrency
         )
     if prepared is not None:
-        report = execute(_with_reason(prepared, c))
+        report = execute(_within(_with_reason(prepared, c), budget))
         return ActionResult(
             c,
             "done" if report.commits else "nothing",
@@ -254,9 +286,11 @@ def maintain_tables(
     dry_run: bool = True,
     execute: RewriteRunner | None = None,
     default_concurrency: int | None = None,
+    unread: dict[str, str] | None = None,
 ) -> MaintainReport:
     """Rank the candidates of every table together and run the best within the budget
-    (see the module doc). ``tables``: (name, table) pairs."""
+    (see the module doc). ``tables``: (name, table) pairs; ``unread``: tables the caller
+    could not open (name -> error), reported as such."""
     started = time.monotonic()
     check_flag("dry_run", dry_run)
     if budget_bytes is not None and (
@@ -269,17 +303,27 @@ def maintain_tables(
     run_rewrite: RewriteRunner = execute if execute is not None else run_prepared
     by_name = dict(tables)
     found: list[Candidate] = []
+    unread = dict(unread or {})
     for name, table in tables:
-        found.extend(candidates(table_stats(table, name=name)))
+        try:
+            found.extend(candidates(table_stats(table, name=name)))
+        except LakelogError as e:
+            if len(tables) == 1 and not unread:
+                raise
+            log.warning("maintain: could not read %s, left out: %s", name, e)
+            unread[name] = f"{type(e).__name__}: {e}"
     chosen, left = choose(rank(found), budget_bytes)
     results: list[ActionResult] = []
+    remaining = math.inf if budget_bytes is None else float(budget_bytes)
     for c in chosen:
         if dry_run:
             results.append(ActionResult(c, "planned"))
             continue
         table = by_name[c.table].refresh()
         try:
-            results.append(_run(table, c, run_rewrite, default_concurrency))
+            result = _run(table, c, run_rewrite, default_concurrency, remaining)
+            remaining -= result.rewritten_bytes
+            results.append(result)
         except LakelogError as e:
             log.warning("maintain: %s of %s failed: %s", c.kind, c.table, e)
             results.append(ActionResult(c, "failed", error=f"{type(e).__name__}: {e}"))
@@ -288,7 +332,8 @@ def maintain_tables(
         budget_bytes=budget_bytes,
         actions=results,
         left=left,
-        tables=[name for name, _ in tables],
+        tables=sorted([name for name, _ in tables] + list(unread)),
+        unread=unread,
         duration_s=time.monotonic() - started,
     )
 
@@ -330,9 +375,17 @@ def maintain_catalog(
 ) -> MaintainReport:
     """:func:`maintain_tables` over every table of ``catalog`` (of ``namespace``; None:
     all), ranked together under one budget and named by their catalog names."""
-    tables = [(name, catalog.load_table(name)) for name in catalog.list_tables(namespace)]
+    tables: list[tuple[str, Table]] = []
+    unread: dict[str, str] = {}
+    for name in catalog.list_tables(namespace):
+        try:
+            tables.append((name, catalog.load_table(name)))
+        except LakelogError as e:
+            log.warning("maintain: could not open %s, left out: %s", name, e)
+            unread[name] = f"{type(e).__name__}: {e}"
     return maintain_tables(
         tables,
+        unread=unread,
         budget_bytes=budget_bytes,
         dry_run=dry_run,
         execute=execute,
