@@ -248,3 +248,27 @@ def test_a_catalog_ranks_across_its_tables(tmp_path: Path) -> None:
     assert list(again.unread) == ["db.fine"]
     assert [(a.candidate.table, a.kind) for a in again.actions] == [("db.few", "compact")]
     assert "left out, unreadable: db.fine" in str(again)
+
+
+def test_commits_piling_up_without_a_manifest_get_one(tmp_path: Path) -> None:
+    from lakelog.log.commits import list_log
+
+    t = lakelog.create_table(
+        str(tmp_path / "t"), SCHEMA, properties={"lakelog.manifest_interval": "4"}
+    )
+    rng = np.random.default_rng(10)
+    t.append(_batch(rng, 2000))
+    # commits another writer made without writing the manifests it should have
+    for path in (tmp_path / "t" / "_lakelog").glob("*.manifest.parquet"):
+        path.unlink()
+    (tmp_path / "t" / "_lakelog" / "_last_manifest").unlink(missing_ok=True)
+    for _ in range(2):
+        t.set_properties({"owner": str(rng.integers(100))})
+    assert list_log(t.storage).manifests == ()
+    t = lakelog.open_table(str(tmp_path / "t"))
+    report = t.maintain()
+    assert [a.kind for a in report.actions] == ["manifests"]
+    assert report.actions[0].candidate.figures["commits_since_manifest"] == t.version + 1
+    t.maintain(dry_run=False)
+    assert list_log(t.storage).manifests == (t.version,)
+    assert t.maintain().actions == []

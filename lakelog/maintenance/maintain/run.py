@@ -218,7 +218,7 @@ def _with_reason(prepared: Prepared[Any], c: Candidate) -> Prepared[Any]:
 
 
 def _within(prepared: Prepared[Any], budget: float) -> Prepared[Any]:
-    """``prepared`` with only the plan's first groups whose bytes fit ``budget``: the
+    """``prepared`` with only the plan's groups that fit ``budget`` (in plan order): the
     model's estimate chose the action, the plan's own figures bound what it rewrites."""
     groups, spent = [], 0
     for g in prepared.plan.groups:
