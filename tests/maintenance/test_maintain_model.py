@@ -36,18 +36,35 @@ small_sizes = st.lists(st.integers(1, SMALL - 1), min_size=2, max_size=40)
 
 
 @settings(max_examples=200, deadline=None)
-@given(sizes=small_sizes, fraction=st.floats(0.0, 1.0))
-def test_more_small_files_never_lower_a_compact_score(sizes: list[int], fraction: float) -> None:
-    files = [FileStat(size=s, rows=100) for s in sizes]
+@given(sizes=small_sizes, fraction=st.floats(0.0, 1.0), larger=st.booleans())
+def test_more_small_files_never_lower_a_compact_score(
+    sizes: list[int], fraction: float, larger: bool
+) -> None:
+    files = [FileStat(size=s, rows=100, path=f"f{i}") for i, s in enumerate(sizes)]
     stats = _stats(files)
     before = compact_candidate(stats, stats.partitions[0])
-    added = max(1, int(sum(sizes) / len(sizes) * fraction))  # no larger than the mean
-    more = _stats([*files, FileStat(size=added, rows=100)])
+    if larger:  # no smaller than the largest small file
+        added = max(sizes) + int((SMALL - 1 - max(sizes)) * fraction)
+    else:  # no larger than the smallest
+        added = max(1, int(min(sizes) * fraction))
+    more = _stats([*files, FileStat(size=added, rows=100, path="new")])
     after = compact_candidate(more, more.partitions[0])
     if before is not None:
         assert after is not None
         assert after.score >= before.score * (1 - 1e-12)
-        assert after.benefit >= before.benefit
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1 << 10, 1 << 20), min_size=3, max_size=20))
+def test_a_large_earlier_output_is_left_out_when_copying_it_costs_more_than_it_saves(
+    sizes: list[int],
+) -> None:
+    big = FileStat(size=SMALL - 1, rows=100, path="big")  # an earlier run's output
+    files = [big, *(FileStat(size=s, rows=100, path=f"f{i}") for i, s in enumerate(sizes))]
+    stats = _stats(files)
+    chosen = compact_candidate(stats, stats.partitions[0])
+    assert chosen is not None and "big" not in chosen.paths
+    assert len(chosen.paths) >= 2
 
 
 @settings(max_examples=200, deadline=None)

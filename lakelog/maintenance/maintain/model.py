@@ -11,11 +11,15 @@ action (a plan, a commit). Opening a file costs a query ``O`` (:data:`OPEN_COST`
 4 MiB, Spark's ``spark.sql.files.openCostInBytes``) bytes-equivalent. Per action:
 
 * ``compact`` (per partition; not on a table that declares a clustering, whose small
-  files ``optimize`` merges in order): the ``n`` files below ``min_file_size`` (not
-  written by clustering, not counted for ``purge``), ``R`` their bytes, ``T`` the target
-  file size; ``benefit = O * (n - R / T)`` (files a full scan of the partition stops
-  opening), ``rewrite_bytes = R``. A candidate when ``n >= max(2, min_input_files)``.
-  Adding a small file no larger than the mean small file never lowers the score.
+  files ``optimize`` merges in order): of the files below ``min_file_size`` (not
+  written by clustering, not counted for ``purge``), the ``n`` smallest, ``R`` their
+  bytes, ``T`` the target file size; ``benefit = O * (n - R / T)`` (files a full scan of
+  the partition stops opening), ``rewrite_bytes = R``, and ``n`` (at least
+  ``max(2, min_input_files)``) the one with the best score. Taking the smallest first
+  keeps a partition's one large output of an earlier run out of the rewrite once copying
+  it costs more than the file it saves (the snowball auto-compaction's tiers avoid too).
+  Adding a small file no larger than the smallest, or no smaller than the largest, never
+  lowers the score.
 * ``purge`` (per partition): the files whose deletion vector marks at least
   ``purge_ratio`` of their rows; ``benefit = sum(size * deleted / rows)`` (bytes of
   deleted rows every scan stops reading), ``rewrite_bytes = sum(size)``.
@@ -99,6 +103,7 @@ class FileStat:
     deleted: int = 0
     clustered: bool = False
     """Written by clustering (compaction leaves it to ``optimize``)."""
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,8 @@ class Candidate:
     """Bytes-equivalent (see the module doc)."""
     reason: str
     figures: Mapping[str, Any] = field(default_factory=dict)
+    paths: tuple[str, ...] = ()
+    """The files a ``compact`` rewrites (not in :meth:`to_dict`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -181,29 +188,39 @@ def _heavy(f: FileStat, ratio: float) -> bool:
 
 
 def compact_candidate(stats: TableStats, part: PartitionStats) -> Candidate | None:
-    small = [
-        f
-        for f in part.files
-        if f.size < stats.min_file_size and not f.clustered and not _heavy(f, stats.purge_ratio)
-    ]
-    n, rewrite = len(small), sum(f.size for f in small)
-    if n < max(2, stats.min_input_files) or rewrite <= 0:
+    small = sorted(
+        (
+            f
+            for f in part.files
+            if f.size < stats.min_file_size and not f.clustered and not _heavy(f, stats.purge_ratio)
+        ),
+        key=lambda f: (f.size, f.path),
+    )
+    need = max(2, stats.min_input_files)
+    best: tuple[float, int, int] | None = None  # score, files, bytes
+    rewrite = 0
+    for k, f in enumerate(small, 1):
+        rewrite += f.size
+        if k < need or rewrite <= 0:
+            continue
+        score = _score(OPEN_COST * (k - rewrite / stats.target_file_size), rewrite)
+        if best is None or score > best[0]:
+            best = (score, k, rewrite)
+    if best is None or best[0] < MIN_SCORE:
         return None
+    score, n, rewrite = best
     saved = n - rewrite / stats.target_file_size
-    benefit = OPEN_COST * saved
-    score = _score(benefit, rewrite)
-    if score < MIN_SCORE:
-        return None
     return Candidate(
         kind="compact",
         table=stats.name,
         partition=part.partition,
         score=score,
         rewrite_bytes=rewrite,
-        benefit=benefit,
+        benefit=OPEN_COST * saved,
         reason=f"{n} files below {_mb(stats.min_file_size)} ({_mb(rewrite)}): "
         f"a scan opens {saved:.1f} fewer files",
         figures={"small_files": n, "files_saved": round(saved, 3)},
+        paths=tuple(f.path for f in small[:n]),
     )
 
 

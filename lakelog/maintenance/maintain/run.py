@@ -7,8 +7,8 @@ budget (``budget_bytes``, bytes read and written again by compaction, purge and
 clustering; expire, vacuum and manifests rewrite nothing) and, unless ``dry_run``,
 runs them in rank order, each through the operation that already exists:
 
-* ``compact``: the compaction pipeline on the action's partition (a plan on the log,
-  claims, pacing; :func:`~..compaction.run.prepare_compaction`);
+* ``compact``: the compaction pipeline on the files the model chose in the action's
+  partition (a plan on the log, claims, pacing; the planner's ``only``);
 * ``purge``: the same, with ``min_file_size=1`` so only the files whose deletion
   vectors mark ``lakelog.deletion_vectors.purge_ratio`` of their rows are rewritten;
 * ``cluster``: ``optimize`` with the declared clustering (incremental);
@@ -41,10 +41,12 @@ import msgspec
 from ...errors import InvalidArgumentError, LakelogError
 from ...log.checkpoint import write_checkpoint
 from ...properties import get_int
+from ..claims import claimed_files
 from ..cleanup.expire import expire_snapshots
 from ..cleanup.vacuum import vacuum
 from ..clustering.run import prepare_clustering
-from ..compaction.run import prepare_compaction
+from ..compaction.planner import plan_compaction
+from ..compaction.run import COMPACTION, prepare_compaction
 from ..options import ClusteringOptions, CompactionOptions, ExecutionOptions, check_flag
 from ..pipeline import Prepared, run_prepared
 from ..report import MaintenanceReport
@@ -247,7 +249,22 @@ def _run(
 ) -> ActionResult:
     execution = ExecutionOptions()
     prepared: Prepared[Any] | None = None
-    if c.kind in ("compact", "purge"):
+    if c.kind == "compact" and c.paths:  # the smallest small files the model chose
+        snap = table.snapshot()
+        plan = plan_compaction(
+            snap,
+            CompactionOptions(partition_filter=_partition_filter(c)),
+            exclude=claimed_files(table.storage, snap),
+            only=c.paths,
+        )
+        prepared = Prepared(
+            table=table,
+            kind=COMPACTION,
+            plan=plan,
+            execution=execution.resolve(snap.properties, default_concurrency=default_concurrency),
+            snapshot=snap,
+        )
+    elif c.kind in ("compact", "purge"):
         options = CompactionOptions(
             partition_filter=_partition_filter(c),
             min_file_size=1 if c.kind == "purge" else None,

@@ -52,6 +52,7 @@ def table_stats(table: Table, *, name: str | None = None) -> TableStats:
                 rows=f.num_rows,
                 deleted=0 if f.deleted is None else f.deleted.rows,
                 clustered=clustered,
+                path=f.path,
             )
         )
     partitions = tuple(
