@@ -83,7 +83,7 @@ def test_no_dry_run_runs_within_the_budget(
     assert [c["partition"] for c in report["left"]] == [plan["actions"][1]["partition"]]
     assert t.history(limit=1)[0].parameters["maintain"]["kind"] == "compact"
     code, out, _ = _run(capsys, "maintain", t.uri, "--budget-bytes", "none")
-    assert code == 0 and "would run 1 actions (no budget" in out
+    assert code == 0 and "would run 1 action (no budget" in out
 
 
 def test_catalog_without_a_table_ranks_every_table(
@@ -100,7 +100,7 @@ def test_catalog_without_a_table_ranks_every_table(
     assert report["tables"] == ["db.few", "db.many"]
     assert [(a["table"], a["kind"]) for a in report["actions"]] == [("db.many", "compact")]
     code, out, _ = _run(capsys, "maintain", "db.many", "--catalog", url, "--no-dry-run")
-    assert code == 0 and "maintain ran 1 actions" in out
+    assert code == 0 and "maintain ran 1 action " in out
 
 
 def test_neither_a_table_nor_a_catalog_says_what_to_pass(

@@ -180,7 +180,12 @@ def _score(benefit: float, rewrite: int) -> float:
 
 
 def _mb(n: float) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024:
+            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"
 
 
 def _heavy(f: FileStat, ratio: float) -> bool:

@@ -172,7 +172,8 @@ class MaintainReport:
         ]
         verb = "would run" if self.dry_run else "ran"
         budget = "no budget" if self.budget_bytes is None else f"budget {_bytes(self.budget_bytes)}"
-        summary = f"maintain {verb} {len(self.actions)} actions ({budget}, "
+        n = len(self.actions)
+        summary = f"maintain {verb} {n} action{'' if n == 1 else 's'} ({budget}, "
         summary += f"{_bytes(self.planned_bytes)} to rewrite)"
         if not self.actions:
             summary = (
