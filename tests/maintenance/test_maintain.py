@@ -85,8 +85,19 @@ def test_small_files_are_compacted_per_partition(tmp_path: Path) -> None:
     assert all(a.status == "planned" for a in report.actions)
     a = report.actions[0]
     assert a.score > 0 and a.candidate.rewrite_bytes > 0 and a.candidate.benefit > 0
+    version = t.version
     done = t.maintain(dry_run=False)
     assert [a.status for a in done.actions] == ["done", "done"]
+    # one compaction for both partitions: one commit, whose note lists them
+    assert t.refresh().version == done.actions[0].version == done.actions[1].version
+    since = t.history(limit=t.version - version)
+    assert [h.operation for h in since].count("COMPACT") == 1
+    note = t.history(limit=1)[0].parameters["maintain"]
+    assert note["kind"] == "compact" and note["reason"].startswith("2 partitions: ")
+    assert sorted(p["p"] for p in note["partitions"]) == ["x", "y"]
+    assert sum(a.rewritten_bytes for a in done.actions) == sum(
+        a.candidate.rewrite_bytes for a in report.actions
+    )
     snap = t.refresh().snapshot()
     assert snap.num_files == 2 and snap.num_rows == 6 * 40
     assert t.maintain().actions == []  # nothing left to do

@@ -7,8 +7,9 @@ budget (``budget_bytes``, bytes read and written again by compaction, purge and
 clustering; expire, vacuum and manifests rewrite nothing) and, unless ``dry_run``,
 runs them in rank order, each through the operation that already exists:
 
-* ``compact``: the compaction pipeline on the files the model chose in the action's
-  partition (a plan on the log, claims, pacing; the planner's ``only``);
+* ``compact``: the compaction pipeline on the files the model chose (a plan on the log,
+  claims, pacing; the planner's ``only``); the chosen partitions of one table are
+  compacted by one run, so one commit, whose note lists them;
 * ``purge``: the same, with ``min_file_size=1`` so only the files whose deletion
   vectors mark ``lakelog.deletion_vectors.purge_ratio`` of their rows are rewritten;
 * ``cluster``: ``optimize`` with the declared clustering (incremental);
@@ -209,12 +210,12 @@ def _note(c: Candidate) -> dict[str, Any]:
     return {"maintain": {"kind": c.kind, "score": round(c.score, 6), "reason": c.reason}}
 
 
-def _with_reason(prepared: Prepared[Any], c: Candidate) -> Prepared[Any]:
-    """``prepared`` whose commits also record why ``maintain`` ran it."""
+def _noted(prepared: Prepared[Any], note: dict[str, Any]) -> Prepared[Any]:
+    """``prepared`` whose commits also record why ``maintain`` ran it (``note``)."""
     base = prepared.kind.parameters
 
     def parameters(plan: Any) -> dict[str, Any]:
-        return {**base(plan), **_note(c)}
+        return {**base(plan), **note}
 
     kind = dataclasses.replace(prepared.kind, parameters=parameters)
     return dataclasses.replace(prepared, kind=kind)
@@ -241,6 +242,69 @@ def _partition_filter(c: Candidate) -> list[tuple[str, str, Any]] | None:
     return [(k, "=", v) for k, v in c.partition.items()]
 
 
+def _note_of(batch: Sequence[Candidate]) -> dict[str, Any]:
+    """The ``maintain`` note of one compaction over the partitions of ``batch``."""
+    if len(batch) == 1:
+        return _note(batch[0])
+    shown = "; ".join(f"{_partition(c)}: {c.reason}" for c in batch[:3])
+    more = f"; and {len(batch) - 3} more" if len(batch) > 3 else ""
+    return {
+        "maintain": {
+            "kind": "compact",
+            "score": round(max(c.score for c in batch), 6),
+            "reason": f"{len(batch)} partitions: {shown}{more}",
+            "partitions": [dict(c.partition or {}) for c in batch],
+        }
+    }
+
+
+def _compact(
+    table: Table,
+    batch: Sequence[Candidate],
+    execute: RewriteRunner,
+    default_concurrency: int | None,
+    budget: float,
+) -> list[ActionResult]:
+    """One compaction of the files the model chose in every partition of ``batch``
+    (one plan, one commit), reported per partition."""
+    snap = table.snapshot()
+    plan = plan_compaction(
+        snap,
+        CompactionOptions(),
+        exclude=claimed_files(table.storage, snap),
+        only=[p for c in batch for p in c.paths],
+    )
+    prepared: Prepared[Any] = Prepared(
+        table=table,
+        kind=COMPACTION,
+        plan=plan,
+        execution=ExecutionOptions().resolve(
+            snap.properties, default_concurrency=default_concurrency
+        ),
+        snapshot=snap,
+    )
+    prepared = _within(_noted(prepared, _note_of(batch)), budget)
+    report = execute(prepared)
+    lost = set(report.abandoned_groups)
+    out = []
+    for c in batch:
+        done = sum(
+            g.total_bytes
+            for g in prepared.plan.groups
+            if g.partition == dict(c.partition or {}) and g.group_id not in lost
+        )
+        landed = bool(done and report.commits)
+        out.append(
+            ActionResult(
+                c,
+                "done" if landed else "nothing",
+                rewritten_bytes=done if landed else 0,
+                version=report.version if landed else None,
+            )
+        )
+    return out
+
+
 def _run(
     table: Table,
     c: Candidate,
@@ -250,22 +314,7 @@ def _run(
 ) -> ActionResult:
     execution = ExecutionOptions()
     prepared: Prepared[Any] | None = None
-    if c.kind == "compact" and c.paths:  # the smallest small files the model chose
-        snap = table.snapshot()
-        plan = plan_compaction(
-            snap,
-            CompactionOptions(partition_filter=_partition_filter(c)),
-            exclude=claimed_files(table.storage, snap),
-            only=c.paths,
-        )
-        prepared = Prepared(
-            table=table,
-            kind=COMPACTION,
-            plan=plan,
-            execution=execution.resolve(snap.properties, default_concurrency=default_concurrency),
-            snapshot=snap,
-        )
-    elif c.kind in ("compact", "purge"):
+    if c.kind in ("compact", "purge"):
         options = CompactionOptions(
             partition_filter=_partition_filter(c),
             min_file_size=1 if c.kind == "purge" else None,
@@ -278,7 +327,7 @@ def _run(
             table, ClusteringOptions(), execution, default_concurrency=default_concurrency
         )
     if prepared is not None:
-        report = execute(_within(_with_reason(prepared, c), budget))
+        report = execute(_within(_noted(prepared, _note(c)), budget))
         return ActionResult(
             c,
             "done" if report.commits else "nothing",
@@ -333,18 +382,28 @@ def maintain_tables(
     chosen, left = choose(rank(found), budget_bytes)
     results: list[ActionResult] = []
     remaining = math.inf if budget_bytes is None else float(budget_bytes)
-    for c in chosen:
+    pending = list(chosen)
+    while pending:
+        c = pending.pop(0)
         if dry_run:
             results.append(ActionResult(c, "planned"))
             continue
+        batch = [c]
+        if c.kind == "compact" and c.paths:  # a table's partitions in one compaction
+            batch += [o for o in pending if o.kind == "compact" and o.paths and o.table == c.table]
+            pending = [o for o in pending if o not in batch]
         table = by_name[c.table].refresh()
         try:
-            result = _run(table, c, run_rewrite, default_concurrency, remaining)
-            remaining -= result.rewritten_bytes
-            results.append(result)
+            if len(batch) > 1 or c.paths:
+                done = _compact(table, batch, run_rewrite, default_concurrency, remaining)
+            else:
+                done = [_run(table, c, run_rewrite, default_concurrency, remaining)]
         except LakelogError as e:
             log.warning("maintain: %s of %s failed: %s", c.kind, c.table, e)
-            results.append(ActionResult(c, "failed", error=f"{type(e).__name__}: {e}"))
+            error = f"{type(e).__name__}: {e}"
+            done = [ActionResult(b, "failed", error=error) for b in batch]
+        remaining -= sum(r.rewritten_bytes for r in done)
+        results.extend(done)
     return MaintainReport(
         dry_run=dry_run,
         budget_bytes=budget_bytes,
