@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
     from .maintenance.clustering.layout import ClusteringReport
     from .maintenance.clustering.spec import DeclaredClustering
-    from .maintenance.maintain.run import MaintainReport
+    from .maintenance.maintain.report import MaintainReport
     from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
     from .maintenance.report import MaintenanceReport
     from .scan.changes import ChangeFeed

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import load_table
 from ..errors import InvalidArgumentError
-from ..maintenance.maintain.run import DEFAULT_BUDGET_BYTES, MaintainReport, maintain_tables
+from ..maintenance.maintain.report import MaintainReport
+from ..maintenance.maintain.run import DEFAULT_BUDGET_BYTES, maintain_tables
 from ..maintenance.pipeline import Prepared, run_prepared
 from ..maintenance.report import MaintenanceReport
 from ..storage import Storage

@@ -3,10 +3,9 @@ what the table already records (:mod:`.stats`), and :mod:`.run` runs the best ac
 within a byte budget through the existing operations."""
 
 from .model import Candidate, TableStats, candidates
+from .report import ActionResult, MaintainReport
 from .run import (
     DEFAULT_BUDGET_BYTES,
-    ActionResult,
-    MaintainReport,
     maintain_catalog,
     maintain_table,
     maintain_tables,

@@ -34,7 +34,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -52,6 +51,7 @@ from ..options import ClusteringOptions, CompactionOptions, ExecutionOptions, ch
 from ..pipeline import Prepared, run_prepared
 from ..report import MaintenanceReport
 from .model import Candidate, candidates, choose, rank
+from .report import ActionResult, MaintainReport, describe_partition
 from .stats import table_stats
 
 if TYPE_CHECKING:
@@ -59,10 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
-    "ActionResult",
-    "MaintainReport",
-    "RewriteRunner",
     "CatalogLike",
+    "RewriteRunner",
     "maintain_catalog",
     "maintain_table",
     "maintain_tables",
@@ -75,135 +73,6 @@ DEFAULT_BUDGET_BYTES = 1 << 30
 
 RewriteRunner = Callable[[Prepared[Any]], MaintenanceReport]
 """Runs a prepared rewrite (default: :func:`~..pipeline.run_prepared` on threads)."""
-
-
-@dataclass(frozen=True)
-class ActionResult:
-    """One ranked action: the model's candidate, and what running it did."""
-
-    candidate: Candidate
-    status: str
-    """``planned`` (a dry run), ``done``, ``nothing`` (ran, found nothing to do) or
-    ``failed``."""
-    rewritten_bytes: int = 0
-    version: int | None = None
-    """The version its commit made, if any."""
-    error: str | None = None
-
-    @property
-    def kind(self) -> str:
-        return self.candidate.kind
-
-    @property
-    def partition(self) -> dict[str, str | None] | None:
-        p = self.candidate.partition
-        return None if p is None else dict(p)
-
-    @property
-    def score(self) -> float:
-        return self.candidate.score
-
-    def to_dict(self) -> dict[str, Any]:
-        out = self.candidate.to_dict()
-        out.update(status=self.status, rewritten_bytes=self.rewritten_bytes)
-        if self.version is not None:
-            out["version"] = self.version
-        if self.error is not None:
-            out["error"] = self.error
-        return out
-
-
-@dataclass(frozen=True)
-class MaintainReport:
-    """What ``maintain`` chose (``actions``, ranked) and left over the budget (``left``)."""
-
-    dry_run: bool
-    budget_bytes: int | None
-    actions: list[ActionResult]
-    left: list[Candidate] = field(default_factory=list)
-    tables: list[str] = field(default_factory=list)
-    unread: dict[str, str] = field(default_factory=dict)
-    """Tables left out because their statistics could not be read (name -> error)."""
-    duration_s: float = 0.0
-
-    @property
-    def planned_bytes(self) -> int:
-        return sum(a.candidate.rewrite_bytes for a in self.actions)
-
-    @property
-    def rewritten_bytes(self) -> int:
-        return sum(a.rewritten_bytes for a in self.actions)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "budget_bytes": self.budget_bytes,
-            "tables": list(self.tables),
-            "planned_bytes": self.planned_bytes,
-            "rewritten_bytes": self.rewritten_bytes,
-            "actions": [a.to_dict() for a in self.actions],
-            "left": [c.to_dict() for c in self.left],
-            "unread": dict(self.unread),
-            "duration_s": round(self.duration_s, 6),
-        }
-
-    def __str__(self) -> str:
-        several = len(self.tables) > 1
-        head = ["#", "kind", *(["table"] if several else []), "partition", "score"]
-        head += ["rewrite", "status", "reason"]
-        rows = [head]
-        for i, a in enumerate(self.actions, 1):
-            c = a.candidate
-            rows.append(
-                [
-                    str(i),
-                    c.kind,
-                    *([c.table] if several else []),
-                    _partition(c),
-                    f"{c.score:.3g}",
-                    _bytes(c.rewrite_bytes),
-                    a.status,
-                    c.reason,
-                ]
-            )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-        lines = [
-            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1]
-            for r in rows
-        ]
-        verb = "would run" if self.dry_run else "ran"
-        budget = "no budget" if self.budget_bytes is None else f"budget {_bytes(self.budget_bytes)}"
-        n = len(self.actions)
-        summary = f"maintain {verb} {n} action{'' if n == 1 else 's'} ({budget}, "
-        summary += f"{_bytes(self.planned_bytes)} to rewrite)"
-        if not self.actions:
-            summary = (
-                "maintain: nothing within the budget" if self.left else "maintain: nothing to do"
-            )
-            lines = []
-        for c in self.left:
-            where = " ".join([*([c.table] if several else []), _partition(c)])
-            lines.append(
-                f"left over the budget: {c.kind} {where} "
-                f"(score {c.score:.3g}, {_bytes(c.rewrite_bytes)})"
-            )
-        lines += [f"left out, unreadable: {n}: {e}" for n, e in self.unread.items()]
-        return "\n".join([summary, *lines])
-
-
-def _partition(c: Candidate) -> str:
-    if c.partition is None:
-        return "-"
-    return ",".join(f"{k}={v}" for k, v in c.partition.items())
-
-
-def _bytes(n: float) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
 
 
 def _note(c: Candidate) -> dict[str, Any]:
@@ -246,7 +115,7 @@ def _note_of(batch: Sequence[Candidate]) -> dict[str, Any]:
     """The ``maintain`` note of one compaction over the partitions of ``batch``."""
     if len(batch) == 1:
         return _note(batch[0])
-    shown = "; ".join(f"{_partition(c)}: {c.reason}" for c in batch[:3])
+    shown = "; ".join(f"{describe_partition(c)}: {c.reason}" for c in batch[:3])
     more = f"; and {len(batch) - 3} more" if len(batch) > 3 else ""
     return {
         "maintain": {
