@@ -17,7 +17,10 @@ Policies (every one ingests the same batches):
   scheduled job; its time is not in the commit latency);
 * ``auto-inline``: ``lakelog.auto_compact=true`` (``min_files`` ``--min-files``, default
   the property's), run before ``append`` returns;
-* ``auto-async``: the same, ``lakelog.auto_compact.mode=async``.
+* ``auto-async``: the same, ``lakelog.auto_compact.mode=async``;
+* ``maintain-30``: ``Table.maintain(dry_run=False, budget_bytes=--maintain-budget)``
+  every ``--maintain-every`` (30) commits, the in-process equivalent of
+  ``lakelog maintain T --every ... --no-dry-run`` (its time is not in the commit latency).
 
 The reference at each query point is the same rows written fully compacted (one file
 per partition). Reported per policy: query time over time and its worst ratio to the
@@ -50,7 +53,7 @@ import lakelog
 
 WORK = Path("/tmp/lakelog-bench-streaming")
 SCHEMA = pa.schema([("p", pa.int64()), ("id", pa.int64()), ("v", pa.float64())])
-POLICIES = ("none", "compact-300", "auto-inline", "auto-async")
+POLICIES = ("none", "compact-300", "auto-inline", "auto-async", "maintain-30")
 REWRITES = ("COMPACT", "AUTO COMPACT")
 
 
@@ -120,6 +123,10 @@ def run_policy(policy: str, args: argparse.Namespace, reference: dict[int, Any])
             t0 = time.perf_counter()
             t.compact()
             maintenance_s += time.perf_counter() - t0
+        if policy == "maintain-30" and done % args.maintain_every == 0:
+            t0 = time.perf_counter()
+            t.maintain(dry_run=False, budget_bytes=args.maintain_budget)
+            maintenance_s += time.perf_counter() - t0
         if done % args.query_every == 0:
             point = timed_query(uri, point_filter(seq, args), args.repeat)
             rng = timed_query(uri, RANGE, args.repeat)
@@ -164,6 +171,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=40, help="rows per partition per commit")
     ap.add_argument("--query-every", type=int, default=30)
     ap.add_argument("--optimize-every", type=int, default=300)
+    ap.add_argument("--maintain-every", type=int, default=30, help="commits between rounds")
+    ap.add_argument(
+        "--maintain-budget", type=int, default=1 << 30, help="bytes one maintain round rewrites"
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs per query (the fastest)")
     ap.add_argument("--min-files", type=int, default=0, help="0: the property's default")
     ap.add_argument("--policies", default=",".join(POLICIES))
@@ -208,6 +219,7 @@ def main() -> None:
                 "write ampl.": f"{r['write_amplification']:.2f}",
                 "rewritten": fmt_bytes(r["rewritten_bytes"]),
                 "rewrite commits": r["rewrite_commits"],
+                "maintenance s": f"{r['maintenance_s']:.1f}",
             }
         )
     print()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .maintenance.cleanup.report import ExpireReport, VacuumReport
     from .maintenance.clustering.layout import ClusteringReport
     from .maintenance.clustering.spec import DeclaredClustering
+    from .maintenance.maintain.report import MaintainReport
     from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
     from .maintenance.report import MaintenanceReport
     from .scan.changes import ChangeFeed
@@ -645,6 +646,25 @@ class Table:
         from .maintenance.cleanup.vacuum import vacuum
 
         return vacuum(self, older_than=older_than, dry_run=dry_run, force=force)
+
+    def maintain(
+        self, *, budget_bytes: int | None = 1 << 30, dry_run: bool = True
+    ) -> MaintainReport:
+        """Decide what the table needs from a cost model, and (with ``dry_run=False``) do
+        the best of it within ``budget_bytes``: compact a partition, cluster, purge
+        deletion vectors, write a manifest, expire, vacuum. Each action is ranked by its
+        expected benefit per byte rewritten and runs through its usual operation; its
+        commit records why (``maintain`` in the commit's parameters). See
+        :mod:`lakelog.maintenance.maintain` and ``docs/maintenance.md``.
+
+        Args:
+            budget_bytes: the most bytes the chosen rewrites may read and write again;
+                default 1 GiB; None: no bound. Actions beyond it are reported as left.
+            dry_run: only rank and report; default True.
+        """
+        from .maintenance.maintain.run import maintain_table
+
+        return maintain_table(self, budget_bytes=budget_bytes, dry_run=dry_run)
 
     def upgrade(self) -> UpgradeReport:
         """Move the table to the newest format version now: declare it (a metadata

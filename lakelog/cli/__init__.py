@@ -52,6 +52,7 @@ COMMAND_MODULES = (
     "lakelog.cli.schema",
     "lakelog.cli.catalog",
     "lakelog.cli.sql",
+    "lakelog.cli.maintain",
 )
 
 EXIT_STATUSES = """\

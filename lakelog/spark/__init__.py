@@ -12,7 +12,8 @@
   (see ``docs/spark-maintenance.md``); they take the options objects of
   :meth:`lakelog.Table.compact` and :meth:`lakelog.Table.optimize`
   (:class:`CompactionOptions`, :class:`ClusteringOptions`, :class:`ExecutionOptions`,
-  exported here too).
+  exported here too). :func:`maintain` decides which of them (and expiry, vacuum) a
+  table needs, as :meth:`lakelog.Table.maintain` does, and runs its rewrites so.
 * :func:`convert` turns a folder of Parquet files into a table in place, as
   :func:`lakelog.convert` does, with the footers read by Spark tasks.
 * :func:`merge`, :func:`delete` and :func:`update` are the row-level changes of
@@ -45,6 +46,7 @@ from .changes import delete, merge, update
 from .convert import convert
 from .errors import raises_typed, typed_errors, unwrap
 from .feed import read_changes
+from .maintain import maintain
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
 from .sql import sql
@@ -63,6 +65,7 @@ __all__ = [
     "convert",
     "delete",
     "history",
+    "maintain",
     "merge",
     "optimize",
     "plan_read",
@@ -98,6 +101,7 @@ compact = raises_typed(compact)
 convert = raises_typed(convert)
 delete = raises_typed(delete)
 history = raises_typed(history)
+maintain = raises_typed(maintain)
 merge = raises_typed(merge)
 optimize = raises_typed(optimize)
 plan_read = raises_typed(plan_read)

@@ -32,7 +32,8 @@ import datetime as dt
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..._failpoints import failpoint, pausepoint
 from ...errors import CommitConflictError, InvalidArgumentError, VersionExpiredError
@@ -185,10 +186,13 @@ def expire_snapshots(
     older_than: dt.timedelta | None = None,
     retain_last: int | None = None,
     dry_run: bool = False,
+    parameters: Mapping[str, Any] | None = None,
 ) -> ExpireReport:
     """Expire versions older than ``older_than`` and not among the newest
     ``retain_last`` (defaults: the ``lakelog.expire.*`` table properties), then
     delete the files only expired versions used. See the module docstring.
+    ``parameters``: more entries for the expiry commit's parameters (``maintain``
+    records why it expired).
 
     Holds a cleanup lease unless ``dry_run`` (one expiry or vacuum at a time:
     :mod:`.exclusive`)."""
@@ -196,7 +200,9 @@ def expire_snapshots(
         return _expire(table, None, older_than=older_than, retain_last=retain_last)
     props = table.snapshot().properties
     with exclusive_cleanup(table.storage, props, operation="EXPIRE SNAPSHOTS") as lease:
-        return _expire(table, lease, older_than=older_than, retain_last=retain_last)
+        return _expire(
+            table, lease, older_than=older_than, retain_last=retain_last, parameters=parameters
+        )
 
 
 def _expire(
@@ -205,6 +211,7 @@ def _expire(
     *,
     older_than: dt.timedelta | None,
     retain_last: int | None,
+    parameters: Mapping[str, Any] | None = None,
 ) -> ExpireReport:
     dry_run = lease is None
     started = time.perf_counter()
@@ -284,6 +291,7 @@ def _expire(
                     "older_than_seconds": older_s,
                     "retain_last": keep,
                     "oldest_version": oldest,
+                    **(parameters or {}),
                 },
                 metrics={"versions_expired": oldest - previous},
             )
