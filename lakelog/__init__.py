@@ -50,6 +50,7 @@ from .interop.delta import (
     sync_delta_view,
 )
 from .log.actions import DataFile, FileStats
+from .maintenance.maintain import MaintainReport, maintain_catalog
 from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .scan import Snapshot
 from .table import Table, create_table, open_table, write_table
@@ -79,6 +80,7 @@ __all__ = [
     "FilterLike",
     "InvalidArgumentError",
     "LakelogError",
+    "MaintainReport",
     "LeaseExpiredError",
     "MergeReport",
     "MissingDependencyError",
@@ -98,6 +100,7 @@ __all__ = [
     "VersionNotFoundError",
     "__version__",
     "connect_catalog",
+    "maintain_catalog",
     "convert",
     "create_table",
     "delta_view_status",
