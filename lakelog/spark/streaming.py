@@ -69,7 +69,7 @@ from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
 from .datasource import _ADDS, _Commit, write_task_files
 from .errors import carry
-from .modes import as_written, commit_written, dataframe_plan
+from .modes import as_written, auto_compact_here, commit_written, dataframe_plan
 from .options import stream_write_options
 from .schema import to_arrow_schema
 
@@ -281,6 +281,8 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 self.uri,
                 result.version,
             )
+        # the batch landed; Spark records it done when this call returns
+        auto_compact_here(storage, result, entry=f"micro-batch {batchId}")
 
     def _commit(
         self,
