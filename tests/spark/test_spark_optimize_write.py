@@ -14,6 +14,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import _connect_ops
 import pytest
 
 import lakelog
@@ -107,3 +108,18 @@ def test_data_source_options_refuse_it_and_unknown_names_stay_refused(
             uri
         )
     assert not (tmp_path / "t" / "_lakelog").exists()
+
+
+def test_both_on_spark_connect(spark: Any, connect_client: Any, tmp_path: Path) -> None:
+    """The optimized write and the Spark auto-compaction through the DataFrame API only:
+    the same files and rows on a Connect session as on the classic one."""
+    (tmp_path / "classic").mkdir()
+    (tmp_path / "connect").mkdir()
+    classic = _connect_ops.optimize_write_auto(spark, str(tmp_path / "classic"))
+    remote = connect_client.run("optimize_write_auto", root=str(tmp_path / "connect"))
+    assert remote["files"] == classic["files"] == PARTS
+    assert remote["rows"] == classic["rows"] and len(remote["rows"]) == 400
+    assert remote["auto"] == classic["auto"] == "compacted"
+    assert remote["auto_files"] == classic["auto_files"] == 1
+    assert remote["auto_rows"] == classic["auto_rows"]
+    assert sorted(r["id"] for r in remote["auto_rows"]) == list(range(20))
