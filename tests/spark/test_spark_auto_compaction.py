@@ -122,3 +122,21 @@ def test_the_streaming_sink_compacts_after_its_micro_batches(spark: Any, tmp_pat
     assert "AUTO COMPACT" in ops
     # without it: one file per micro-batch and the first; with it, under 3 per size tier
     assert len(list(lakelog.open_table(uri).snapshot().files())) <= 4
+
+
+def test_async_mode_runs_the_spark_job_after_write_returns(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    props = {**AUTO, "lakelog.auto_compact.min_files": "2", "lakelog.auto_compact.mode": "async"}
+    lspark.write(_frame(spark, 0), uri, properties=props)  # 2 files, one per task
+
+    result = lspark.write(_frame(spark, 1), uri)
+
+    running = result.auto_compaction
+    assert running is not None and running.status == "running" and running.mode == "async"
+    done = running.wait(120)
+    assert done.status == "compacted" and done.trigger_version == result.version
+    header = read_commit(lakelog.open_table(uri).storage, done.version or 0).header
+    assert header.operation == "AUTO COMPACT" and header.parameters.get("engine") == "spark"
+    assert header.parameters.get("mode") == "async"
+    assert _ids(uri) == list(range(200))
+    assert lakelog.open_table(uri).snapshot().num_files == 1
