@@ -64,8 +64,11 @@ def test_the_table_property_turns_it_on_and_the_argument_wins(spark: Any, tmp_pa
     df = _frame(spark)
     lspark.write(df, uri, partition_by=["part"], properties={"lakelog.optimize_write": "true"})
     assert len(_files(uri)) == PARTS  # the property of the table the write created
-    lspark.write(df, uri)  # the stored property
+    appended = lspark.write(df, uri)  # the stored property
     assert len(_files(uri)) == 2 * PARTS
+    history = lakelog.open_table(uri).history(limit=1)
+    assert history[0].version == appended.version
+    assert history[0].parameters.get("optimize_write") is True
     lspark.write(df, uri, optimize_write=False)
     assert len(_files(uri)) == 2 * PARTS + TASKS * PARTS
     assert len(_rows(uri)) == 3 * ROWS
