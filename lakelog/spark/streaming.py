@@ -32,6 +32,12 @@ the replay's files are deleted.
   succeeded: Spark also aborts a batch whose commit failed, which may have landed.
 
 An append micro-batch without rows commits nothing.
+
+On a table with ``lakelog.auto_compact`` on, the commit call runs the auto-compaction of
+the partitions the batch touched once the batch's commit landed
+(:func:`~lakelog.spark.modes.auto_compact_here`: embedded, inline, within
+``lakelog.auto_compact.max_bytes``); it never raises, so it never fails the batch or makes
+Spark run it again.
 """
 
 from __future__ import annotations

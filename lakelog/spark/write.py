@@ -16,6 +16,10 @@
 From before Spark runs until the commit landed, the write holds a writer
 lease (:mod:`lakelog.leases`): the staging folder's name and every published
 file name carry its id, so ``vacuum`` keeps them however long the job runs.
+With ``optimize_write`` (or ``lakelog.optimize_write``) the rows are shuffled by
+partition before step 2 (:func:`optimized_frame`). After the commit, a table with
+``lakelog.auto_compact`` on gets its auto-compaction as a Spark job (:func:`auto_compact`).
+
 A failed or killed job commits nothing. Its files are never referenced by
 the log; this module deletes what it can and ``vacuum`` removes the rest
 once they are older than its age guard and the lease expired.

@@ -4,7 +4,8 @@
 (the commit header says ``engine: spark``) and its outcome on the result
 (``result.auto_compaction``); the streaming sink runs it in each micro-batch's commit call,
 after the batch's commit. Neither lets it fail the write: a live file removed behind
-lakelog's back makes the run fail, the append stays committed and the outcome says so.
+lakelog's back makes the run fail, the append stays committed and the outcome says so; a
+stream's micro-batches commit once each whatever their runs do.
 """
 
 from __future__ import annotations
@@ -140,3 +141,42 @@ def test_async_mode_runs_the_spark_job_after_write_returns(spark: Any, tmp_path:
     assert header.parameters.get("mode") == "async"
     assert _ids(uri) == list(range(200))
     assert lakelog.open_table(uri).snapshot().num_files == 1
+
+
+def test_a_failing_run_never_fails_a_micro_batch(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    src, uri, checkpoint = tmp_path / "src", str(tmp_path / "t"), tmp_path / "checkpoint"
+    first = pa.table({"id": pa.array([0], pa.int64()), "part": pa.array([0], pa.int64())})
+    props = {**AUTO, "lakelog.auto_compact.min_files": "2"}
+    lakelog.write_table(uri, first, partition_by=["part"], properties=props)
+    (gone,) = lakelog.open_table(uri).snapshot().files()
+    os.remove(Path(uri) / gone.path)  # every run over part=0 now fails reading it
+    src.mkdir()
+    for i in (1, 2):
+        path = src / f"{i:03d}.json"
+        path.write_text(json.dumps({"id": i, "part": 0}) + "\n")
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    lspark.register(spark)
+    query = (
+        spark.readStream.schema("id long, part long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(src))
+        .writeStream.format("lakelog")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(uri)
+    )
+    query.awaitTermination()
+
+    assert query.exception() is None
+    headers = _headers(uri)
+    batches = [h for h in headers if h.operation == "SPARK STREAMING WRITE"]
+    assert [h.parameters.get("app_version") for h in batches] == [0, 1]  # each once
+    # the run after a batch claimed the files, failed reading the removed one, and left the
+    # claim to its lease: nothing rewritten, the batch committed once
+    ops = [h.operation for h in headers]
+    assert ops[:3] == ["CREATE TABLE AS WRITE", "SPARK STREAMING WRITE", "CLAIM"], ops
+    assert set(ops[3:]) <= {"SPARK STREAMING WRITE", "CLAIM", "RELEASE"}, ops
+    live = list(lakelog.open_table(uri).snapshot().files())
+    assert len(live) == 3 and sum(f.num_rows for f in live) == 3
