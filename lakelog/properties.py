@@ -319,6 +319,14 @@ PROPERTIES: dict[str, Property] = {
             "commit to the partition)",
             low=1,
         ),
+        Property(
+            "lakelog.optimize_write",
+            "bool",
+            "false",
+            "lakelog.spark.write shuffles the rows by partition (and by the declared "
+            "clustering's key range) before writing, so a write makes about one "
+            "target-size file per partition instead of one per task and partition",
+        ),
         # clustering (optimize)
         Property(
             "lakelog.clustering.columns",

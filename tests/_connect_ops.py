@@ -185,6 +185,25 @@ def compact(spark: Any, root: str) -> dict[str, Any]:
     }
 
 
+def optimize_write_auto(spark: Any, root: str) -> dict[str, Any]:
+    """An optimized write of a DataFrame over 8 tasks into 4 partitions, and the
+    auto-compaction (as a Spark job) after ``lakelog.spark.write`` appends."""
+    from pyspark.sql import functions as F
+
+    uri, auto = os.path.join(root, "t"), os.path.join(root, "auto")
+    wide = spark.range(0, 400, numPartitions=8).select("id", (F.col("id") % 4).alias("p"))
+    lspark.write(wide, uri, partition_by=["p"], optimize_write=True)
+    props = {"lakelog.auto_compact": "true", "lakelog.auto_compact.min_files": "3"}
+    lspark.write(spark.range(0, 10, numPartitions=2), auto, properties=props)
+    outcome = lspark.write(spark.range(10, 20, numPartitions=2), auto).auto_compaction
+    return {
+        **summary(uri),
+        "auto": None if outcome is None else outcome.status,
+        "auto_files": lakelog.open_table(auto).snapshot().num_files,
+        "auto_rows": _rows(auto),
+    }
+
+
 def optimize(spark: Any, root: str) -> dict[str, Any]:
     """Clustering: groups in one task each, and a group too large for one task (the
     Spark jobs of :mod:`lakelog.spark.cluster_job`)."""

@@ -91,7 +91,7 @@ from .clustering.spec import TAG_SPEC, declared_clustering
 from .compaction.planner import CompactionPlan, plan_compaction
 from .compaction.run import COMPACTION
 from .options import ClusteringOptions, CompactionOptions, ExecutionOptions
-from .pipeline import Prepared, RewriteKind, run_prepared
+from .pipeline import Prepared, RewriteExecutor, RewriteKind, run_prepared
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -364,9 +364,11 @@ def _run_once(
     partitions: Mapping[Partition, Mapping[str, str | None]],
     trigger_version: int,
     mode: Mode,
+    executor: RewriteExecutor | None = None,
 ) -> AutoCompaction:
     """Plan and run, in rounds while a round compacts something (:data:`MAX_ROUNDS`);
-    never raises an ``Exception`` (the outcome says what happened)."""
+    never raises an ``Exception`` (the outcome says what happened). ``executor``
+    rewrites the groups (default: threads of this process)."""
     started = time.monotonic()
     out = AutoCompaction(
         status="below_threshold", trigger_version=trigger_version, mode=mode,
@@ -379,7 +381,7 @@ def _run_once(
             prepared = _prepare(table, partitions, trigger_version, mode, out.bytes_rewritten)
             if prepared is None:
                 break
-            report = run_prepared(prepared)
+            report = run_prepared(prepared, executor)
             abandoned = out.abandoned_groups + len(report.abandoned_groups)
             if not report.commits:
                 if out.status != "compacted":
@@ -432,7 +434,11 @@ class _Background:
         self.running = False
 
     def submit(
-        self, table: Table, partitions: Mapping[Partition, dict[str, str | None]], trigger: int
+        self,
+        table: Table,
+        partitions: Mapping[Partition, dict[str, str | None]],
+        trigger: int,
+        executor: RewriteExecutor | None = None,
     ) -> Future[AutoCompaction]:
         future: Future[AutoCompaction] = Future()
         future.set_running_or_notify_cancel()
@@ -442,10 +448,10 @@ class _Background:
             start, self.running = not self.running, True
         if start:
             storage = table.storage
-            threads.spawn("lakelog-auto-compact", lambda: self.drain(storage))
+            threads.spawn("lakelog-auto-compact", lambda: self.drain(storage, executor))
         return future
 
-    def drain(self, storage: Storage) -> None:
+    def drain(self, storage: Storage, executor: RewriteExecutor | None = None) -> None:
         table: Table | None = None
         error: Exception | None = None
         try:  # its own handle: the writer's cached snapshot stays the writer's
@@ -468,7 +474,7 @@ class _Background:
                         error=f"{type(error).__name__}: {error}",
                     )  # fmt: skip
                 else:
-                    out = _run_once(table, parts, trigger, "async")
+                    out = _run_once(table, parts, trigger, "async", executor)
             except BaseException as e:  # an interrupt: no waiter hangs, the next commit restarts
                 with self.lock:
                     self.running = False
@@ -486,18 +492,26 @@ _backgrounds_lock = threading.Lock()
 
 
 def _submit_async(
-    table: Table, partitions: Mapping[Partition, dict[str, str | None]], trigger_version: int
+    table: Table,
+    partitions: Mapping[Partition, dict[str, str | None]],
+    trigger_version: int,
+    executor: RewriteExecutor | None = None,
 ) -> AutoCompaction:
     with _backgrounds_lock:
         bg = _backgrounds.setdefault(table.storage.uri, _Background())
-    return AutoCompaction.running(trigger_version, bg.submit(table, partitions, trigger_version))
+    future = bg.submit(table, partitions, trigger_version, executor)
+    return AutoCompaction.running(trigger_version, future)
 
 
 # -- the entry point -------------------------------------------------------------------
 
 
 def run_auto_compaction(
-    table: Table, landed: CommitResult, *, mode: Mode | None = None
+    table: Table,
+    landed: CommitResult,
+    *,
+    mode: Mode | None = None,
+    executor: RewriteExecutor | None = None,
 ) -> AutoCompaction | None:
     """Auto-compact after the commit ``landed`` (a result of a commit to ``table``).
 
@@ -506,7 +520,10 @@ def run_auto_compaction(
     mode, a ``running`` outcome whose :meth:`~lakelog.hooks.AutoCompaction.wait` gives
     it. Never raises for the run's own failures: the commit landed regardless.
     ``mode``: ``"inline"`` or ``"async"``; default the table's
-    ``lakelog.auto_compact.mode``.
+    ``lakelog.auto_compact.mode``. ``executor``: what rewrites the groups (default:
+    threads of this process; :func:`lakelog.spark.write` passes
+    :class:`lakelog.spark.maintenance.SparkExecutor`: the same selection, the bytes
+    rewritten on Spark's executors).
     """
     if landed.skipped or landed.operation in AUTO_OPERATIONS:
         return None
@@ -518,8 +535,8 @@ def run_auto_compaction(
     partitions = touched_partitions(adds)
     chosen = mode if mode is not None else AutoSettings.of(table.properties).mode
     if chosen == "async":
-        return _submit_async(table, partitions, landed.version)
-    return _run_once(table, partitions, landed.version, "inline")
+        return _submit_async(table, partitions, landed.version, executor)
+    return _run_once(table, partitions, landed.version, "inline", executor)
 
 
 def attach_auto_compaction(table: Table, result: R) -> R:

@@ -65,6 +65,7 @@ from .environment import check_executors
 from .errors import carry
 from .modes import (
     as_written,
+    auto_compact_here,
     commit_written,
     dataframe_plan,
     outside_rows,
@@ -342,7 +343,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
         if where is not None and outside:
             storage.delete([a.path for a in adds])
             refuse_outside(where, outside)
-        commit_written(
+        result = commit_written(
             storage,
             snap,
             adds,
@@ -353,6 +354,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             where=where,
             parameters={"format": "lakelog"},
         )
+        auto_compact_here(storage, result, entry="df.write.format('lakelog')")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adds = [a for m in messages if isinstance(m, _Commit) for a in _ADDS.decode(m.adds)]

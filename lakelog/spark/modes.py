@@ -26,6 +26,7 @@ Options of the data source (and the streaming sink) map to the same fields:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -65,6 +66,7 @@ from ..log.actions import Action, AddFile, AppTransaction, encode_schema
 from ..log.changes import INSERT
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import partition_string
+from ..properties import get_bool
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, check_app_versions
 from .schema import _strip, check_dataframe_schema, to_arrow_type, to_spark_schema, to_spark_type
@@ -81,6 +83,7 @@ __all__ = [
     "PartitionOverwrite",
     "WriteSpec",
     "as_written",
+    "auto_compact_here",
     "commit_written",
     "count_outside",
     "dataframe_plan",
@@ -89,6 +92,8 @@ __all__ = [
     "refuse_outside",
     "write_spec",
 ]
+
+log = logging.getLogger("lakelog.spark")
 
 Mode = Literal["append", "overwrite", "error"]
 PartitionOverwrite = Literal["static", "dynamic"]
@@ -408,6 +413,43 @@ def _dynamic_scope(
         f.to_remove(deletion_ms=now) for f in snap.files() if key(f.partition) in keys
     ]
     return list(scope.values()), removes
+
+
+def auto_compact_here(storage: Storage, result: CommitResult | None, *, entry: str) -> None:
+    """The auto-compaction after a data source's commit (``entry``: the writer, for the
+    log), run where that commit ran. Spark calls a Python data source's ``commit`` in a
+    Python worker of the driver that has no SparkSession and ends with the call, so the
+    run is the embedded one (threads of this process, inline whatever
+    ``lakelog.auto_compact.mode`` says), bounded by ``lakelog.auto_compact.max_bytes``,
+    after the commit landed. Never raises: the outcome is logged (a failure as a
+    warning, by :func:`~lakelog.maintenance.auto.run_auto_compaction`)."""
+    if result is None or result.skipped or not any(isinstance(a, AddFile) for a in result.actions):
+        return
+    from ..maintenance.auto import run_auto_compaction
+
+    try:
+        table = table_of(storage, load_snapshot(storage))
+        if not get_bool(table.properties, "lakelog.auto_compact"):
+            return
+        outcome = run_auto_compaction(table, result, mode="inline")
+    except Exception as e:  # noqa: BLE001 - the commit landed; the next one tries again
+        log.warning(
+            "%s: auto-compaction after version %d could not start (the commit stays): %r",
+            entry,
+            result.version,
+            e,
+        )
+        return
+    if outcome is not None:
+        log.info(
+            "%s: auto-compaction after version %d: %s (version %s, %d files -> %d)",
+            entry,
+            result.version,
+            outcome.status,
+            outcome.version,
+            outcome.files_removed,
+            outcome.files_added,
+        )
 
 
 def commit_written(

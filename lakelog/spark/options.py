@@ -472,6 +472,18 @@ _APP_ID = Option(
 _PER_BATCH = "the micro-batch id is the app version"
 _COMPLETE = "outputMode('complete') replaces the whole table"
 _FOREACH = "use foreachBatch with lakelog.spark.write(replace_where=...)"
+_OPTIMIZE_WRITE = Option(
+    "optimizeWrite",
+    _flag,
+    "",
+    "",
+    "",
+    aliases=("optimize_write",),
+    refused="Spark gives a Python data source no way to shuffle the rows before its tasks "
+    "write them; use lakelog.spark.write(df, path, optimize_write=True) (in foreachBatch "
+    "for a stream; the table property lakelog.optimize_write=true does the same), or "
+    "df.repartition(*partition columns) before writing",
+)
 
 WRITE = Registry(
     "df.write.format('lakelog')",
@@ -506,6 +518,7 @@ WRITE = Registry(
             aliases=("app_version", "appVersion"),
         ),
         _PARTITION_BY,
+        _OPTIMIZE_WRITE,
     ),
     properties=True,
 )
@@ -594,6 +607,7 @@ STREAM_WRITE = Registry(
             aliases=("partition_overwrite",),
             refused=_COMPLETE,
         ),
+        _OPTIMIZE_WRITE,
     ),
     properties=True,
 )

@@ -32,6 +32,12 @@ the replay's files are deleted.
   succeeded: Spark also aborts a batch whose commit failed, which may have landed.
 
 An append micro-batch without rows commits nothing.
+
+On a table with ``lakelog.auto_compact`` on, the commit call runs the auto-compaction of
+the partitions the batch touched once the batch's commit landed
+(:func:`~lakelog.spark.modes.auto_compact_here`: embedded, inline, within
+``lakelog.auto_compact.max_bytes``); it never raises, so it never fails the batch or makes
+Spark run it again.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
 from .datasource import _ADDS, _Commit, write_task_files
 from .errors import carry
-from .modes import as_written, commit_written, dataframe_plan
+from .modes import as_written, auto_compact_here, commit_written, dataframe_plan
 from .options import stream_write_options
 from .schema import to_arrow_schema
 
@@ -281,6 +287,8 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 self.uri,
                 result.version,
             )
+        # the batch landed; Spark records it done when this call returns
+        auto_compact_here(storage, result, entry=f"micro-batch {batchId}")
 
     def _commit(
         self,

@@ -16,6 +16,10 @@
 From before Spark runs until the commit landed, the write holds a writer
 lease (:mod:`lakelog.leases`): the staging folder's name and every published
 file name carry its id, so ``vacuum`` keeps them however long the job runs.
+With ``optimize_write`` (or ``lakelog.optimize_write``) the rows are shuffled by
+partition before step 2 (:func:`optimized_frame`). After the commit, a table with
+``lakelog.auto_compact`` on gets its auto-compaction as a Spark job (:func:`auto_compact`).
+
 A failed or killed job commits nothing. Its files are never referenced by
 the log; this module deletes what it can and ``vacuum`` removes the rest
 once they are older than its age guard and the lease expired.
@@ -23,6 +27,7 @@ once they are older than its age guard and the lease expired.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -32,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import threads
-from ..core import SchemaMode, WritePlan
+from ..core import SchemaMode, WritePlan, load_table
 from ..errors import (
     CommitConflictError,
     InvalidArgumentError,
@@ -45,8 +50,10 @@ from ..leases import Lease
 from ..log import mapping
 from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
+from ..maintenance.auto import run_auto_compaction
+from ..maintenance.clustering.spec import declared_clustering
 from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
-from ..properties import get_str, validate_properties
+from ..properties import get_bool, get_int, get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transaction import CommitResult, skipped_result
@@ -73,11 +80,18 @@ from .schema import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from ..filters import FilterLike
 
-__all__ = ["STAGING_DIR", "discard_staging", "write", "write_dataframe"]
+__all__ = [
+    "STAGING_DIR",
+    "auto_compact",
+    "discard_staging",
+    "optimized_frame",
+    "write",
+    "write_dataframe",
+]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -104,6 +118,7 @@ def write(
     storage_options: Mapping[str, Any] | None = None,
     app_id: str | None = None,
     app_version: int | None = None,
+    optimize_write: bool | None = None,
 ) -> CommitResult:
     """Write ``df`` to the table at ``uri`` in one commit, creating the table if needed.
 
@@ -137,9 +152,16 @@ def write(
             ``foreachBatch``, the batch id); otherwise Spark runs nothing (or, when the
             same batch landed meanwhile, its files are deleted) and the result is the
             commit that recorded it, with ``skipped=True``. Default None.
+        optimize_write: shuffle the rows by partition (and by the declared clustering's
+            key range) before writing, so the write makes about one file of
+            ``lakelog.target_file_size`` per partition instead of one per task and
+            partition (:func:`optimized_frame`); default None, the table property
+            ``lakelog.optimize_write`` (of ``properties`` for a table the write creates).
 
     Returns:
-        The commit.
+        The commit. On a table with ``lakelog.auto_compact`` on, its
+        ``auto_compaction`` says what the auto-compaction after it did (run as a Spark
+        job, :func:`auto_compact`); the commit landed whatever that says.
     """
     if properties is not None:  # a typo'd name is refused even when the table exists
         properties = validate_properties(properties)
@@ -161,7 +183,67 @@ def write(
         from .environment import check_executors
 
         check_executors(df.sparkSession)
-    return write_dataframe(df, uri, spec, storage_options=storage_options)
+    result = write_dataframe(
+        df, uri, spec, storage_options=storage_options, optimize_write=optimize_write
+    )
+    return auto_compact(df.sparkSession, uri, result, storage_options=storage_options)
+
+
+def auto_compact(
+    spark: SparkSession,
+    uri: str,
+    result: CommitResult,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> CommitResult:
+    """``result`` with the outcome of the auto-compaction after it
+    (:func:`lakelog.maintenance.auto.run_auto_compaction`: the same selection as the
+    embedded writers', the groups rewritten by Spark tasks,
+    :class:`~lakelog.spark.maintenance.SparkExecutor`) in ``auto_compaction``; ``result``
+    unchanged when the table's ``lakelog.auto_compact`` is off or the commit added no
+    data files. Never raises for the run: the commit landed (a failure is logged and
+    reported as ``status="failed"``)."""
+    if result.skipped or not any(isinstance(a, AddFile) for a in result.actions):
+        return result
+    try:
+        table = load_table(Storage(uri, storage_options))
+    except Exception as e:  # noqa: BLE001 - the commit landed; the next one tries again
+        log.warning("auto-compaction could not open %s (the commit stays): %r", uri, e)
+        return result
+    if not get_bool(table.properties, "lakelog.auto_compact"):
+        return result
+    from .maintenance import SparkExecutor
+
+    outcome = run_auto_compaction(table, result, executor=SparkExecutor(spark))
+    return result if outcome is None else dataclasses.replace(result, auto_compaction=outcome)
+
+
+def optimized_frame(
+    frame: DataFrame, schema: pa.Schema, parts: Sequence[str], props: Mapping[str, str]
+) -> DataFrame:
+    """``frame`` shuffled for an optimized write: rows of one partition together, so each
+    write task holds few partitions and each partition few tasks.
+
+    * a table that declares a clustering: ``repartitionByRange`` on the partition
+      columns then the clustering columns, so each task writes one contiguous key range;
+    * otherwise Spark's ``REBALANCE`` hint on the partition columns (none: rows spread
+      evenly), which hashes each partition's rows to one task and lets adaptive query
+      execution split a skewed partition and merge small ones.
+
+    With adaptive execution (Spark's default) the tasks are sized to
+    ``spark.sql.adaptive.advisoryPartitionSizeInBytes``, which the writer sets to the
+    table's ``lakelog.target_file_size`` for the write. DataFrame API only: the same
+    on classic Spark and Spark Connect.
+    """
+    from pyspark.sql import functions as F
+
+    declared = declared_clustering(props)
+    if declared is not None:
+        names = [c for c in declared.columns if c in schema.names and c not in parts]
+        if names:
+            stored = [mapping.physical_name(schema.field(c)) for c in names]
+            return frame.repartitionByRange(*[F.col(c) for c in (*parts, *stored)])
+    return frame.hint("rebalance", *parts) if parts else frame.hint("rebalance")
 
 
 def write_dataframe(
@@ -172,12 +254,14 @@ def write_dataframe(
     storage_options: Mapping[str, Any] | None = None,
     operation: str = "SPARK WRITE",
     parameters: Mapping[str, Any] | None = None,
+    optimize_write: bool | None = None,
 ) -> CommitResult:
     """:func:`write` with its options checked (:func:`~lakelog.spark.modes.write_spec`):
     the one Spark write path, also for callers that get options from elsewhere (a
     streaming sink's micro-batch). ``operation`` and ``parameters`` go to the commit
     header, with the mode's own parameters (a ``replace_where`` write commits as the
-    embedded ``OVERWRITE``, whose header records only its ``where``)."""
+    embedded ``OVERWRITE``, whose header records only its ``where``). ``optimize_write``:
+    as :func:`write`'s."""
     storage = Storage(uri, storage_options)
     staging_root = spark_url(storage)  # refuses filesystems Spark cannot reach
     try:
@@ -223,6 +307,14 @@ def write_dataframe(
             f"found {codec!r}; change the table property or write from Arrow."
         )
     settings = {"spark.sql.parquet.writeLegacyFormat": "false"}
+    optimize = (
+        get_bool(props, "lakelog.optimize_write") if optimize_write is None else optimize_write
+    )
+    if optimize:
+        frame = optimized_frame(frame, schema, parts, props)
+        size = get_int(props, "lakelog.target_file_size")
+        settings["spark.sql.adaptive.advisoryPartitionSizeInBytes"] = str(size)
+        parameters = {**(parameters or {}), "optimize_write": True}
     ts_type = output_timestamp_type(file_schema)
     if ts_type is not None:
         settings["spark.sql.parquet.outputTimestampType"] = ts_type
