@@ -287,6 +287,40 @@ def sql(spark: Any, root: str) -> dict[str, Any]:
         catalog.close()
 
 
+def typed_errors(spark: Any, root: str) -> dict[str, Any]:
+    """lakelog's error classes out of Spark's exceptions: ``read_changes`` over a commit
+    without change files, a missing data file through the ``lakelog`` format
+    (``unwrap`` and ``typed_errors``), and the workers' environment check."""
+    from lakelog.errors import ChangeFeedError, DataFileMissingError
+    from lakelog.spark.environment import check_executors
+
+    changed, missing = os.path.join(root, "t"), os.path.join(root, "m")
+    lakelog.write_table(changed, pa.table({"id": pa.array(range(4), pa.int64())}))
+    deleted = lakelog.open_table(changed).delete("id = 1").version
+    lakelog.write_table(missing, pa.table({"id": pa.array(range(10), pa.int64())}))
+    (path,) = [f.path for f in lakelog.open_table(missing).snapshot().files()]
+    os.remove(os.path.join(missing, path))
+    out: dict[str, Any] = {"deleted": deleted, "path": path}
+    try:
+        lspark.read_changes(spark, changed, 0).collect()
+    except ChangeFeedError as e:
+        out["read_changes"] = [type(e).__name__, e.version]
+    lspark.register(spark)
+    try:
+        spark.read.format("lakelog").load(missing).collect()
+    except Exception as e:  # noqa: BLE001 - Spark's own exception, of either engine
+        found = lspark.unwrap(e)
+        out["unwrap"] = [type(found).__name__, getattr(found, "path", None)]
+    try:
+        with lspark.typed_errors():
+            spark.read.format("lakelog").load(missing).collect()
+    except DataFileMissingError as e:
+        out["typed"] = [e.path, e.version]
+    check_executors(spark)  # the probe runs through the DataFrame API (cached by now)
+    out["checked"] = True
+    return out
+
+
 def read_filters(spark: Any, root: str) -> dict[str, Any]:
     """``lakelog.spark.read`` with Column filters (and strings): files pruned, rows."""
     from pyspark.sql import functions as F

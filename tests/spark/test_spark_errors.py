@@ -12,15 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
+import _connect_ops
 import pyarrow as pa
 import pytest
-from _services import find_free_port
 
 import lakelog
 import lakelog.spark as lspark
@@ -187,74 +184,18 @@ def test_a_traceback_without_the_marker_gives_the_class_of_its_last_line() -> No
     assert lakelog_error(RuntimeError(f"{MARKER}{{not json")) is None
 
 
-CONNECT_CLIENT = textwrap.dedent(
-    """
-    import json, os, sys, uuid
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession as ClassicSession
-    from pyspark.sql.connect.session import SparkSession
-    import lakelog.spark as lspark
-    from lakelog.errors import ChangeFeedError, DataFileMissingError
-    from lakelog.spark.environment import check_executors
-
-    changed, missing, port = sys.argv[1], sys.argv[2], sys.argv[3]
-    # a Connect server in this process, on the free port the test chose
-    os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = uuid.uuid4().hex
-    conf = SparkConf().setMaster("local[2]").setAll([
-        ("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"),
-        ("spark.connect.grpc.binding.address", "127.0.0.1"),
-        ("spark.connect.grpc.binding.port", port),
-        ("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1"),
-        ("spark.ui.enabled", "false"), ("spark.ui.showConsoleProgress", "false")])
-    ClassicSession(SparkContext.getOrCreate(conf))
-    spark = SparkSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
-    out = {"connect": type(spark).__module__}
-    try:
-        lspark.read_changes(spark, changed, 0).collect()
-    except ChangeFeedError as e:
-        out["read_changes"] = [type(e).__name__, e.version]
-    lspark.register(spark)
-    try:
-        spark.read.format("lakelog").load(missing).collect()
-    except Exception as e:  # Spark Connect's own exception
-        found = lspark.unwrap(e)
-        out["unwrap"] = [type(e).__module__, type(found).__name__, getattr(found, "path", None)]
-    try:
-        with lspark.typed_errors():
-            spark.read.format("lakelog").load(missing).collect()
-    except DataFileMissingError as e:
-        out["typed"] = [e.path, e.version]
-    check_executors(spark)  # the probe runs through the DataFrame API (cached by now)
-    out["checked"] = True
-    print("RESULT " + json.dumps(out), flush=True)
-    spark.stop()
-    """
-)
-
-
-def test_errors_keep_their_class_on_spark_connect(tmp_path: Path) -> None:
-    """A Connect client: the same classes from Spark Connect's exceptions, and the
-    workers' check runs there too."""
-    pytest.importorskip("grpc", reason="pyspark[connect] is in the dev extra")
-    changed = str(tmp_path / "t")
-    _append(changed, range(4))
-    deleted = lakelog.open_table(changed).delete("id = 1").version
-    missing, path = _missing_file(tmp_path)
-    script = tmp_path / "client.py"
-    script.write_text(CONNECT_CLIENT)
-    done = subprocess.run(
-        [sys.executable, str(script), changed, missing, str(find_free_port())],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        cwd=Path(__file__).parents[2],
-        check=False,
-    )
-    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, done.stdout[-2000:] + done.stderr[-4000:]
-    out = json.loads(lines[-1][len("RESULT ") :])
-    assert out["connect"].startswith("pyspark.sql.connect") and out["checked"]
-    assert out["read_changes"] == ["ChangeFeedError", deleted]
-    assert out["unwrap"] == ["pyspark.errors.exceptions.connect", "DataFileMissingError", path]
-    assert out["typed"] == [path, 0]
+def test_errors_keep_their_class_on_spark_connect(
+    spark: Any, connect_client: Any, tmp_path: Path
+) -> None:
+    """The same classes from Spark Connect's exceptions as from classic Spark's, and the
+    workers' check runs there too (the test session's one Connect server)."""
+    (tmp_path / "classic").mkdir()
+    (tmp_path / "connect").mkdir()
+    classic = _connect_ops.typed_errors(spark, str(tmp_path / "classic"))
+    out = connect_client.run("typed_errors", root=str(tmp_path / "connect"))
+    same = json.loads(json.dumps(classic).replace(classic["path"], out["path"]))
+    assert out == same  # the missing file's name differs, nothing else
+    assert out["checked"]
+    assert out["read_changes"] == ["ChangeFeedError", out["deleted"]]
+    assert out["unwrap"] == ["DataFileMissingError", out["path"]]
+    assert out["typed"] == [out["path"], 0]
