@@ -321,6 +321,41 @@ def typed_errors(spark: Any, root: str) -> dict[str, Any]:
     return out
 
 
+def connect_expressions(spark: Any, root: str) -> dict[str, Any]:
+    """Strings and Columns in the row-level APIs: run on Spark Connect, where lakelog sees
+    no plan, a string where/matched_condition and a SET value's SQL text are read by
+    lakelog's own readers and a Column where is refused naming the parameter."""
+    from pyspark.sql import functions as F
+
+    uri = os.path.join(root, "t")
+    lakelog.write_table(uri, pa.table({"id": list(range(10)), "v": [float(i) for i in range(10)]}))
+    source = spark.createDataFrame([(4, 1.0)], "id long, v double")
+    calls = {
+        "delete_string": lambda: lspark.delete(spark, uri, "id = 1").deleted_rows,
+        "delete_column": lambda: lspark.delete(spark, uri, F.col("id") == 2),
+        "update_sql_value": lambda: (
+            lspark.update(spark, uri, "id = 3", set={"v": "v * 2"}).updated_rows
+        ),
+        "after_sql_value": lambda: _json(lakelog.open_table(uri).snapshot().to_arrow().to_pydict()),
+        "update_literal": lambda: lspark.update(spark, uri, "id = 3", set={"v": 5.0}).updated_rows,
+        "merge_sql_value": lambda: (
+            lspark.merge(
+                spark, uri, source, on="id", when_matched={"v": "v * 10"}, matched_condition="v > 3"
+            ).updated_rows
+        ),
+        "merge_arithmetic_condition": lambda: lspark.merge(
+            spark, uri, source, on="id", matched_condition="v < source.v * 2"
+        ),
+    }
+    out: dict[str, Any] = {}
+    for name, call in calls.items():
+        try:
+            out[name] = call()
+        except LakelogError as e:
+            out[name] = type(e).__name__ + ": " + str(e)
+    return {**out, **summary(uri)}
+
+
 def read_filters(spark: Any, root: str) -> dict[str, Any]:
     """``lakelog.spark.read`` with Column filters (and strings): files pruned, rows."""
     from pyspark.sql import functions as F

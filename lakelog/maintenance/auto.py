@@ -483,8 +483,14 @@ class _Background:
                 for _, future in waiting:
                     future.set_exception(e)
                 raise
+            with self.lock:  # idle before the waiters learn the outcome: a commit that
+                finished = not self.waiting  # follows a wait() starts a run of its own
+                if finished:
+                    self.running = False
             for own, future in waiting:
                 future.set_result(dataclasses.replace(out, trigger_version=own))
+            if finished:
+                return
 
 
 _backgrounds: dict[str, _Background] = {}

@@ -247,12 +247,15 @@ def test_null_partition_values_and_column_ids(tmp_path: Path) -> None:
 def test_async_runs_draw_from_the_one_thread_budget(tmp_path: Path) -> None:
     # with the budget spent, an async run runs in the writer's thread: done on return
     t = _table(tmp_path, min_files=2, **{"lakelog.auto_compact.mode": "async"})
-    t.append(_batch(0, [1]))
+    first = t.append(_batch(0, [1])).auto_compaction
+    assert first is not None
+    first.wait(60)  # its background run is over: the next one starts afresh
     with threads.limited(0):
         result = t.append(_batch(1, [1]))
         auto = result.auto_compaction
         assert auto is not None and auto.status == "running"
-        assert auto.wait(0).status == "compacted"  # no thread: finished already
+        done = auto.wait(0)
+        assert done.status == "compacted", done  # no thread: finished already
     seen: list[str] = []
     future = threads.spawn("lakelog-test", lambda: seen.append(threading.current_thread().name))
     future.result(10)

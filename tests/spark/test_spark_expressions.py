@@ -12,13 +12,8 @@ value is a Spark Column or a Spark SQL string, meaning what it means in Spark.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -259,70 +254,22 @@ def test_hadoop_uris_from_spark(spark: Any, tmp_path: Path) -> None:
     assert lakelog.open_table(str(folder)).snapshot().num_rows == 7
 
 
-CONNECT_CLIENT = textwrap.dedent(
-    """
-    import json, sys
-    from pyspark.sql import SparkSession, functions as F
-    import lakelog.spark as lspark
-
-    uri = sys.argv[1]
-    spark = (SparkSession.builder.remote("local[2]")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    source = spark.createDataFrame([(4, 1.0)], "id long, v double")
-    out = {}
-    calls = {
-        "delete_string": lambda: lspark.delete(spark, uri, "id = 1").deleted_rows,
-        "delete_column": lambda: lspark.delete(spark, uri, F.col("id") == 2),
-        "update_sql_value": lambda: lspark.update(spark, uri, "id = 3", set={"v": "v * 2"}),
-        "update_literal": lambda: lspark.update(spark, uri, "id = 3", set={"v": 5.0}).updated_rows,
-        "merge_sql_value": lambda: lspark.merge(
-            spark, uri, source, on="id", when_matched={"v": "v * 10"},
-            matched_condition="v > 3",
-        ).updated_rows,
-        "merge_arithmetic_condition": lambda: lspark.merge(
-            spark, uri, source, on="id", matched_condition="v < source.v * 2"
-        ),
-    }
-    for name, call in calls.items():
-        try:
-            out[name] = call()
-        except Exception as e:
-            out[name] = type(e).__name__ + ": " + str(e)
-    print("RESULT " + json.dumps(out), flush=True)
-    spark.stop()
-    """
-)
-
-
-def test_spark_connect_takes_strings_and_refuses_what_it_cannot_see(tmp_path: Path) -> None:
+def test_spark_connect_takes_strings_and_refuses_what_it_cannot_see(
+    connect_client: Any, tmp_path: Path
+) -> None:
     """On Spark Connect lakelog cannot see a plan: a string where/matched_condition is
-    read by lakelog's own filter parser, a merge's values are computed by Spark, and a
-    Column where or a SQL set value is refused naming the parameter."""
-    pytest.importorskip("grpc", reason="pyspark[connect] is in the dev extra")
-    uri = str(tmp_path / "t")
-    lakelog.write_table(uri, pa.table({"id": list(range(10)), "v": [float(i) for i in range(10)]}))
-    script = tmp_path / "client.py"
-    script.write_text(CONNECT_CLIENT)
-    done = subprocess.run(
-        [sys.executable, str(script), uri],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        cwd=Path(__file__).parents[2],
-    )
-    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, done.stdout[-2000:] + done.stderr[-4000:]
-    out = json.loads(lines[-1][len("RESULT ") :])
+    read by lakelog's own filter parser and a SET value's SQL text by its SQL reader, a
+    merge's values are computed by Spark, and a Column where is refused naming the
+    parameter (the test session's one Connect server)."""
+    out = connect_client.run("connect_expressions", root=str(tmp_path))
     assert out["delete_string"] == 1 and out["update_literal"] == 1
+    assert out["update_sql_value"] == 1
+    after = dict(zip(out["after_sql_value"]["id"], out["after_sql_value"]["v"], strict=True))
+    assert after[3] == 6.0  # v * 2
     assert out["merge_sql_value"] == 1  # id 4: v 4.0 > 3, set to 1.0 * 10
     assert out["delete_column"].startswith("InvalidArgumentError: expected where= as a SQL")
-    assert out["update_sql_value"].startswith("InvalidArgumentError: expected set={'v': ...}")
     assert out["merge_arithmetic_condition"].startswith(
         "InvalidArgumentError: expected matched_condition="
     )
-    rows = lakelog.open_table(uri).snapshot().to_arrow().to_pydict()
-    assert dict(zip(rows["id"], rows["v"], strict=True)) == {
-        i: {3: 5.0, 4: 10.0}.get(i, float(i)) for i in range(10) if i != 1
-    }
+    rows = {r["id"]: r["v"] for r in out["rows"]}
+    assert rows == {i: {3: 5.0, 4: 10.0}.get(i, float(i)) for i in range(10) if i != 1}
