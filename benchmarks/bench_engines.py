@@ -263,6 +263,23 @@ def spark_readers(
     }, register_s
 
 
+def spark_times(
+    readers: dict[str, Callable[[str], Any]], q: str, repeat: int
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Best times of the Spark readers on ``q``, and their answers: one untimed run
+    each first (Spark compiles a query's code on its first run), then ``repeat`` rounds
+    in alternating order (the JVM's state favours neither)."""
+    names = [r for r in readers if r.startswith("spark")]
+    answers = {name: readers[name](q) for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeat):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t = time.perf_counter()
+            readers[name](q)
+            times[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in times.items()}, answers
+
+
 def run_phase(
     phase: str,
     tables: dict[str, lakelog.Table],
@@ -310,6 +327,8 @@ def run_phase(
         want = None
         for _ in range(1):
             for reader, fn in readers.items():
+                if reader.startswith("spark"):
+                    continue
                 try:
                     s, got = best(lambda fn=fn, q=q: fn(q), args.repeat)
                 except Exception as e:  # polars' SQL lacks some of TPC-H's syntax
@@ -322,6 +341,12 @@ def run_phase(
                 elif not same(got, want, spark=reader.startswith("spark")):
                     raise AssertionError(f"{reader} answers Q{nr} differently from the peers")
                 times[reader][nr] = s
+        if spark is not None:
+            spark_best, answers = spark_times(readers, q, args.repeat)
+            for reader, s in spark_best.items():
+                times[reader][nr] = s
+                if not same(answers[reader], want or [], spark=True):
+                    raise AssertionError(f"{reader} answers Q{nr} differently from the peers")
     polars_ok = [
         nr
         for nr in sql
