@@ -4,19 +4,21 @@ A data file with a vector (``docs/format.md``, "Deletion vectors") still holds t
 rows that are gone; every reader drops their positions. Spark's Parquet reader
 gives each row its position in its file (``_metadata.row_index``, counted across
 row groups as lakelog counts) and its file's name (``_metadata.file_name``), so a
-scan of files that all carry a vector, no two with one name, keeps its rows by a
-filter and ONE broadcast hash anti join, without a shuffle, in Spark's vectorized
+scan of files that all carry a vector (one layer of :func:`scan_layers`) keeps its
+rows by a filter and ONE broadcast hash anti join, without a shuffle, in Spark's vectorized
 reader and whole-stage code:
 
 1. each row's file is keyed by ``xxhash64`` of its name (lakelog computes the same
    hash of each file's name); a row whose key is none of the scan's files stops the
    query with an error naming its URL: a read never returns the rows of a file
    whose vector it could not apply;
-2. a left anti join on (key, ``row_index >> 6``) with a 64-bit mask per block of 64
-   positions drops the deleted rows (one row of the broadcast per block holding a
-   deleted row, not one per row). A left anti join and a filter keep the scan's size
-   estimate, so the joins of a query over it are planned as over a plain scan (a
-   broadcast of a small table stays a broadcast).
+2. a left anti join on one ``bigint``, the file's key XOR ``row_index >> 6`` (files of
+   one scan differ in their keys' high bits, so one file's blocks never take another's
+   keys), with a 64-bit mask per block of 64 positions, drops the deleted rows (one
+   row of the broadcast per block holding a deleted row, not one per row). A left
+   anti join and a filter keep the scan's size estimate, so the joins of a query over
+   it are planned as over a plain scan (a broadcast of a small table stays a
+   broadcast).
 
 Files without a vector are read by a scan of their own, untouched.
 """
@@ -40,6 +42,10 @@ __all__ = ["drop_deleted", "scan_layers", "spark_supports_row_index", "spark_xxh
 
 _BLOCK_BITS = 6
 """Positions per broadcast row: 2**6 = 64, one bit each in a ``bigint`` mask."""
+_KEY_LOW_BITS = 26
+"""A row's join key is its file's name hash XOR its block (< 2**26: files of fewer than
+2**32 rows); files of one scan differ in the hash's bits above these, so the key of one
+file's block is never another file's."""
 
 
 def spark_supports_row_index(spark: SparkSession) -> bool:
@@ -64,20 +70,25 @@ def check_row_index(spark: SparkSession, files: Sequence[DataFile]) -> None:
         )
 
 
+def _high(name: str) -> int:
+    return spark_xxhash64(name) >> _KEY_LOW_BITS
+
+
 def scan_layers(files: Sequence[DataFile]) -> list[list[DataFile]]:
     """``files`` cut into scans in which no two files have the same name (``p=a/x.parquet``
-    and ``p=b/x.parquet``): within a scan a row's ``_metadata.file_name`` then names
-    exactly one file. Lakelog's own file names are unique: one scan."""
-    layers: list[tuple[set[str], list[DataFile]]] = []
+    and ``p=b/x.parquet``) or the same high bits of its name's hash: within a scan a row's
+    ``_metadata.file_name`` then names exactly one file, and one file's join keys are
+    never another's. Lakelog's own file names are unique: one scan."""
+    layers: list[tuple[set[int], list[DataFile]]] = []
     for f in files:
-        name = f.path.rsplit("/", 1)[-1]
-        for names, members in layers:
-            if name not in names:
-                names.add(name)
+        high = _high(f.path.rsplit("/", 1)[-1])
+        for highs, members in layers:
+            if high not in highs:
+                highs.add(high)
                 members.append(f)
                 break
         else:
-            layers.append(({name}, [f]))
+            layers.append(({high}, [f]))
     return [members for _, members in layers]
 
 
@@ -177,27 +188,32 @@ def spark_xxhash64(text: str) -> int:
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
-def _blocks(files: Iterable[DataFile], keys: Sequence[int]) -> pa.Table:
-    """Per file key: (block of 64 positions, mask of its deleted positions)."""
-    ids, blocks, masks = [], [], []
-    for key, f in zip(keys, files, strict=True):
+def _blocks(files: Iterable[DataFile], hashes: Sequence[int]) -> pa.Table:
+    """Per block of 64 positions holding a deleted row: its key (the file's name hash
+    XOR the block) and the mask of its deleted positions."""
+    keys, masks = [], []
+    for h, f in zip(hashes, files, strict=True):
         if f.deleted is None:
             continue
         pos = deleted_positions(f.deleted, f.num_rows, path=f.path)
         if not len(pos):
             continue
         block = pos >> _BLOCK_BITS
+        if int(block[-1]) >> _KEY_LOW_BITS:
+            raise InvalidArgumentError(
+                f"expected data files of fewer than {1 << (_KEY_LOW_BITS + _BLOCK_BITS)} rows "
+                f"to read with deletion vectors in Spark, found {f.path!r} with "
+                f"{f.num_rows}; compact the table to rewrite it without its deleted rows."
+            )
         bits = np.left_shift(np.uint64(1), (pos & 63).astype(np.uint64))
         starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
-        ids.append(np.full(len(starts), key, dtype=np.int64))
-        blocks.append(block[starts])
+        keys.append(np.bitwise_xor(block[starts].astype(np.int64), np.int64(h)))
         masks.append(np.bitwise_or.reduceat(bits, starts).view(np.int64))
     empty = np.array([], dtype=np.int64)
     return pa.table(
         {
-            "f": pa.array(np.concatenate(ids) if ids else empty, pa.int64()),
-            "b": pa.array(np.concatenate(blocks) if ids else empty, pa.int64()),
-            "m": pa.array(np.concatenate(masks) if ids else empty, pa.int64()),
+            "k": pa.array(np.concatenate(keys) if keys else empty, pa.int64()),
+            "m": pa.array(np.concatenate(masks) if keys else empty, pa.int64()),
         }
     )
 
@@ -221,20 +237,18 @@ def drop_deleted(spark: SparkSession, scan: DataFrame, files: Sequence[DataFile]
 
     check_row_index(spark, files)
     keys = [spark_xxhash64(f.path.rsplit("/", 1)[-1]) for f in files]
-    if len(set(keys)) != len(keys):  # two names of one scan with one hash: never seen
+    if len({k >> _KEY_LOW_BITS for k in keys}) != len(keys):
         raise InvalidArgumentError(
-            f"expected the {len(files)} files of a Spark scan with deletion vectors to have "
-            f"distinct name hashes, found a collision; compact the table (its files are "
-            f"rewritten without their deleted rows) and read it again."
+            f"expected the {len(files)} files of a Spark scan with deletion vectors to be "
+            f"one layer of scan_layers (distinct names and name hashes), found a clash; "
+            f"read them through lakelog.spark.read, which cuts them into such scans."
         )
     names = list(scan.columns)
     taken = set(names)
     c_path, c_row, c_key = (
         _unused(n, taken) for n in ("lakelog_url", "lakelog_row", "lakelog_key")
     )
-    b_key, b_block, b_mask = (
-        _unused(n, taken) for n in ("lakelog_bkey", "lakelog_block", "lakelog_mask")
-    )
+    b_key, b_mask = (_unused(n, taken) for n in ("lakelog_bkey", "lakelog_mask"))
 
     meta = _metadata(scan)
     probe = scan.select(
@@ -254,14 +268,14 @@ def drop_deleted(spark: SparkSession, scan: DataFrame, files: Sequence[DataFile]
         )
     )
     checked = probe.where(F.when(F.col(c_key).isin(keys), F.lit(True)).otherwise(unknown))
-    raw = _blocks(files, keys).rename_columns([b_key, b_block, b_mask])
+    raw = _blocks(files, keys).rename_columns([b_key, b_mask])
     gone = F.broadcast(_frame(spark, raw))
     bit = F.col(c_row).bitwiseAND(F.lit(63)).cast("int")
+    # one bigint key: Spark builds a LongHashedRelation, its fastest probe
+    key = checked[c_key].bitwiseXOR(F.shiftright(checked[c_row], _BLOCK_BITS))
     live = checked.join(
         gone,
-        on=(checked[c_key] == gone[b_key])
-        & (F.shiftright(checked[c_row], _BLOCK_BITS) == gone[b_block])
-        & (F.bit_get(gone[b_mask], bit) == 1),
+        on=(key == gone[b_key]) & (F.bit_get(gone[b_mask], bit) == 1),
         how="left_anti",
     )
     return live.select(*(F.col(_quoted(n)) for n in names))
