@@ -1,12 +1,12 @@
-"""TPC-H through DuckDB and polars: lakelog's native readers against the engines' own.
+"""TPC-H through DuckDB, polars and Spark: lakelog's native readers against the engines' own.
 
 The 8 TPC-H tables of scale factor ``--sf`` (DuckDB's ``tpch`` extension, from the
 ``duckdb-ext-tpch`` wheel: offline) are written as lakelog tables with deletion vectors
 on (``lakelog.deletion_vectors=true``), then given ``--rounds`` refresh rounds: each
-inserts 0.1% new orders (copies of random orders under new keys, with their lineitems)
-and deletes 0.1% old orders with their lineitems (rows marked by vectors). The 22 TPC-H
-queries run in three phases: after round 0 (the load), after the last round, and after
-``compact()`` (vectors purged), through:
+inserts a share ``--churn`` (0.1%) of new orders (copies of random orders under new keys,
+with their lineitems) and deletes as many old orders with their lineitems (rows marked by
+vectors). The 22 TPC-H queries run in three phases: after round 0 (the load), after
+the last round, and after ``compact()`` (vectors purged), through:
 
 * **DuckDB**: ``snapshot.to_duckdb(con, name=...)`` per table (lakelog), against
   ``read_parquet`` of a Parquet copy of the same live rows (plain Parquet: at round 0 and
@@ -14,15 +14,20 @@ queries run in three phases: after round 0 (the load), after the last round, and
   ``delta_scan`` of a delta-rs table of the same rows (``duckdb-ext-delta``);
 * **polars**: ``snapshot.to_polars()`` against ``pl.scan_parquet`` of the same Parquet
   files as DuckDB's peer, both queried through ``pl.SQLContext`` with DuckDB's TPC-H SQL;
-  the queries polars' SQL cannot run are listed and left out.
+  the queries polars' SQL cannot run are listed and left out;
+* **Spark** (``--spark``): ``lakelog.spark.read`` per table registered as a temp view,
+  against ``spark.read.parquet`` of the same Parquet files as DuckDB's peer (in a second
+  session of the same ``local[2]`` application), through Spark SQL with DuckDB's TPC-H
+  SQL (every query runs as written).
 
 Each query runs ``--repeat`` times per reader, readers alternating; the best time
 counts. Printed: per query and phase the times and ratios (lakelog / peer), and their
 geometric means. Every reader's answers are checked against DuckDB's over the plain
-Parquet copy (floats to 6 significant digits).
+Parquet copy (floats to 6 significant digits; Spark's to 4: its average of a decimal
+keeps 6 decimal places).
 
 Usage: ``python benchmarks/bench_engines.py [--sf 1] [--rounds 5] [--repeat 3]
-[--no-polars] [--no-delta] [--save]``
+[--churn 0.001] [--no-polars] [--no-delta] [--spark] [--save]``
 """
 
 from __future__ import annotations
@@ -89,13 +94,16 @@ def load(root: Path, sf: float) -> dict[str, lakelog.Table]:
     return tables
 
 
-def refresh(tables: dict[str, lakelog.Table], rounds: int, seed: int = 42) -> None:
-    """``rounds`` rounds of 0.1% orders inserted (with lineitems) and 0.1% deleted."""
+def refresh(
+    tables: dict[str, lakelog.Table], rounds: int, seed: int = 42, churn: float = 0.001
+) -> None:
+    """``rounds`` rounds of ``churn`` of the orders inserted (with lineitems) and as many
+    deleted (0.1% by default)."""
     rng = np.random.default_rng(seed)
     orders, lineitem = tables["orders"], tables["lineitem"]
     for _ in range(rounds):
         keys = orders.snapshot().to_arrow(columns=["o_orderkey"])["o_orderkey"].to_numpy()
-        n = max(1, len(keys) // 1000)
+        n = max(1, int(len(keys) * churn))
         top = int(keys.max())
         copied = rng.choice(keys, n, replace=False)
         new_keys = np.arange(top + 1, top + 1 + n, dtype=keys.dtype)
@@ -172,14 +180,37 @@ def queries(con: Any) -> dict[int, str]:
     return dict(con.sql("SELECT query_nr, query FROM tpch_queries()").fetchall())
 
 
-def normalise(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def normalise(rows: list[tuple[Any, ...]], digits: int = 6) -> list[tuple[Any, ...]]:
     def one(v: Any) -> Any:
         if isinstance(v, (float, decimal.Decimal)):
             f = float(v)
-            return 0.0 if f == 0 else float(f"{f:.6g}")
+            return 0.0 if f == 0 else float(f"{f:.{digits}g}")
         return v
 
     return sorted((tuple(one(v) for v in r) for r in rows), key=repr)
+
+
+def same(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], *, spark: bool) -> bool:
+    """The same rows; Spark's within a relative 1e-4 per number (its average of a
+    decimal keeps 6 decimal places), rows matched in the order of 3 digits."""
+    if not spark:
+        return normalise(got) == normalise(want)
+    if len(got) != len(want):
+        return False
+
+    def rough(r: tuple[Any, ...]) -> str:
+        return repr(normalise([r], 3)[0])
+
+    order = sorted(range(len(got)), key=lambda i: rough(got[i]))
+    wanted = sorted(range(len(want)), key=lambda i: rough(want[i]))
+    for i, j in zip(order, wanted, strict=True):
+        for x, y in zip(got[i], want[j], strict=True):
+            if isinstance(x, (float, decimal.Decimal)) or isinstance(y, (float, decimal.Decimal)):
+                if not math.isclose(float(x), float(y), rel_tol=1e-4, abs_tol=1e-6):
+                    return False
+            elif x != y:
+                return False
+    return True
 
 
 def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -196,12 +227,66 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def spark_session() -> Any:
+    """One ``local[2]`` Spark application for both Spark readers (the same settings)."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-engines")
+        .config("spark.driver.memory", "3g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+
+
+def spark_readers(
+    spark: Any, tables: dict[str, lakelog.Table], files: dict[str, list[str]]
+) -> tuple[dict[str, Callable[[str], Any]], float]:
+    """Spark SQL over ``lakelog.spark.read`` temp views, and over ``spark.read.parquet``
+    of the peer's files in a second session (its own temp views); the first reader's
+    registration time."""
+    import lakelog.spark as lspark
+
+    lake, plain = spark.newSession(), spark.newSession()
+    t = time.perf_counter()
+    for name, table in tables.items():
+        lspark.read(lake, table.uri).createOrReplaceTempView(name)
+    register_s = time.perf_counter() - t
+    for name, paths in files.items():
+        plain.read.parquet(*("file://" + p for p in paths)).createOrReplaceTempView(name)
+    return {
+        "spark lakelog": lambda q: lake.sql(q).collect(),
+        "spark parquet": lambda q: plain.sql(q).collect(),
+    }, register_s
+
+
+def spark_times(
+    readers: dict[str, Callable[[str], Any]], q: str, repeat: int
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Best times of the Spark readers on ``q``, and their answers: one untimed run
+    each first (Spark compiles a query's code on its first run), then ``repeat`` rounds
+    in alternating order (the JVM's state favours neither)."""
+    names = [r for r in readers if r.startswith("spark")]
+    answers = {name: readers[name](q) for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeat):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t = time.perf_counter()
+            readers[name](q)
+            times[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in times.items()}, answers
+
+
 def run_phase(
     phase: str,
     tables: dict[str, lakelog.Table],
     root: Path,
     sql: dict[int, str],
     args: argparse.Namespace,
+    spark: Any = None,
 ) -> dict[str, Any]:
     files = copies(tables, root, phase)
     lake_con, plain_con = connection(), connection()
@@ -216,6 +301,10 @@ def run_phase(
         "duckdb lakelog": lambda q: lake_con.sql(q).fetchall(),
         "duckdb parquet": lambda q: plain_con.sql(q).fetchall(),
     }
+    spark_register_s = None
+    if spark is not None:
+        spark_side, spark_register_s = spark_readers(spark, tables, files)
+        readers.update(spark_side)
     if not args.no_delta:
         delta_con = connection()
         delta_con.execute("LOAD delta")
@@ -238,6 +327,8 @@ def run_phase(
         want = None
         for _ in range(1):
             for reader, fn in readers.items():
+                if reader.startswith("spark"):
+                    continue
                 try:
                     s, got = best(lambda fn=fn, q=q: fn(q), args.repeat)
                 except Exception as e:  # polars' SQL lacks some of TPC-H's syntax
@@ -245,12 +336,17 @@ def run_phase(
                         failed.setdefault(reader, []).append(nr)
                         continue
                     raise RuntimeError(f"{reader} failed on Q{nr}: {e}") from e
-                got = normalise(got)
                 if want is None:
                     want = got
-                elif got != want:
+                elif not same(got, want, spark=reader.startswith("spark")):
                     raise AssertionError(f"{reader} answers Q{nr} differently from the peers")
                 times[reader][nr] = s
+        if spark is not None:
+            spark_best, answers = spark_times(readers, q, args.repeat)
+            for reader, s in spark_best.items():
+                times[reader][nr] = s
+                if not same(answers[reader], want or [], spark=True):
+                    raise AssertionError(f"{reader} answers Q{nr} differently from the peers")
     polars_ok = [
         nr
         for nr in sql
@@ -264,6 +360,8 @@ def run_phase(
                 row[reader] = times[reader][nr] * 1000
         lk, pq_ = times["duckdb lakelog"][nr], times["duckdb parquet"][nr]
         row["duckdb lakelog/parquet"] = lk / pq_
+        if "spark lakelog" in times:
+            row["spark lakelog/parquet"] = times["spark lakelog"][nr] / times["spark parquet"][nr]
         if "duckdb delta_scan" in times:
             row["duckdb lakelog/delta"] = lk / times["duckdb delta_scan"][nr]
         if nr in polars_ok:
@@ -272,7 +370,14 @@ def run_phase(
             )
         rows.append(row)
     summary: dict[str, Any] = {"phase": phase, "register_ms": register_s * 1000}
-    for key in ("duckdb lakelog/parquet", "duckdb lakelog/delta", "polars lakelog/parquet"):
+    if spark_register_s is not None:
+        summary["spark register_ms"] = spark_register_s * 1000
+    for key in (
+        "duckdb lakelog/parquet",
+        "duckdb lakelog/delta",
+        "polars lakelog/parquet",
+        "spark lakelog/parquet",
+    ):
         vals = [r[key] for r in rows if key in r]
         if vals:
             summary[key] = geomean(vals)
@@ -298,6 +403,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-polars", action="store_true")
     ap.add_argument("--no-delta", action="store_true")
+    ap.add_argument("--spark", action="store_true", help="add the Spark readers")
+    ap.add_argument(
+        "--churn", type=float, default=0.001, help="orders inserted and deleted per round"
+    )
     ap.add_argument("--save", action="store_true")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}")
@@ -307,20 +416,21 @@ def main() -> None:
         tables = load(root, args.sf)
         print(f"loaded SF {args.sf} in {time.perf_counter() - t:.1f} s")
         sql = queries(connection())
-        phases = [run_phase("round 0", tables, root, sql, args)]
+        spark = spark_session() if args.spark else None
+        phases = [run_phase("round 0", tables, root, sql, args, spark)]
         t = time.perf_counter()
-        refresh(tables, args.rounds)
+        refresh(tables, args.rounds, churn=args.churn)
         marked = {
             n: sum(1 for f in tb.snapshot().files() if f.deleted is not None)
             for n, tb in tables.items()
         }
         took = time.perf_counter() - t
         print(f"\n{args.rounds} refresh rounds in {took:.1f} s; files with vectors: {marked}")
-        phases.append(run_phase(f"round {args.rounds}", tables, root, sql, args))
+        phases.append(run_phase(f"round {args.rounds}", tables, root, sql, args, spark))
         for tb in tables.values():
             tb.set_properties({"lakelog.deletion_vectors.purge_ratio": "0.0001"})
             tb.compact()
-        phases.append(run_phase("compacted", tables, root, sql, args))
+        phases.append(run_phase("compacted", tables, root, sql, args, spark))
         print("\nsummary (geometric means of per-query ratios):")
         print_table([{k: v for k, v in p.items() if not isinstance(v, list)} for p in phases])
         print(f"load average at end: {os.getloadavg()}")

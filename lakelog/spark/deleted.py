@@ -3,25 +3,28 @@
 A data file with a vector (``docs/format.md``, "Deletion vectors") still holds the
 rows that are gone; every reader drops their positions. Spark's Parquet reader
 gives each row its position in its file (``_metadata.row_index``, counted across
-row groups as lakelog counts) and its file's URL (``_metadata.file_path``), so a
-scan of files that all carry a vector is cut down by two broadcast joins:
+row groups as lakelog counts) and its file's name (``_metadata.file_name``), so a
+scan of files that all carry a vector (one layer of :func:`scan_layers`) keeps its
+rows by a filter and ONE broadcast hash anti join, without a shuffle, in Spark's vectorized
+reader and whole-stage code:
 
-1. each row gets the number of its file, matched on its name and the end of its
-   URL (the file's path below the table root, quoted as ``java.net.URI`` quotes a
-   path, which is how Spark spells it; the scheme and root are never compared, so
-   ``file:/`` against ``file:///`` or a qualified authority cannot matter). A row
-   whose file matches none stops the query with an error naming its URL: a read
-   never returns the rows of a file whose vector it could not apply;
-2. a left anti join on (file number, ``row_index // 64``) with a 64-bit mask per
-   block of 64 positions drops the deleted rows (one row of the broadcast per block
-   holding a deleted row, not one per row).
+1. each row's file is keyed by ``xxhash64`` of its name (lakelog computes the same
+   hash of each file's name); a row whose key is none of the scan's files stops the
+   query with an error naming its URL: a read never returns the rows of a file
+   whose vector it could not apply;
+2. a left anti join on one ``bigint``, the file's key XOR ``row_index >> 6`` (files of
+   one scan differ in their keys' high bits, so one file's blocks never take another's
+   keys), with a 64-bit mask per block of 64 positions, drops the deleted rows (one
+   row of the broadcast per block holding a deleted row, not one per row). A left
+   anti join and a filter keep the scan's size estimate, so the joins of a query over
+   it are planned as over a plain scan (a broadcast of a small table stays a
+   broadcast).
 
 Files without a vector are read by a scan of their own, untouched.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,35 +38,14 @@ from ..log.deletion_vectors import deleted_positions
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["drop_deleted", "java_uri_path", "scan_layers", "spark_supports_row_index"]
+__all__ = ["drop_deleted", "scan_layers", "spark_supports_row_index", "spark_xxhash64"]
 
 _BLOCK_BITS = 6
 """Positions per broadcast row: 2**6 = 64, one bit each in a ``bigint`` mask."""
-
-# java.net.URI's legal characters of a path component (RFC 2396: unreserved, the
-# punctuation of pchar, and ';' '/'); every other ASCII character is %-quoted
-_PATH_ASCII = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~*'()" + ":@&=+$," + ";/"
-)
-_SPACE_CATEGORIES = frozenset({"Zs", "Zl", "Zp"})
-"""Java's ``Character.isSpaceChar``: quoted even where other non-ASCII text is kept."""
-
-
-def java_uri_path(path: str) -> str:
-    """``path`` quoted as ``java.net.URI``'s multi-argument constructors quote a path
-    (and so as Hadoop's ``Path.toUri()`` and Spark's ``_metadata.file_path`` spell it):
-    ASCII outside the legal set, ``%`` included, becomes ``%XX``; other characters
-    stay, except space and control characters, which become their UTF-8 bytes as
-    ``%XX``."""
-    out: list[str] = []
-    for c in path:
-        if ord(c) < 0x80:
-            out.append(c if c in _PATH_ASCII else f"%{ord(c):02X}")
-        elif unicodedata.category(c) in _SPACE_CATEGORIES or 0x80 <= ord(c) <= 0x9F:
-            out.append("".join(f"%{b:02X}" for b in c.encode("utf-8")))
-        else:
-            out.append(c)
-    return "".join(out)
+_KEY_LOW_BITS = 26
+"""A row's join key is its file's name hash XOR its block (< 2**26: files of fewer than
+2**32 rows); files of one scan differ in the hash's bits above these, so the key of one
+file's block is never another file's."""
 
 
 def spark_supports_row_index(spark: SparkSession) -> bool:
@@ -88,28 +70,26 @@ def check_row_index(spark: SparkSession, files: Sequence[DataFile]) -> None:
         )
 
 
-def _tails(path: str) -> list[str]:
-    """The proper ``/``-suffixes of a root-relative path (``a/b/c`` -> ``b/c``, ``c``)."""
-    parts = path.split("/")
-    return ["/".join(parts[i:]) for i in range(1, len(parts))]
+def _high(name: str) -> int:
+    return spark_xxhash64(name) >> _KEY_LOW_BITS
 
 
 def scan_layers(files: Sequence[DataFile]) -> list[list[DataFile]]:
-    """``files`` cut into scans in which no file's path ends with ``/`` and another
-    file's whole path (``sub/x.parquet`` and ``x.parquet``): within a scan a row's URL
-    then matches exactly one file. Lakelog's own layouts make one scan."""
-    layers: list[tuple[set[str], set[str], list[DataFile]]] = []
-    for f in sorted(files, key=lambda f: f.path.count("/")):
-        tails = set(_tails(f.path))
-        for paths, all_tails, members in layers:
-            if f.path not in all_tails and not (tails & paths):
-                paths.add(f.path)
-                all_tails.update(tails)
+    """``files`` cut into scans in which no two files have the same name (``p=a/x.parquet``
+    and ``p=b/x.parquet``) or the same high bits of its name's hash: within a scan a row's
+    ``_metadata.file_name`` then names exactly one file, and one file's join keys are
+    never another's. Lakelog's own file names are unique: one scan."""
+    layers: list[tuple[set[int], list[DataFile]]] = []
+    for f in files:
+        high = _high(f.path.rsplit("/", 1)[-1])
+        for highs, members in layers:
+            if high not in highs:
+                highs.add(high)
                 members.append(f)
                 break
         else:
-            layers.append(({f.path}, tails, [f]))
-    return [members for _, _, members in layers]
+            layers.append(({high}, [f]))
+    return [members for _, members in layers]
 
 
 def _unused(base: str, taken: set[str]) -> str:
@@ -153,81 +133,129 @@ def _frame(spark: SparkSession, table: pa.Table) -> DataFrame:
     return spark.createDataFrame(list(zip(*table.to_pydict().values(), strict=True)), schema)
 
 
-def _blocks(files: Iterable[DataFile]) -> pa.Table:
-    """Per file number: (block of 64 positions, mask of its deleted positions)."""
-    ids, blocks, masks = [], [], []
-    for i, f in enumerate(files):
+_M64 = (1 << 64) - 1
+_P1, _P2, _P3, _P4, _P5 = (
+    0x9E3779B185EBCA87,
+    0xC2B2AE3D27D4EB4F,
+    0x165667B19E3779F9,
+    0x85EBCA77C2B2AE63,
+    0x27D4EB2F165667C5,
+)
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _round(acc: int, lane: int) -> int:
+    return (_rotl((acc + lane * _P2) & _M64, 31) * _P1) & _M64
+
+
+def spark_xxhash64(text: str) -> int:
+    """Spark's ``xxhash64`` of one string column (XXH64 of its UTF-8 bytes, seed 42,
+    as a signed ``bigint``)."""
+    data = text.encode("utf-8")
+    n, i, seed = len(data), 0, 42
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed, (seed - _P1) & _M64]
+        while i <= n - 32:
+            for k in range(4):
+                v[k] = _round(v[k], int.from_bytes(data[i : i + 8], "little"))
+                i += 8
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M64
+        for k in range(4):
+            h = (((h ^ _round(0, v[k])) * _P1) + _P4) & _M64
+    else:
+        h = (seed + _P5) & _M64
+    h = (h + n) & _M64
+    while i + 8 <= n:
+        h ^= _round(0, int.from_bytes(data[i : i + 8], "little"))
+        h = (_rotl(h, 27) * _P1 + _P4) & _M64
+        i += 8
+    if i + 4 <= n:
+        h ^= (int.from_bytes(data[i : i + 4], "little") * _P1) & _M64
+        h = (_rotl(h, 23) * _P2 + _P3) & _M64
+        i += 4
+    while i < n:
+        h ^= (data[i] * _P5) & _M64
+        h = (_rotl(h, 11) * _P1) & _M64
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M64
+    h ^= h >> 29
+    h = (h * _P3) & _M64
+    h ^= h >> 32
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def _blocks(files: Iterable[DataFile], hashes: Sequence[int]) -> pa.Table:
+    """Per block of 64 positions holding a deleted row: its key (the file's name hash
+    XOR the block) and the mask of its deleted positions."""
+    keys, masks = [], []
+    for h, f in zip(hashes, files, strict=True):
         if f.deleted is None:
             continue
         pos = deleted_positions(f.deleted, f.num_rows, path=f.path)
         if not len(pos):
             continue
         block = pos >> _BLOCK_BITS
+        if int(block[-1]) >> _KEY_LOW_BITS:
+            raise InvalidArgumentError(
+                f"expected data files of fewer than {1 << (_KEY_LOW_BITS + _BLOCK_BITS)} rows "
+                f"to read with deletion vectors in Spark, found {f.path!r} with "
+                f"{f.num_rows}; compact the table to rewrite it without its deleted rows."
+            )
         bits = np.left_shift(np.uint64(1), (pos & 63).astype(np.uint64))
         starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
-        ids.append(np.full(len(starts), i, dtype=np.int32))
-        blocks.append(block[starts])
+        keys.append(np.bitwise_xor(block[starts].astype(np.int64), np.int64(h)))
         masks.append(np.bitwise_or.reduceat(bits, starts).view(np.int64))
-    if not ids:
-        return pa.table(
-            {
-                "f": pa.array([], pa.int32()),
-                "b": pa.array([], pa.int64()),
-                "m": pa.array([], pa.int64()),
-            }
-        )
+    empty = np.array([], dtype=np.int64)
     return pa.table(
         {
-            "f": pa.array(np.concatenate(ids), pa.int32()),
-            "b": pa.array(np.concatenate(blocks), pa.int64()),
-            "m": pa.array(np.concatenate(masks), pa.int64()),
+            "k": pa.array(np.concatenate(keys) if keys else empty, pa.int64()),
+            "m": pa.array(np.concatenate(masks) if keys else empty, pa.int64()),
         }
     )
+
+
+_UNMATCHED = (
+    "whose name matches no file of the table as lakelog spells it, so its deletion vector "
+    "cannot be applied; the read stopped rather than return deleted rows. Report this "
+    "with your Spark version; compacting the table (which rewrites files without their "
+    "deleted rows) avoids it."
+)
 
 
 def drop_deleted(spark: SparkSession, scan: DataFrame, files: Sequence[DataFile]) -> DataFrame:
     """``scan`` (a Spark Parquet scan of exactly ``files``, one layer of
     :func:`scan_layers`) without the rows the files' vectors delete; same columns.
 
-    Lazy, like any DataFrame: a row whose URL matches none of ``files`` fails the
-    query when it runs (``raise_error``), it is never returned unfiltered.
+    Lazy, like any DataFrame: a row whose URL is none of ``files``' fails the query
+    when it runs (``raise_error``), it is never returned unfiltered.
     """
     from pyspark.sql import functions as F
 
     check_row_index(spark, files)
+    keys = [spark_xxhash64(f.path.rsplit("/", 1)[-1]) for f in files]
+    if len({k >> _KEY_LOW_BITS for k in keys}) != len(keys):
+        raise InvalidArgumentError(
+            f"expected the {len(files)} files of a Spark scan with deletion vectors to be "
+            f"one layer of scan_layers (distinct names and name hashes), found a clash; "
+            f"read them through lakelog.spark.read, which cuts them into such scans."
+        )
     names = list(scan.columns)
     taken = set(names)
-    c_name, c_path, c_row = (
-        _unused(n, taken) for n in ("lakelog_name", "lakelog_url", "lakelog_row")
+    c_path, c_row, c_key = (
+        _unused(n, taken) for n in ("lakelog_url", "lakelog_row", "lakelog_key")
     )
-    d_id, d_name, d_tail = (
-        _unused(n, taken) for n in ("lakelog_fid", "lakelog_fname", "lakelog_ftail")
-    )
-    b_id, b_block, b_mask = (
-        _unused(n, taken) for n in ("lakelog_bfid", "lakelog_block", "lakelog_mask")
-    )
+    b_key, b_mask = (_unused(n, taken) for n in ("lakelog_bkey", "lakelog_mask"))
 
     meta = _metadata(scan)
     probe = scan.select(
         *(F.col(_quoted(n)) for n in names),
-        meta.getField("file_name").alias(c_name),
         meta.getField("file_path").alias(c_path),
         meta.getField("row_index").alias(c_row),
-    )
-    ident = pa.table(
-        {
-            d_id: pa.array(range(len(files)), pa.int32()),
-            d_name: pa.array(
-                [java_uri_path(f.path.rsplit("/", 1)[-1]) for f in files], pa.string()
-            ),
-            d_tail: pa.array(["/" + java_uri_path(f.path) for f in files], pa.string()),
-        }
-    )
-    known = F.broadcast(_frame(spark, ident))
-    matched = probe.join(
-        known,
-        on=(probe[c_name] == known[d_name]) & probe[c_path].endswith(known[d_tail]),
-        how="left",
+        F.xxhash64(meta.getField("file_name")).alias(c_key),
     )
     unknown = F.raise_error(
         F.concat(
@@ -236,23 +264,18 @@ def drop_deleted(spark: SparkSession, scan: DataFrame, files: Sequence[DataFile]
                 "from one of those files, found a row from "
             ),
             F.col(c_path),
-            F.lit(
-                ", whose URL matches no file of the table as lakelog spells it, so its "
-                "deletion vector cannot be applied; the read stopped rather than return "
-                "deleted rows. Report this with your Spark version; compacting the table "
-                "(which rewrites files without their deleted rows) avoids it."
-            ),
+            F.lit(", " + _UNMATCHED),
         )
     )
-    checked = matched.where(F.when(F.col(d_id).isNull(), unknown).otherwise(F.lit(True)))
-    raw = _blocks(files).rename_columns([b_id, b_block, b_mask])
+    checked = probe.where(F.when(F.col(c_key).isin(keys), F.lit(True)).otherwise(unknown))
+    raw = _blocks(files, keys).rename_columns([b_key, b_mask])
     gone = F.broadcast(_frame(spark, raw))
     bit = F.col(c_row).bitwiseAND(F.lit(63)).cast("int")
+    # one bigint key: Spark builds a LongHashedRelation, its fastest probe
+    key = checked[c_key].bitwiseXOR(F.shiftright(checked[c_row], _BLOCK_BITS))
     live = checked.join(
         gone,
-        on=(checked[d_id] == gone[b_id])
-        & (F.shiftright(checked[c_row], _BLOCK_BITS) == gone[b_block])
-        & (F.bit_get(gone[b_mask], bit) == 1),
+        on=(key == gone[b_key]) & (F.bit_get(gone[b_mask], bit) == 1),
         how="left_anti",
     )
     return live.select(*(F.col(_quoted(n)) for n in names))

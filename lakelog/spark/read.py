@@ -16,8 +16,9 @@ bytes and Spark decodes per byte) is read in a separate scan per partition
 with the values added as literals, and unioned.
 
 Files with a deletion vector (format version 5) are read by scans of their own
-whose deleted rows are dropped by their ``_metadata.row_index`` in a broadcast
-join (:mod:`lakelog.spark.deleted`); the other files' scans are unchanged.
+whose deleted rows are dropped by their ``_metadata.row_index`` in one broadcast
+hash anti join, without a shuffle (:mod:`lakelog.spark.deleted`); the other
+files' scans are unchanged.
 """
 
 from __future__ import annotations

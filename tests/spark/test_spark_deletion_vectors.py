@@ -23,7 +23,8 @@ import pytest
 import lakelog
 import lakelog.spark as lspark
 from lakelog.log.actions import DataFile
-from lakelog.spark.deleted import drop_deleted, java_uri_path, scan_layers
+from lakelog.spark.deleted import drop_deleted, scan_layers, spark_xxhash64
+from lakelog.spark.read import session_conf
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
@@ -186,26 +187,9 @@ def test_large_clustering_group_drops_deleted_rows(spark: Any, tmp_path: Path) -
     assert _expected(uri) == want
 
 
-def test_url_quoting_matches_java(spark: Any) -> None:
-    """lakelog spells a path as java.net.URI does, which is how Spark's
-    ``_metadata.file_path`` spells it."""
-    uri_class = spark._jvm.java.net.URI
-    for text in [
-        "p=a b/part-0.parquet",
-        "p=b c%25%3D%2B%23%3F/x.parquet",
-        "k=%C3%A9/é ü/€😀.parquet",
-        "a+b=c&d$e,f;g:h@i/!~*'()-_.parquet",
-        'q"<>[]{}|\\^`/x\u00a0y\u2028z\u0085\u0007.parquet',
-    ]:
-        assert (
-            java_uri_path("/" + text)
-            == uri_class("file", None, "/" + text, None, None).getRawPath()
-        )
-
-
 def test_rows_of_an_unmatched_file_fail_the_read(spark: Any, tmp_path: Path) -> None:
-    """A row whose URL matches no file with a vector stops the query: it is never
-    returned unfiltered."""
+    """A row whose file name matches no file with a vector stops the query: it is
+    never returned unfiltered."""
     uri = str(tmp_path / "t")
     _build(uri)
     plan = lspark.plan_read(spark, uri)
@@ -213,16 +197,16 @@ def test_rows_of_an_unmatched_file_fail_the_read(spark: Any, tmp_path: Path) -> 
     scan = spark.read.schema("id bigint, v string").parquet(url)
     assert drop_deleted(spark, scan, [f]).count() == f.live_rows
     elsewhere = DataFile(
-        path="other/" + f.path.rsplit("/", 1)[-1],
+        path=f.path.rsplit("/", 1)[0] + "/other.parquet",
         size_bytes=f.size_bytes,
         num_rows=f.num_rows,
         deleted=f.deleted,
     )
-    with pytest.raises(Exception, match="matches no file of the table"):
+    with pytest.raises(Exception, match="name matches no file of the table"):
         drop_deleted(spark, scan, [elsewhere]).collect()
 
 
-def test_scan_layers_keep_suffix_paths_apart() -> None:
+def test_scan_layers_keep_names_apart() -> None:
     files = [
         DataFile(path=p, size_bytes=1, num_rows=1)
         for p in ["x.parquet", "sub/x.parquet", "a/sub/x.parquet", "y.parquet", "b/y2.parquet"]
@@ -231,4 +215,131 @@ def test_scan_layers_keep_suffix_paths_apart() -> None:
     assert sorted(len(layer) for layer in layers) == [1, 1, 3]
     for layer in layers:
         paths = [f.path for f in layer]
-        assert not any(a != b and a.endswith("/" + b) for a in paths for b in paths)
+        names = [p.rsplit("/", 1)[-1] for p in paths]
+        assert len(set(names)) == len(names)
+
+
+def test_name_hash_matches_spark(spark: Any) -> None:
+    """lakelog keys a file by Spark's ``xxhash64`` of its name, computed in Python."""
+    from pyspark.sql import functions as F
+
+    names = [
+        "",
+        "a",
+        "part-00000-6f99e3d993bf4ef0b37ac8ec104d1b64-96ea6d3667b64834.parquet",
+        "b c%25=é€😀.parquet",
+        "x" * 31,
+        "y" * 32,
+        "z" * 45,
+    ]
+    got = spark.createDataFrame([(n,) for n in names], "n string").select(F.xxhash64("n"))
+    assert [r[0] for r in got.collect()] == [spark_xxhash64(n) for n in names]
+
+
+MODEL_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("p", pa.string())])
+MODEL_PARTS = ["a b", "x%y", "k=v", "é ü", None]
+
+
+def _model_table(uri: str) -> lakelog.Table:
+    """Appends, deletes and updates with vectors over partitions that need escaping and
+    nulls (in the partition and in a column); every version kept."""
+    t = lakelog.create_table(
+        uri,
+        schema=MODEL_SCHEMA,
+        partition_by=["p"],
+        properties={"lakelog.deletion_vectors": "true", "lakelog.row_group_size": "8"},
+    )
+
+    def rows(start: int, n: int) -> pa.Table:
+        ids = list(range(start, start + n))
+        return pa.table(
+            {
+                "id": ids,
+                "v": [None if i % 6 == 0 else f"v{i}" for i in ids],
+                "p": [MODEL_PARTS[i % 5] for i in ids],
+            },
+            schema=MODEL_SCHEMA,
+        )
+
+    t.append(rows(0, 120))
+    t.delete("id IN (0, 7, 14, 21, 28, 35, 42, 49, 56, 63, 70, 77, 84, 91, 98, 105, 112)")
+    t.append(rows(120, 80))
+    t.update("id IN (1, 6, 11, 16, 61, 66, 121, 126, 176)", set={"v": "updated"})
+    t.delete("p IS NULL AND id > 50")
+    t.delete("v IS NULL OR id IN (3, 4, 150)")
+    t.update("p = 'k=v'", set={"v": "again"})
+    t.delete("id BETWEEN 100 AND 130")
+    assert sum(f.deleted is not None for f in t.snapshot().files()) >= 4
+    return t
+
+
+def test_every_version_matches_the_snapshot(spark: Any, tmp_path: Path) -> None:
+    """At every version of the model, both Spark readers return exactly
+    ``snapshot.to_arrow()``'s rows, and never a row deleted by then."""
+    uri = str(tmp_path / "t")
+    t = _model_table(uri)
+    lspark.register(spark)
+    ever: set[int] = set()
+    for version in range(t.snapshot().version + 1):
+        want = _expected(uri, version)
+        ids = {r["id"] for r in want}
+        gone = ever - ids  # rows of earlier versions deleted by this one
+        ever |= ids
+        native = _spark_rows(lspark.read(spark, uri, version=version))
+        assert native == want, version
+        fmt = spark.read.format("lakelog").option("versionAsOf", str(version)).load(uri)
+        assert _spark_rows(fmt) == want, version
+        assert not gone & {r["id"] for r in native}
+    # the deleted rows are still in the latest files: the vectors did the dropping
+    assert _physical_rows(uri) > len(_expected(uri))
+
+
+def _plan_text(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_deletion_filter_plans_no_shuffle(spark: Any, tmp_path: Path) -> None:
+    """The deleted rows are dropped by a broadcast anti join on the vectorized scan,
+    in whole-stage code, with no shuffle; and a join of the read with another table
+    is planned as over a plain scan: the scan's size estimate is kept, so the small
+    side is broadcast, not shuffled (a left outer join inflated it to the product of
+    both sides' sizes, and Spark shuffled both sides of a sort-merge join)."""
+    uri = str(tmp_path / "t")
+    _model_table(uri)
+    size = sum(f.size_bytes for f in lakelog.open_table(uri).snapshot().files())
+    # the read may be broadcast (a few times its files' size), a million ids may not
+    conf = {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.autoBroadcastJoinThreshold": str(4 * size),
+    }
+    with session_conf(spark, conf):
+        df = lspark.read(spark, uri)
+        text = _plan_text(df)
+        assert "Exchange hashpartitioning" not in text and "ShuffleExchange" not in text, text
+        assert "BroadcastHashJoin" in text and "LeftAnti" in text, text
+        assert "ColumnarToRow" in text  # Spark's vectorized Parquet reader
+        assert "*(" in text  # whole-stage code generation
+        other = spark.range(1_000_000).withColumnRenamed("id", "k")
+        joined = other.join(df, other["k"] == df["id"])
+        text = _plan_text(joined)
+        assert "SortMergeJoin" not in text and "Exchange hashpartitioning" not in text, text
+        assert sorted(r["k"] for r in joined.collect()) == sorted(r["id"] for r in _expected(uri))
+
+
+def test_file_pruning_still_works_with_vectors(spark: Any, tmp_path: Path) -> None:
+    """A filter on the partition column reads only that partition's files, those with
+    vectors included, and drops their deleted rows."""
+    from pyspark.sql import functions as F
+
+    uri = str(tmp_path / "t")
+    _model_table(uri)
+    snap = lakelog.open_table(uri).snapshot()
+    mine = [f for f in snap.files() if f.partition.get("p") == "x%y"]
+    assert any(f.deleted is not None for f in mine)
+    plan = lspark.plan_read(spark, uri, filter="p = 'x%y'")
+    assert sorted(f.path for f in plan.files) == sorted(f.path for f in mine)
+    assert plan.vectors and len(plan.files) < snap.num_files
+    df = lspark.read(spark, uri, filter="p = 'x%y'")
+    read = {r[0] for r in df.select(F.input_file_name()).distinct().collect()}
+    assert 0 < len(read) <= len(mine)
+    assert _spark_rows(df) == _expected(uri, where=lambda r: r["p"] == "x%y")
