@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
+from ..io.bloom import xxh64
 from ..log.actions import DataFile
 from ..log.deletion_vectors import deleted_positions
 
@@ -133,58 +134,10 @@ def _frame(spark: SparkSession, table: pa.Table) -> DataFrame:
     return spark.createDataFrame(list(zip(*table.to_pydict().values(), strict=True)), schema)
 
 
-_M64 = (1 << 64) - 1
-_P1, _P2, _P3, _P4, _P5 = (
-    0x9E3779B185EBCA87,
-    0xC2B2AE3D27D4EB4F,
-    0x165667B19E3779F9,
-    0x85EBCA77C2B2AE63,
-    0x27D4EB2F165667C5,
-)
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (64 - r))) & _M64
-
-
-def _round(acc: int, lane: int) -> int:
-    return (_rotl((acc + lane * _P2) & _M64, 31) * _P1) & _M64
-
-
 def spark_xxhash64(text: str) -> int:
     """Spark's ``xxhash64`` of one string column (XXH64 of its UTF-8 bytes, seed 42,
     as a signed ``bigint``)."""
-    data = text.encode("utf-8")
-    n, i, seed = len(data), 0, 42
-    if n >= 32:
-        v = [(seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed, (seed - _P1) & _M64]
-        while i <= n - 32:
-            for k in range(4):
-                v[k] = _round(v[k], int.from_bytes(data[i : i + 8], "little"))
-                i += 8
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M64
-        for k in range(4):
-            h = (((h ^ _round(0, v[k])) * _P1) + _P4) & _M64
-    else:
-        h = (seed + _P5) & _M64
-    h = (h + n) & _M64
-    while i + 8 <= n:
-        h ^= _round(0, int.from_bytes(data[i : i + 8], "little"))
-        h = (_rotl(h, 27) * _P1 + _P4) & _M64
-        i += 8
-    if i + 4 <= n:
-        h ^= (int.from_bytes(data[i : i + 4], "little") * _P1) & _M64
-        h = (_rotl(h, 23) * _P2 + _P3) & _M64
-        i += 4
-    while i < n:
-        h ^= (data[i] * _P5) & _M64
-        h = (_rotl(h, 11) * _P1) & _M64
-        i += 1
-    h ^= h >> 33
-    h = (h * _P2) & _M64
-    h ^= h >> 29
-    h = (h * _P3) & _M64
-    h ^= h >> 32
+    h = xxh64(text.encode("utf-8"), seed=42)
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
