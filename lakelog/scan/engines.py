@@ -50,6 +50,7 @@ from .native import (
 )
 
 if TYPE_CHECKING:
+    from ..log.actions import DataFile
     from .snapshot import Snapshot
 
 __all__ = [
@@ -241,14 +242,10 @@ def duckdb_view_sql(
     branch, to learn the stored columns and types.
     """
     duckdb = require("duckdb", purpose="snapshot.to_duckdb()")
-    pred = parse_filter(filter, snapshot.schema)
-    if pred is not None and _has_unknown(pred):
+    native = _native(snapshot, filter)
+    if native is None:
         return None
-    base = None if pred is None else to_expression(pred)
-    files = list(snapshot.files(base))
-    plan = native_plan(snapshot, files)
-    if plan is None:
-        return None
+    pred, _, plan = native
     out = mapping.strip(snapshot.schema)
     targets = [str(t) for t in con.from_arrow(out.empty_table()).types]
     types = dict(zip(out.names, targets, strict=True))
@@ -362,6 +359,20 @@ def _duckdb_errors(snapshot: Snapshot, duckdb: Any) -> Iterator[None]:
         raise
 
 
+def _native(
+    snapshot: Snapshot, filter: FilterLike
+) -> tuple[Predicate | None, list[DataFile], NativePlan] | None:
+    """The parsed filter, the files it keeps and their plan, for an engine's own
+    Parquet reader; None when the filter or the files need lakelog's scanner."""
+    pred = parse_filter(filter, snapshot.schema)
+    if pred is not None and _has_unknown(pred):
+        return None
+    base = None if pred is None else to_expression(pred)
+    files = list(snapshot.files(base))
+    plan = native_plan(snapshot, files)
+    return None if plan is None else (pred, files, plan)
+
+
 def _has_unknown(pred: Predicate) -> bool:
     if isinstance(pred, Unknown):
         return True
@@ -409,14 +420,10 @@ def polars_frame(snapshot: Snapshot, *, filter: FilterLike = None) -> Any:
     (global over the scan's files, so each file's positions are offset by the rows of
     the files before it) and the deleted positions filtered out."""
     pl = require("polars", purpose="snapshot.to_polars()")
-    pred = parse_filter(filter, snapshot.schema)
-    if pred is not None and _has_unknown(pred):
+    native = _native(snapshot, filter)
+    if native is None:
         return None
-    base = None if pred is None else to_expression(pred)
-    files = list(snapshot.files(base))
-    plan = native_plan(snapshot, files)
-    if plan is None:
-        return None
+    pred, files, plan = native
     out = mapping.strip(snapshot.schema)
     try:
         target = pl.from_arrow(out.empty_table()).schema
