@@ -48,8 +48,19 @@ __all__ = [
 ]
 
 
-def add_table_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("uri", help="table location: a path, file://, s3://, memory://")
+def add_table_args(
+    p: argparse.ArgumentParser,
+    *,
+    optional: bool = False,
+    uri_help: str = "table location: a path, file://, s3://, memory://",
+    json_help: str = "print JSON instead of text (a failure too: one JSON object on stderr)",
+) -> None:
+    """The table argument (``optional``: may be left out) and the flags every table
+    command takes: storage options, ``--single-writer``, ``--json``, ``--catalog``."""
+    if optional:
+        p.add_argument("uri", nargs="?", default=None, help=uri_help)
+    else:
+        p.add_argument("uri", help=uri_help)
     p.add_argument(
         "--storage-option",
         "-o",
@@ -64,11 +75,7 @@ def add_table_args(p: argparse.ArgumentParser) -> None:
         help="only one process ever writes this table: allows filesystems that cannot "
         "create a file only if absent (e.g. GCS, HTTP)",
     )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON instead of text (a failure too: one JSON object on stderr)",
-    )
+    p.add_argument("--json", action="store_true", help=json_help)
     from .catalog import add_catalog_arg  # the table may be given by its catalog name
 
     add_catalog_arg(p)

@@ -15,8 +15,8 @@ from ..catalog import CATALOG_ENV, connect_catalog
 from ..errors import InvalidArgumentError
 from ..maintenance.maintain import DEFAULT_BUDGET_BYTES, MaintainReport
 from ..maintenance.maintain import maintain_catalog as run_catalog
-from .catalog import add_catalog_arg, table_uri
-from .common import open_from_args, parse_duration, parse_size, print_json
+from .catalog import table_uri
+from .common import add_table_args, open_from_args, parse_duration, parse_size, print_json
 
 
 def _budget(text: str) -> int | None:
@@ -40,31 +40,12 @@ def register(sub: Any) -> None:
             "docs/maintenance.md, 'maintain: what a table needs'."
         ),
     )
-    p.add_argument(
-        "uri",
-        nargs="?",
-        default=None,
-        help="table location or catalog name; omit it with --catalog to rank every table",
+    add_table_args(
+        p,
+        optional=True,
+        uri_help="table location or catalog name; omit it with --catalog to rank every table",
+        json_help="print JSON instead of text (with --every, one JSON object per line per round)",
     )
-    p.add_argument(
-        "--storage-option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option (repeatable), e.g. -o anon=true",
-    )
-    p.add_argument(
-        "--single-writer",
-        action="store_true",
-        help="only one process ever writes this table (filesystems without put-if-absent)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON instead of text (with --every, one JSON object per line per round)",
-    )
-    add_catalog_arg(p)
     p.add_argument(
         "--budget-bytes",
         type=_budget,
