@@ -10,7 +10,17 @@
 
 from .__about__ import __version__
 from .catalog import connect_catalog
-from .changes import ChangeResult, FileChange, MergeReport
+from .changes import (
+    ChangeResult,
+    FileChange,
+    MergeClause,
+    MergeReport,
+    when_matched_delete,
+    when_matched_update,
+    when_not_matched_by_source_delete,
+    when_not_matched_by_source_update,
+    when_not_matched_insert,
+)
 from .errors import (
     AdoptedFilesMissingError,
     AppVersionCommittedError,
@@ -82,6 +92,7 @@ __all__ = [
     "LakelogError",
     "MaintainReport",
     "LeaseExpiredError",
+    "MergeClause",
     "MergeReport",
     "MissingDependencyError",
     "NoSuchNamespaceError",
@@ -108,5 +119,10 @@ __all__ = [
     "enable_delta_view",
     "open_table",
     "sync_delta_view",
+    "when_matched_delete",
+    "when_matched_update",
+    "when_not_matched_by_source_delete",
+    "when_not_matched_by_source_update",
+    "when_not_matched_insert",
     "write_table",
 ]

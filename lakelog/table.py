@@ -26,7 +26,7 @@ from .transaction import CommitResult, Kind, Rebase
 __all__ = ["Table", "create_table", "open_table", "write_table"]
 
 if TYPE_CHECKING:
-    from .changes import ChangeResult, MergeReport
+    from .changes import ChangeResult, MergeClause, MergeReport
     from .filters import FilterLike, PartitionFilterLike
     from .inspect import TableInspect
     from .maintenance.claims import PlanStatus
@@ -452,9 +452,9 @@ class Table:
         source: Any,
         on: str | Sequence[str],
         *,
-        when_matched: Literal["update", "delete", "ignore"] = "update",
-        when_not_matched: Literal["insert", "ignore"] = "insert",
-        when_not_matched_by_source: Literal["ignore", "delete"] = "ignore",
+        when_matched: Literal["update", "delete", "ignore"] | Sequence[MergeClause] = "update",
+        when_not_matched: Literal["insert", "ignore"] | Sequence[MergeClause] = "insert",
+        when_not_matched_by_source: Literal["ignore", "delete"] | Sequence[MergeClause] = "ignore",
         duplicates: Literal["error", "last", "first"] = "error",
         dry_run: bool = False,
     ) -> MergeReport:
@@ -463,23 +463,38 @@ class Table:
         Matched target rows are updated in place, deleted or left alone
         (``when_matched``); unmatched source rows are inserted or dropped
         (``when_not_matched``); ``when_not_matched_by_source="delete"`` deletes
-        target rows no source row matches (and so reads every file). Source rows
-        sharing a key are an error unless ``duplicates`` is ``"last"`` or
-        ``"first"``. Only files that may hold a source key are read. The report
-        says rows inserted, updated, deleted and files rewritten.
+        target rows no source row matches (and so reads every file). Each option also
+        takes a list of clauses (:func:`lakelog.when_matched_update` and its kin, Delta's
+        ``WHEN`` clauses): the first of a kind whose condition holds applies, and only
+        the last may lack a condition. Source rows sharing a key are an error unless
+        ``duplicates`` is ``"last"`` or ``"first"``. Only files that may hold a source
+        key are read. The report says rows inserted, updated, deleted and files
+        rewritten.
 
         Args:
             source: the rows to merge, in any form :meth:`append` takes.
             on: the key column, or columns, matching source rows to target rows.
-            when_matched: ``"update"`` (default), ``"delete"`` or ``"ignore"``.
-            when_not_matched: ``"insert"`` (default) or ``"ignore"``.
-            when_not_matched_by_source: ``"ignore"`` (default) or ``"delete"``.
+            when_matched: ``"update"`` (default), ``"delete"``, ``"ignore"``, or a list of
+                ``when_matched_update`` / ``when_matched_delete`` clauses.
+            when_not_matched: ``"insert"`` (default), ``"ignore"``, or a list of
+                ``when_not_matched_insert`` clauses.
+            when_not_matched_by_source: ``"ignore"`` (default), ``"delete"``, or a list of
+                ``when_not_matched_by_source_update`` / ``..._delete`` clauses.
             duplicates: ``"error"`` (default), or keep the ``"last"`` or ``"first"``
                 source row of a key.
             dry_run: only report what would change; default False.
         """
         from .changes import merge_rows
 
+        text = None
+        forms = (when_matched, when_not_matched, when_not_matched_by_source)
+        if any(_has_text(f) for f in forms):
+            from .scan.engines import require
+
+            require("sqlglot", purpose="SQL text in merge clauses")
+            from .sql.values import merge_text
+
+            text = merge_text
         return self._after_write(
             merge_rows(
                 self,
@@ -490,6 +505,7 @@ class Table:
                 when_not_matched_by_source=when_not_matched_by_source,
                 duplicates=duplicates,
                 dry_run=dry_run,
+                text=text,
             )
         )
 
@@ -1103,3 +1119,20 @@ def write_table(
     if mode == "append":
         return table.append(data, schema_mode=schema_mode)
     return table.overwrite(data, schema_mode=schema_mode)
+
+
+def _has_text(clauses: Any) -> bool:
+    """Whether a merge option's clauses hold SQL text (conditions or values)."""
+    from .changes import MergeClause
+
+    if isinstance(clauses, MergeClause):
+        clauses = [clauses]
+    if isinstance(clauses, str) or not isinstance(clauses, (list, tuple)):
+        return False
+    for c in clauses:
+        if isinstance(c, MergeClause) and (
+            isinstance(c.condition, str)
+            or any(isinstance(v, str) for v in (c.values or {}).values())
+        ):
+            return True
+    return False

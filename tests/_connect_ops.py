@@ -287,6 +287,90 @@ def sql(spark: Any, root: str) -> dict[str, Any]:
         catalog.close()
 
 
+def merge_clauses(spark: Any, root: str) -> dict[str, Any]:
+    """A MERGE with every kind of WHEN clause, conditions and SET / VALUES expressions,
+    through ``lakelog.spark.sql`` and through ``lakelog.spark.merge`` with clause objects
+    whose SQL text lakelog reads itself on Connect; and the embedded ``Table.merge``'s
+    rows for the same clauses."""
+    from lakelog import (
+        when_matched_delete,
+        when_matched_update,
+        when_not_matched_by_source_update,
+        when_not_matched_insert,
+    )
+
+    catalog = lakelog.connect_catalog(
+        "sqlite:///" + os.path.join(root, "c.db"), warehouse=os.path.join(root, "wh")
+    )
+    start = pa.table({"id": [1, 2, 3, 4], "p": ["a", "a", "b", "b"], "v": [1.0, 2.0, 3.0, 4.0]})
+    changes = [(1, "a", 10.0), (2, "x", 0.5), (7, "c", 70.0), (8, "c", 0.0)]
+    try:
+        catalog.create_namespace("s")
+        by_sql = catalog.create_table("s.t", start.schema)
+        by_sql.append(start)
+        src = catalog.create_table("s.src", start.schema)
+        src.append(
+            pa.table(
+                {
+                    "id": [r[0] for r in changes],
+                    "p": [r[1] for r in changes],
+                    "v": [r[2] for r in changes],
+                }
+            )
+        )
+        counts = (
+            lspark.sql(
+                spark,
+                "MERGE INTO s.t t USING s.src s ON t.id = s.id "
+                "WHEN MATCHED AND s.p = 'x' THEN DELETE "
+                "WHEN MATCHED THEN UPDATE SET v = t.v + s.v "
+                "WHEN NOT MATCHED AND s.v > 1 THEN INSERT (id, p, v) VALUES (s.id, 'new', s.v * 2) "
+                "WHEN NOT MATCHED BY SOURCE AND t.v > 3 THEN UPDATE SET p = 'idle'",
+                catalog=catalog,
+            )
+            .collect()[0]
+            .asDict()
+        )
+        clauses: dict[str, Any] = {
+            "when_matched": [
+                when_matched_delete(condition="source.p = 'x'"),
+                when_matched_update(set={"v": "v + source.v"}),
+            ],
+            "when_not_matched": [
+                when_not_matched_insert(
+                    values={"id": "source.id", "p": "'new'", "v": "source.v * 2"},
+                    condition="source.v > 1",
+                )
+            ],
+            "when_not_matched_by_source": [
+                when_not_matched_by_source_update(set={"p": "'idle'"}, condition="v > 3")
+            ],
+        }
+        api = os.path.join(root, "api")
+        lakelog.write_table(api, start)
+        frame = spark.createDataFrame(changes, ROW_SCHEMA)
+        report = lspark.merge(spark, api, frame, "id", **clauses)
+        embedded = os.path.join(root, "embedded")
+        lakelog.write_table(embedded, start)
+        source = pa.table(
+            {
+                "id": [r[0] for r in changes],
+                "p": [r[1] for r in changes],
+                "v": [r[2] for r in changes],
+            }
+        )
+        lakelog.open_table(embedded).merge(source, "id", **clauses)
+        return {
+            "sql": _rows(by_sql.uri),
+            "counts": _json(counts),
+            "api": _rows(api),
+            "api_counts": [report.updated_rows, report.deleted_rows, report.inserted_rows],
+            "embedded": _rows(embedded),
+        }
+    finally:
+        catalog.close()
+
+
 def typed_errors(spark: Any, root: str) -> dict[str, Any]:
     """lakelog's error classes out of Spark's exceptions: ``read_changes`` over a commit
     without change files, a missing data file through the ``lakelog`` format

@@ -31,17 +31,19 @@ CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
 """Who may import ``lakelog.catalog``: the public API, the command line and the SQL
 statements over its names."""
 
-SQL_USES = {"sql", "catalog", "errors", "filters", "scan"}
+SQL_USES = {"sql", "catalog", "changes", "errors", "filters", "scan"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
 the catalog loads), reads through the scan's engine adapters and turns OPTIMIZE's WHERE
-into a filter; no engine of its own."""
+into a filter, and builds a MERGE's clauses (``lakelog.changes.clauses``, plain values);
+no engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
-SQL_MODULE_USERS = {"lakelog", "lakelog.spark.sql", "lakelog.spark.changes"}
+SQL_MODULE_USERS = {"lakelog", "lakelog.table", "lakelog.spark.sql", "lakelog.spark.changes"}
 """Who may import ``lakelog.sql``: the command line, ``lakelog.spark.sql`` (the Spark
 engine of the statements) and ``lakelog.spark.changes`` (on Spark Connect a SET value's
-SQL text is read by ``lakelog.sql.values``), nothing else of ``spark/``."""
+SQL text is read by ``lakelog.sql.values``; ``lakelog.table`` likewise for a merge
+clause's SQL text), nothing else of ``spark/``."""
 
 
 def _module(path: Path) -> str:

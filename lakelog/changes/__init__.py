@@ -16,7 +16,8 @@ Invariants:
 * Memory holds the merge source (if any) plus one batch per worker, never a file
   group, partition or table.
 
-Modules: :mod:`.predicate` (delete, update, overwrite), :mod:`.merge`,
+Modules: :mod:`.predicate` (delete, update, overwrite), :mod:`.merge` (with its WHEN
+clauses, :mod:`.clauses`),
 :mod:`.execute` (probe and rewrite), :mod:`.conflicts` (the rebase check),
 :mod:`.run`, :mod:`.result`, :mod:`.read`. Schema evolution and restore, the
 table-level changes of the same issue, live beside them in :mod:`.schema` and
@@ -30,6 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import write_options_from
 from ..errors import InvalidArgumentError
+from .clauses import (
+    MergeClause,
+    TextReader,
+    when_matched_delete,
+    when_matched_update,
+    when_not_matched_by_source_delete,
+    when_not_matched_by_source_update,
+    when_not_matched_insert,
+)
 from .merge import MergeChange
 from .predicate import DeleteChange, OverwriteChange, UpdateChange, Where
 from .result import ChangeResult, FileChange, MergeReport
@@ -42,11 +52,17 @@ if TYPE_CHECKING:
 __all__ = [
     "ChangeResult",
     "FileChange",
+    "MergeClause",
     "MergeReport",
     "delete_rows",
     "merge_rows",
     "overwrite_rows",
     "update_rows",
+    "when_matched_delete",
+    "when_matched_update",
+    "when_not_matched_by_source_delete",
+    "when_not_matched_by_source_update",
+    "when_not_matched_insert",
 ]
 
 
@@ -92,13 +108,15 @@ def merge_rows(
     source: Any,
     on: Any,
     *,
-    when_matched: str = "update",
-    when_not_matched: str = "insert",
-    when_not_matched_by_source: str = "ignore",
+    when_matched: Any = "update",
+    when_not_matched: Any = "insert",
+    when_not_matched_by_source: Any = "ignore",
     duplicates: str = "error",
     dry_run: bool = False,
+    text: TextReader | None = None,
 ) -> MergeReport:
-    """Upsert ``source`` by the key columns ``on`` (see :meth:`lakelog.Table.merge`)."""
+    """Upsert ``source`` by the key columns ``on`` (see :meth:`lakelog.Table.merge`);
+    ``text`` reads the clauses' SQL strings."""
     dry = _dry_run(dry_run)
     snap = table.snapshot()
     change = MergeChange(
@@ -111,6 +129,7 @@ def merge_rows(
         when_not_matched_by_source=when_not_matched_by_source,
         duplicates=duplicates,
         options=write_options_from(snap.properties),
+        text=text,
     )
     result = run_change(table, change, snap, dry_run=dry)
     assert isinstance(result, MergeReport)

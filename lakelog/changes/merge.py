@@ -4,10 +4,12 @@ The source is read into memory once, checked against the table schema and
 deduplicated by key (``duplicates=``); memory then holds the source plus one
 batch of one target file per worker, never the table. A target row *matches*
 when every key column equals the source row's (a null key matches nothing, as
-in SQL), and then, per ``when_matched``, gets the source row's values in place,
-is deleted, or is left alone. Source rows no target row matched are inserted
-(``when_not_matched="insert"``), in source order. ``when_not_matched_by_source=
-"delete"`` deletes target rows no source row matches, so every file is read.
+in SQL). What then happens is said by the merge's WHEN clauses
+(:mod:`.clauses`, Delta's): per matched target row the first ``when_matched``
+clause whose condition holds updates or deletes it; per unmatched target row the
+first ``when_not_matched_by_source`` clause (then every file is read); per source
+row no target row matched, the first ``when_not_matched`` clause inserts it, in
+source order. The string forms (``when_matched="update"``...) are one clause each.
 
 Target files are pruned by the source's keys: a file is read only if, for every
 key column, its partition value is a source key or some source key lies within
@@ -38,6 +40,19 @@ from ..partitioning import partition_scalar
 from ..stats import stats_scalar
 from ..storage import Storage
 from .base import Counts, RowChange, Written
+from .clauses import (
+    DELETE,
+    UPDATE,
+    Clauses,
+    MergeClause,
+    TextReader,
+    legacy,
+    when_matched_delete,
+    when_matched_update,
+    when_not_matched_by_source_delete,
+    when_not_matched_by_source_update,
+    when_not_matched_insert,
+)
 
 if TYPE_CHECKING:
     from .feed import ChangeWriter
@@ -45,12 +60,18 @@ if TYPE_CHECKING:
 __all__ = [
     "MatchedAction",
     "MergeChange",
+    "MergeClause",
     "NotMatchedAction",
     "SourceKeys",
     "check_keys",
     "put_values",
     "slice_within",
     "sortable_keys",
+    "when_matched_delete",
+    "when_matched_update",
+    "when_not_matched_by_source_delete",
+    "when_not_matched_by_source_update",
+    "when_not_matched_insert",
 ]
 
 MatchedAction = Literal["update", "delete", "ignore"]
@@ -354,7 +375,8 @@ def _any_within(keys: np.ndarray, lo: pa.Array, hi: pa.Array) -> np.ndarray:
 
 
 class MergeChange(RowChange):
-    """``merge(source, on=...)`` as a :class:`RowChange`."""
+    """``merge(source, on=...)`` as a :class:`RowChange`: its clauses
+    (:class:`~.clauses.Clauses`) decide per row."""
 
     operation = "MERGE"
 
@@ -365,38 +387,59 @@ class MergeChange(RowChange):
         source: Any,
         on: Any,
         *,
-        when_matched: str,
-        when_not_matched: str,
-        when_not_matched_by_source: str,
+        when_matched: Any,
+        when_not_matched: Any,
+        when_not_matched_by_source: Any,
         duplicates: str,
         options: WriteOptions,
+        extra: pa.Table | None = None,
+        text: TextReader | None = None,
     ) -> None:
-        self.when_matched = _choice("when_matched", when_matched, ("update", "delete", "ignore"))
-        self.when_not_matched = _choice("when_not_matched", when_not_matched, ("insert", "ignore"))
-        self.by_source = _choice(
-            "when_not_matched_by_source", when_not_matched_by_source, ("ignore", "delete")
-        )
         self.duplicates = _choice("duplicates", duplicates, ("error", "last", "first"))
         self.keys = check_keys(on, schema)
+        self.forms = {
+            "when_matched": when_matched,
+            "when_not_matched": when_not_matched,
+            "when_not_matched_by_source": when_not_matched_by_source,
+        }
+        reader = to_reader(source)
+        given = reader.schema
+        if all(isinstance(f, str) for f in self.forms.values()):
+            check_schema(given, schema)  # the string forms: the table's columns exactly
+        own, others, missing = source_columns(given, schema, self.keys)
+        every_extra = [*others, *(extra.schema if extra is not None else [])]
+        self.clauses = Clauses(
+            schema,
+            self.keys,
+            legacy("matched", when_matched),
+            legacy("not_matched", when_not_matched),
+            legacy("not_matched_by_source", when_not_matched_by_source),
+            extra=pa.schema(every_extra) if every_extra else None,
+            missing=missing,
+            text=text,
+        )
         self.schema = schema
         self.partition_by = partition_by
         self.options = options
-        reader = to_reader(source)
-        check_schema(reader.schema, schema)
-        table = pa.Table.from_batches(
-            [conform(b, schema) for b in reader if b.num_rows], schema=schema
-        )
+        table = _source_table(reader, schema, own, others)
+        if extra is not None:  # computed source columns (Spark), row for row
+            for name in extra.column_names:
+                table = table.append_column(name, extra.column(name))
         self.source = SourceKeys(table, self.keys, self.duplicates)  # type: ignore[arg-type]
         self.matched = np.zeros(self.source.table.num_rows, dtype=bool)
         """Source rows some target row matched (set by :meth:`probe` and :meth:`apply`)."""
         self._lock = threading.Lock()
         self._index = self.source.index
         self.inserted = 0
-        # with when_not_matched_by_source="delete" nearly every file changes: no probe
-        self.probe_columns = None if self.by_source == "delete" else self.keys
+        self.by_source = bool(self.clauses.by_source)
+        """Whether target rows no source row matches may change (every file is read)."""
+        # with WHEN NOT MATCHED BY SOURCE clauses nearly every file changes: no probe
+        probe = tuple(dict.fromkeys([*self.keys, *self.clauses.target_columns()]))
+        self.probe_columns = None if self.by_source else probe
         self.conflict_columns = self.keys
-        # updated rows take every value from the source: deletion vectors read only keys
-        self.split_columns = self.keys
+        # rows updated from the source row as it is need only the columns that decide;
+        # values computed from the target row need every column
+        self.split_columns = probe if self.clauses.plain_update and not self.by_source else None
 
     def for_file(self, file: DataFile) -> MergeChange:
         """This merge for the rows of one target file: lookups among only the source
@@ -411,20 +454,20 @@ class MergeChange(RowChange):
     @property
     def noop(self) -> bool:
         """Whether this merge cannot change anything."""
-        return (
-            self.when_matched == "ignore"
-            and self.when_not_matched == "ignore"
-            and self.by_source == "ignore"
-        )
+        return self.clauses.noop
 
     def parameters(self) -> dict[str, Any]:
-        return {
-            "on": list(self.keys),
-            "when_matched": self.when_matched,
-            "when_not_matched": self.when_not_matched,
-            "when_not_matched_by_source": self.by_source,
-            "duplicates": self.duplicates,
-        }
+        out: dict[str, Any] = {"on": list(self.keys)}
+        for option, when in (
+            ("when_matched", "matched"),
+            ("when_not_matched", "not_matched"),
+            ("when_not_matched_by_source", "not_matched_by_source"),
+        ):
+            form = self.forms[option]
+            plain = isinstance(form, str) or form is None
+            out[option] = form if plain else self.clauses.describe(when)  # type: ignore[arg-type]
+        out["duplicates"] = self.duplicates
+        return out
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -437,7 +480,7 @@ class MergeChange(RowChange):
         if self.noop:
             return []
         files = list(snapshot.files())
-        if self.by_source == "delete":
+        if self.by_source:
             return files
         if self.source.empty:
             return []
@@ -445,33 +488,40 @@ class MergeChange(RowChange):
         return [f for f, k in zip(files, keep.tolist(), strict=True) if k]
 
     def prune(self, files: FileStatsColumns) -> np.ndarray:
-        if self.by_source == "delete":
+        if self.by_source:
             return np.ones(len(files.num_rows), dtype=bool)
         return self.source.prune(files)
 
-    def _classify(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per row: matched source row (-1: none), updated, deleted."""
+    def _decide(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: the matched source row (-1: none), what happens to it (KEEP, UPDATE,
+        DELETE) and the clause that decided."""
         idx = self._index.match(batch)
         hit = idx >= 0
         if hit.any():
             with self._lock:
                 self.matched[idx[hit]] = True
-        updated = hit if self.when_matched == "update" else np.zeros_like(hit)
-        deleted = hit if self.when_matched == "delete" else np.zeros_like(hit)
-        if self.by_source == "delete":
-            deleted = deleted | ~hit
-        return idx, updated, deleted
+        action, which = self.clauses.decide(batch, self.source.table, idx)
+        return idx, action, which
 
     def probe(self, batch: pa.RecordBatch) -> Counts:
-        _, updated, deleted = self._classify(batch)
-        return _counts(updated, deleted)
+        _, action, _ = self._decide(batch)
+        return _counts(action == UPDATE, action == DELETE)
 
     def apply(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Counts]:
-        idx, updated, deleted = self._classify(batch)
+        idx, action, which = self._decide(batch)
+        updated, deleted = action == UPDATE, action == DELETE
         counts = _counts(updated, deleted)
         if not counts.changed:
             return batch, counts
-        out = self._updated(batch, idx, updated)
+        out = batch
+        if updated.any():
+            rows = np.flatnonzero(updated)
+            new = self.clauses.new_rows(batch, self.source.table, idx, which, rows)
+            mask = pa.array(updated)
+            arrays = [
+                put_values(batch.column(f.name), mask, new.column(f.name)) for f in self.schema
+            ]
+            out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         if deleted.any():
             out = out.filter(pa.array(~deleted))
         return out, counts
@@ -483,62 +533,40 @@ class MergeChange(RowChange):
     def split_changes(
         self, batch: pa.RecordBatch
     ) -> tuple[np.ndarray, np.ndarray, pa.RecordBatch | None, Counts]:
-        idx, updated, deleted = self._classify(batch)
+        idx, action, which = self._decide(batch)
+        updated, deleted = action == UPDATE, action == DELETE
         counts = _counts(updated, deleted)
-        updated = updated & ~deleted
         if not updated.any():
             return deleted, updated, None, counts
-        return updated | deleted, updated, self._new_rows(batch, idx, updated), counts
-
-    def _new_rows(
-        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
-    ) -> pa.RecordBatch:
-        """The new values of the ``updated`` rows of ``batch`` (matched source rows
-        ``idx``), every column, in order: here the matched source rows, whose keys
-        equal the target's and every other value is new."""
-        rows = self.source.table.take(pa.array(idx[updated])).combine_chunks().to_batches()
-        return rows[0] if len(rows) == 1 else pa.concat_batches(rows)
-
-    def _updated(
-        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
-    ) -> pa.RecordBatch:
-        """``batch`` with the matched source rows' values in place of the updated rows:
-        memory is the batch plus those source rows."""
-        if not updated.any():
-            return batch
-        mask = pa.array(updated)
-        rows = self.source.table.take(pa.array(idx[updated]))
-        arrays = [
-            batch.column(f.name)
-            if f.name in self.keys
-            else put_values(batch.column(f.name), mask, rows.column(f.name).combine_chunks())
-            for f in self.schema
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        new = self.clauses.new_rows(batch, self.source.table, idx, which, np.flatnonzero(updated))
+        return updated | deleted, updated, new, counts
 
     def conflicts(self, batch: pa.RecordBatch) -> bool:
-        if self.by_source == "delete":
+        if self.by_source:
             return bool(batch.num_rows > 0)
         idx = self._index.match(batch)
         return bool((idx >= 0).any())
 
+    def _unmatched(self) -> Iterator[pa.Table]:
+        rows = np.flatnonzero(~self.matched)
+        step = 65536
+        for start in range(0, len(rows), step):
+            yield self.source.table.take(pa.array(rows[start : start + step]))
+
     def after(
         self, storage: Storage, lease_id: str, *, feed: ChangeWriter | None = None
     ) -> Written:
-        if self.when_not_matched != "insert":
+        if not self.clauses.not_matched or self.matched.all():
             return Written()
-        rows = np.flatnonzero(~self.matched)
-        if not len(rows):
-            return Written()
-        self.inserted = len(rows)
+        counted = [0]
 
         def batches() -> Iterator[pa.RecordBatch]:
-            step = 65536
-            for start in range(0, len(rows), step):
-                part = self.source.table.take(pa.array(rows[start : start + step]))
-                if feed is not None:
-                    feed.add(part, INSERT)
-                yield from part.to_batches()
+            for part in self._unmatched():
+                for b in self.clauses.inserts(part):
+                    counted[0] += b.num_rows
+                    if feed is not None:
+                        feed.add(b, INSERT)
+                    yield b
 
         adds = write_files(
             storage,
@@ -548,13 +576,53 @@ class MergeChange(RowChange):
             options=self.options,
             lease_id=lease_id,
         )
-        return Written(tuple(adds), len(rows))
+        self.inserted = counted[0]
+        return Written(tuple(adds), counted[0])
 
     def planned_inserts(self) -> int:
-        """Source rows no target row matched so far (what :meth:`after` would insert)."""
-        if self.when_not_matched != "insert":
+        """Source rows no target row matched so far that a clause inserts (what
+        :meth:`after` would insert)."""
+        if not self.clauses.not_matched:
             return 0
-        return int(np.count_nonzero(~self.matched))
+        return sum(self.clauses.count_inserts(part) for part in self._unmatched())
+
+
+def source_columns(
+    given: pa.Schema, schema: pa.Schema, keys: Sequence[str]
+) -> tuple[pa.Schema, list[pa.Field], list[str]]:
+    """A merge source's columns: those of the table (checked against its types), the
+    others (``source.<col>`` in clauses), and the table's columns it lacks (it must
+    hold the keys)."""
+    lacking = [k for k in keys if k not in given.names]
+    if lacking:
+        raise InvalidArgumentError(
+            f"expected the merge source to hold the key columns {list(keys)}, found it lacks "
+            f"{lacking} (its columns: {given.names})"
+        )
+    own = pa.schema([schema.field(n) for n in schema.names if n in given.names])
+    check_schema(pa.schema([given.field(n) for n in own.names]), own)
+    others = [given.field(n) for n in given.names if n not in schema.names]
+    return own, others, [n for n in schema.names if n not in given.names]
+
+
+def _source_table(
+    reader: pa.RecordBatchReader, schema: pa.Schema, own: pa.Schema, others: list[pa.Field]
+) -> pa.Table:
+    """The source as the merge holds it: the table's columns (null where the source
+    lacks one: no clause reads it), then the source's other columns."""
+    full = pa.schema([*schema, *others])
+    batches = []
+    for b in reader:
+        if not b.num_rows:
+            continue
+        mine = conform(b.select(own.names), own)
+        arrays = [
+            mine.column(f.name) if f.name in own.names else pa.nulls(b.num_rows, f.type)
+            for f in schema
+        ]
+        arrays += [b.column(f.name) for f in others]
+        batches.append(pa.RecordBatch.from_arrays(arrays, schema=full))
+    return pa.Table.from_batches(batches, schema=full)
 
 
 def put_values(column: pa.Array, mask: pa.BooleanArray, values: pa.Array) -> pa.Array:

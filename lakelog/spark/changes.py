@@ -48,6 +48,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..changes.base import Counts, RowChange, Written
+from ..changes.clauses import (
+    Clauses,
+    MergeClause,
+    legacy,
+    when_matched_delete,
+    when_matched_update,
+)
 from ..changes.conflicts import RowLevelRebase
 from ..changes.execute import Context, FileOutcome, RowSink, process_file
 from ..changes.feed import ChangeWriter, feed_enabled
@@ -55,12 +62,11 @@ from ..changes.merge import (
     MergeChange,
     SourceKeys,
     check_keys,
-    put_values,
     slice_within,
     sortable_keys,
 )
 from ..changes.predicate import DeleteChange, UpdateChange, Where, check_assignments
-from ..changes.read import evaluate, matched, read_rows
+from ..changes.read import read_rows
 from ..changes.result import ChangeResult, MergeReport
 from ..changes.run import commit_outcomes
 from ..core import load_table, write_options_from
@@ -75,7 +81,6 @@ from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
 from ..log.snapshot import Snapshot
 from ..partitioning import STAGING_DIR
-from ..stats import referenced_columns
 from ..storage import Storage
 from .errors import carry, lakelog_error
 from .filters import analysis_error, exact_expression, is_spark_column, spark_expression
@@ -394,28 +399,41 @@ def _run_predicate(
 
 @dataclasses.dataclass(frozen=True)
 class _MergeSpec:
-    """A merge's options as its tasks apply them (picklable)."""
+    """A merge's clauses as its tasks apply them (picklable): every condition and value
+    a literal or a pyarrow Expression over the target row and ``source.<col>``, a Spark
+    Column value read from the source column Spark computed for it."""
 
     keys: tuple[str, ...]
-    when_matched: str
-    """``update``, ``delete``, ``ignore`` or ``assign`` (``when_matched={col: value}``)."""
-    by_source: str
-    insert: bool
-    assignments: tuple[tuple[str, str, Any], ...] = ()
-    """(column, kind, value): kind ``literal`` (a pa.Scalar), ``expr`` (a pyarrow
-    Expression over the target row and ``source.<col>``) or ``column`` (the name of a
-    source column Spark computed)."""
-    condition: tuple[str, Any] | None = None
-    """(``expr``, a pyarrow Expression) or (``column``, a computed boolean source column)."""
+    matched: tuple[MergeClause, ...]
+    not_matched: tuple[MergeClause, ...]
+    by_source: tuple[MergeClause, ...]
     computed: tuple[str, ...] = ()
-    """The source columns Spark computed from Spark Column expressions."""
-    probe_columns: tuple[str, ...] | None = None
-    split_columns: tuple[str, ...] | None = None
+    """The source's columns beyond the table's, then those Spark computed from Spark
+    Column values."""
+    missing: tuple[str, ...] = ()
+    """The table's columns the source lacks (null in the rows the tasks get)."""
+
+    @property
+    def insert(self) -> bool:
+        return bool(self.not_matched)
+
+    def clauses(self, schema: pa.Schema, extra: pa.Schema | None) -> Clauses:
+        """The clauses checked against the table (the driver, before anything runs) and
+        as the tasks evaluate them."""
+        return Clauses(
+            schema,
+            self.keys,
+            self.matched,
+            self.not_matched,
+            self.by_source,
+            extra=extra,
+            missing=self.missing,
+        )
 
 
 class _TaskMerge(MergeChange):
-    """The embedded merge over one file's routed source rows, plus a matched condition
-    and column assignments (``when_matched={...}``); inserts are Spark's."""
+    """The embedded merge over one file's routed source rows (with the columns Spark
+    computed beside them); inserts are Spark's."""
 
     def __init__(
         self,
@@ -430,117 +448,33 @@ class _TaskMerge(MergeChange):
             partition_by,
             rows.select(schema.names),
             spec.keys,
-            when_matched="update" if spec.when_matched == "assign" else spec.when_matched,
-            when_not_matched="ignore",
-            when_not_matched_by_source=spec.by_source,
+            when_matched=list(spec.matched),
+            when_not_matched=[],
+            when_not_matched_by_source=list(spec.by_source),
             duplicates="error",  # Spark kept one row per key
             options=options,
+            extra=rows.select(list(spec.computed)) if spec.computed else None,
         )
-        self.spec = spec
-        # the source's rows are unique by key, so SourceKeys kept them in this order
-        self.computed = rows.select(list(spec.computed)).combine_chunks()
-        if self.by_source != "delete":
-            self.probe_columns = spec.probe_columns
-        self.split_columns = spec.split_columns
 
     def matched_keys(self) -> pa.Table:
         return self.source.table.filter(pa.array(self.matched)).select(list(self.keys))
 
-    def _combined(self, rows: pa.RecordBatch, sidx: np.ndarray) -> pa.RecordBatch:
-        """Target rows beside their source rows (``source.<col>``) and computed columns."""
-        src = self.source.table.take(pa.array(sidx)).combine_chunks()
-        arrays = list(rows.columns)
-        names = list(rows.schema.names)
-        for f in self.schema:
-            arrays.append(src.column(f.name).combine_chunks())
-            names.append(_SOURCE + f.name)
-        extra = self.computed.take(pa.array(sidx))
-        for name in self.spec.computed:
-            arrays.append(extra.column(name).combine_chunks())
-            names.append(name)
-        return pa.RecordBatch.from_arrays(arrays, names=names)
 
-    def _classify(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        idx = self._index.match(batch)
-        hit = idx >= 0
-        if hit.any():
-            with self._lock:
-                self.matched[idx[hit]] = True
-        act = hit
-        cond = self.spec.condition
-        if cond is not None and hit.any():
-            both = self._combined(batch.filter(pa.array(hit)), idx[hit])
-            if cond[0] == "column":
-                mask = matched(both.column(cond[1]))
-            else:
-                mask = matched(evaluate(both, {"c": cond[1]})["c"])
-            act = np.zeros_like(hit)
-            act[hit] = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-        elif cond is not None:
-            act = np.zeros_like(hit)
-        none = np.zeros_like(hit)
-        updated = act if self.when_matched == "update" else none
-        deleted = act if self.when_matched == "delete" else none
-        if self.by_source == "delete":
-            deleted = deleted | ~hit
-        return idx, updated, deleted
-
-    def _assigned(self, rows: pa.RecordBatch, sidx: np.ndarray) -> pa.RecordBatch:
-        """``rows`` (every target column) with the assignments computed."""
-        both = self._combined(rows, sidx)
-        exprs = {c: v for c, kind, v in self.spec.assignments if kind == "expr"}
-        values = evaluate(both, exprs) if exprs else {}
-        new: dict[str, Any] = {}
-        for c, kind, v in self.spec.assignments:
-            if kind == "literal":
-                new[c] = pa.repeat(v, rows.num_rows)
-            elif kind == "column":
-                new[c] = both.column(v)
-            else:
-                new[c] = values[c]
-        arrays = []
-        for f in self.schema:
-            col = new.get(f.name, rows.column(f.name))
-            if col.type != f.type:
-                try:
-                    col = col.cast(f.type, safe=True)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-                    raise InvalidArgumentError(
-                        f"expected the new values of column {f.name!r} in when_matched= to "
-                        f"fit its type {f.type}, found: {e}. Nothing was committed."
-                    ) from e
-            arrays.append(col)
-        return conform(pa.RecordBatch.from_arrays(arrays, schema=self.schema), self.schema)
-
-    def _updated(
-        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
-    ) -> pa.RecordBatch:
-        if self.spec.when_matched != "assign":
-            return super()._updated(batch, idx, updated)
-        if not updated.any():
-            return batch
-        mask = pa.array(updated)
-        new = self._assigned(batch.filter(mask), idx[updated])
-        names = {c for c, _, _ in self.spec.assignments}
-        arrays = [
-            put_values(batch.column(f.name), mask, new.column(f.name))
-            if f.name in names
-            else batch.column(f.name)
-            for f in self.schema
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-    def _new_rows(
-        self, batch: pa.RecordBatch, idx: np.ndarray, updated: np.ndarray
-    ) -> pa.RecordBatch:
-        if self.spec.when_matched != "assign":
-            return super()._new_rows(batch, idx, updated)
-        return self._assigned(batch.filter(pa.array(updated)), idx[updated])
-
-
-def _conformed(rows: pa.Table, schema: pa.Schema, computed: Sequence[str]) -> pa.Table:
-    """Rows as Spark sent them, the table's columns converted to the table's types."""
-    batches = [conform(b.select(schema.names), schema) for b in rows.to_batches() if b.num_rows]
+def _conformed(
+    rows: pa.Table, schema: pa.Schema, computed: Sequence[str], missing: Sequence[str] = ()
+) -> pa.Table:
+    """Rows as Spark sent them, the table's columns converted to the table's types (those
+    the source lacks stay null: no clause reads them)."""
+    own = pa.schema([f for f in schema if f.name not in missing])
+    batches = []
+    for b in rows.to_batches():
+        if b.num_rows:
+            mine = conform(b.select(own.names), own)
+            arrays = [
+                mine.column(f.name) if f.name in own.names else pa.nulls(b.num_rows, f.type)
+                for f in schema
+            ]
+            batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
     table = pa.Table.from_batches(batches, schema=schema)
     for name in computed:
         table = table.append_column(name, rows.column(name))
@@ -585,7 +519,7 @@ def _merge_task(
                 marker = rows.column(_MARK).to_numpy(zero_copy_only=False)
                 if bool(np.any(marker)):
                     rows = rows.filter(pa.array(~np.asarray(marker, dtype=bool)))
-                source = _conformed(rows, job.schema, spec.computed)
+                source = _conformed(rows, job.schema, spec.computed, spec.missing)
                 change = _TaskMerge(spec, job.schema, job.partition_by, source, job.options)
                 outcomes.append(process_file(ctx, change, job.files[fid], write=True))
                 if spec.insert and change.matched.any():
@@ -607,17 +541,26 @@ def _merge_task(
     return run
 
 
-def _insert_task(job: _Job) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The body of an insert task: its rows written as new files (names carry the lease)."""
+def _insert_task(
+    job: _Job, spec: _MergeSpec, extra: pa.Schema | None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The body of an insert task: the rows its ``WHEN NOT MATCHED`` clauses insert for
+    its unmatched source rows, written as new files (names carry the lease)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage = Storage(job.uri, job.storage_options)
         feed = job.change_writer(storage) if job.feed else None
+        clauses = spec.clauses(job.schema, extra)
 
         def rows() -> Iterator[pa.RecordBatch]:
             for b in batches:
-                if b.num_rows:
-                    row = conform(b.select(job.schema.names), job.schema)
+                if not b.num_rows:
+                    continue
+                source = _conformed(
+                    pa.Table.from_batches([b]), job.schema, spec.computed, spec.missing
+                )
+                for row in clauses.inserts(source):
+                    row = conform(row, job.schema)
                     if feed is not None:
                         feed.add(row, INSERT)
                     yield row
@@ -654,7 +597,9 @@ def _probe_task(
         storage = Storage(job.uri, job.storage_options)
         for fid, rows in _by_file(batches):
             f = job.files[fid]
-            source = SourceKeys(_conformed(rows, job.schema, ()).select(list(keys)), keys, "error")
+            others = [n for n in job.schema.names if n not in keys]  # only keys are read
+            own = _conformed(rows, job.schema, (), others)
+            source = SourceKeys(own.select(list(keys)), keys, "error")
             index = source.index_for(f, job.schema)
             try:
                 hit = any(
@@ -774,8 +719,11 @@ class _DriverMerge(RowChange):
         schema: pa.Schema,
         facts: _SourceFacts,
         parameters: dict[str, Any],
+        extra: pa.Schema | None = None,
     ) -> None:
         self.spec = spec
+        self.extra = extra
+        """The types of the source columns Spark computes (Column values)."""
         self.schema = schema
         self.facts = facts
         self._parameters = parameters
@@ -796,7 +744,7 @@ class _DriverMerge(RowChange):
 
     def candidates(self, snapshot: Snapshot) -> Sequence[DataFile]:
         files = list(snapshot.files())
-        if self.spec.by_source == "delete":
+        if self.spec.by_source:
             return files
         if not self.facts.keyed:
             return []
@@ -807,7 +755,7 @@ class _DriverMerge(RowChange):
         """Per file: whether its partition values and statistics may hold a source key
         (min/max overlap per key column; a partition key's values among the source's)."""
         n = len(files.num_rows)
-        if self.spec.by_source == "delete":
+        if self.spec.by_source:
             return np.ones(n, dtype=bool)
         if not self.facts.keyed:
             return np.zeros(n, dtype=bool)
@@ -874,7 +822,7 @@ class _SparkRebase(RowLevelRebase):
     def conflicting(self, added: Sequence[AddFile]) -> list[AddFile]:
         change = self.change
         assert isinstance(change, _DriverMerge)
-        if change.spec.by_source == "delete":
+        if change.spec.by_source:
             return super().conflicting(added)
         adds = [a for a in added if a.data_change and a.num_rows > 0]
         if not adds:
@@ -893,9 +841,9 @@ def merge(
     source: DataFrame,
     on: str | Sequence[str],
     *,
-    when_matched: str | Mapping[str, Any] | None = "update",
-    when_not_matched: str | None = "insert",
-    when_not_matched_by_source: str | None = None,
+    when_matched: str | Mapping[str, Any] | Sequence[MergeClause] | None = "update",
+    when_not_matched: str | Sequence[MergeClause] | None = "insert",
+    when_not_matched_by_source: str | Sequence[MergeClause] | None = None,
     matched_condition: Any = None,
     duplicates: str = "error",
     storage_options: Mapping[str, Any] | None = None,
@@ -909,20 +857,27 @@ def merge(
         source: the rows to merge, with the table's columns and types.
         on: the key column(s) matching source rows to target rows.
         when_matched: ``"update"`` (default: every column from the source row),
-            ``"delete"``, None (or ``"ignore"``), or a mapping of columns to new values,
+            ``"delete"``, None (or ``"ignore"``), a list of ``lakelog.when_matched_update``
+            / ``when_matched_delete`` clauses, or a mapping of columns to new values,
             each a Spark Column or a Spark SQL string over the source DataFrame's columns
             (computed by Spark: ``F.col("amount") * 2`` or ``"amount * 2"``; a string is
             SQL, so a text literal is ``"'closed'"`` or ``F.lit("closed")``), a Python
             literal, or a pyarrow Expression over the target row (its column names) and
             the source row (``pc.field("source.<col>")``).
-        when_not_matched: ``"insert"`` (default) or None.
-        when_not_matched_by_source: ``"delete"`` or None (default).
-        matched_condition: only matched rows where it is true are updated or deleted (the
-            others stay, and count as matched: they are not inserted); a Spark SQL string
-            over the target's columns and the source's as ``source.<col>``
-            (``"status != 'closed' and source.amount > amount"``, evaluated by lakelog as
-            :func:`delete`'s ``where``), a pyarrow Expression over the same, or a Spark
-            Column over the source DataFrame's columns (computed by Spark). Default None.
+        when_not_matched: ``"insert"`` (default), None, or a list of
+            ``lakelog.when_not_matched_insert`` clauses.
+        when_not_matched_by_source: ``"delete"``, None (default), or a list of
+            ``lakelog.when_not_matched_by_source_update`` / ``..._delete`` clauses.
+            In clauses, a SQL string is over the target's columns and the source's as
+            ``source.<col>`` (evaluated by lakelog with Spark's meaning), a Spark Column
+            is computed by Spark over the source DataFrame's columns.
+        matched_condition: with a string or mapping ``when_matched``: only matched rows
+            where it is true are updated or deleted (the others stay, and count as
+            matched: they are not inserted); a Spark SQL string over the target's columns
+            and the source's as ``source.<col>`` (``"status != 'closed' and source.amount
+            > amount"``, evaluated by lakelog as :func:`delete`'s ``where``), a pyarrow
+            Expression over the same, or a Spark Column over the source DataFrame's
+            columns (computed by Spark). Default None.
         duplicates: what several source rows with one key mean: ``"error"`` (default,
             before anything is written), ``"last"`` or ``"first"`` (in the DataFrame's
             order).
@@ -934,94 +889,81 @@ def merge(
     start = time.monotonic()
     from pyspark.sql import functions as F
 
+    from .schema import to_arrow_schema
+
     table = _open(uri, storage_options)
     snap = table.snapshot()
     schema, parts = snap.schema, snap.partition_by
     keys = check_keys(on, schema)
-    matched_action = _matched_action(when_matched)
-    by_source = _option(
-        "when_not_matched_by_source", when_not_matched_by_source, ("delete",), ("ignore",)
-    )
-    insert = _option("when_not_matched", when_not_matched, ("insert",), ("ignore",)) == "insert"
     if duplicates not in ("error", "last", "first"):
         raise InvalidArgumentError(
             f"expected duplicates to be one of 'error', 'last', 'first', found {duplicates!r}"
         )
-    check_dataframe_schema(source.schema, schema)
-    computed: list[tuple[str, Column]] = []
-    both = pa.schema([*schema, *(pa.field(_SOURCE + f.name, f.type) for f in schema)])
-    assignments: list[tuple[str, str, Any]] = []
-    shown: dict[str, Any] = {}
-    if isinstance(when_matched, Mapping):
-        plain: dict[str, Any] = {}
-        for name, value in when_matched.items():
-            if not isinstance(name, str) or name not in schema.names:
-                raise InvalidArgumentError(
-                    f"expected columns of the table in when_matched=, found {name!r}; the "
-                    f"table's columns are {schema.names}"
-                )
-            if name in keys:
-                raise InvalidArgumentError(
-                    f"expected when_matched= to leave the key columns {list(keys)} alone "
-                    f"(a matched row keeps its key), found {name!r}"
-                )
-            parameter = f"when_matched={{{name!r}: ...}}"
-            column = spark_expression(value, parameter)
-            if column is not None:  # over the source's columns, computed by Spark
-                _check_source_expression(source, column, parameter, value)
-                hidden = f"__lakelog_set_{len(computed)}"
-                computed.append((hidden, column))
-                assignments.append((name, "column", hidden))
-                shown[name] = value if isinstance(value, str) else str(value)
-            else:
-                plain[name] = value
-        if plain:
-            values, texts = check_assignments(both, plain, argument="when_matched")
-            shown.update(texts)
-            for name, v in values.items():
-                kind = "expr" if isinstance(v, pc.Expression) else "literal"
-                assignments.append((name, kind, v))
-    condition: tuple[str, Any] | None = None
-    cond_text: str | None = None
-    if matched_condition is not None:
-        if is_spark_column(matched_condition):
-            _check_source_expression(
-                source, matched_condition, "matched_condition=", matched_condition
-            )
-            computed.append(("__lakelog_condition", matched_condition))
-            condition = ("column", "__lakelog_condition")
-        else:
-            cond = _merge_where(spark, matched_condition, schema, both)
-            condition = ("expr", cond.expression)
-        cond_text = str(matched_condition)
-    target_cols: tuple[str, ...] = ()
-    if condition is not None and condition[0] == "expr":
-        target_cols = tuple(c for c in referenced_columns(condition[1], schema.names))
-    probe = tuple(dict.fromkeys([*keys, *target_cols]))
+    forms = (when_matched, when_not_matched, when_not_matched_by_source)
+    if all(f is None or isinstance(f, str | Mapping) for f in forms):
+        check_dataframe_schema(source.schema, schema)  # the table's columns exactly
+    lacking = [k for k in keys if k not in source.columns]
+    if lacking:
+        raise InvalidArgumentError(
+            f"expected the merge source to hold the key columns {list(keys)}, found it "
+            f"lacks {lacking} (its columns: {source.columns})"
+        )
+    own = pa.schema([f for f in schema if f.name in source.columns])
+    check_dataframe_schema(source.select(*columns_of(own.names)).schema, own)
+    others = [c for c in source.columns if c not in schema.names]
+    missing = tuple(n for n in schema.names if n not in own.names)
+    given = pa.schema(
+        [*own, *to_arrow_schema(source.select(*columns_of(others)).schema)] if others else list(own)
+    )
+    values = _SparkValues(spark, source, schema, given)
+    on_match = _matched_clauses(values, keys, when_matched, matched_condition)
+    not_matched = [values.clause(c, "not_matched") for c in legacy("not_matched", when_not_matched)]
+    by_source = [
+        values.clause(c, "not_matched_by_source")
+        for c in legacy("not_matched_by_source", when_not_matched_by_source)
+    ]
     spec = _MergeSpec(
         keys=keys,
-        when_matched=matched_action,
-        by_source=by_source,
-        insert=insert,
-        assignments=tuple(assignments),
-        condition=condition,
-        computed=tuple(c for c, _ in computed),
-        probe_columns=probe,
-        split_columns=None if matched_action == "assign" else probe,
+        matched=tuple(on_match),
+        not_matched=tuple(not_matched),
+        by_source=tuple(by_source),
+        computed=(*others, *(c for c, _ in values.computed)),
+        missing=missing,
     )
-    parameters: dict[str, Any] = {
-        "on": list(keys),
-        "when_matched": shown if matched_action == "assign" else matched_action,
-        "when_not_matched": "insert" if insert else "ignore",
-        "when_not_matched_by_source": by_source,
-        "duplicates": duplicates,
-        "engine": "spark",
-    }
-    if cond_text is not None:
-        parameters["matched_condition"] = cond_text
-
     # the source as the tasks see it; Spark reads it again in each job (route, inserts)
-    prepared = source.select(*columns_of(schema.names), *(c.alias(name) for name, c in computed))
+    nulls = [
+        F.lit(None).cast(to_spark_schema(pa.schema([schema.field(n)]))[0].dataType).alias(n)
+        for n in missing
+    ]
+    prepared = source.select(
+        *columns_of(own.names),
+        *nulls,
+        *columns_of(others),
+        *(c.alias(name) for name, c in values.computed),
+    )
+    extra = (
+        to_arrow_schema(prepared.select(*columns_of(spec.computed)).schema)
+        if spec.computed
+        else None
+    )
+    clauses = spec.clauses(schema, extra)  # refused here, before anything runs
+    parameters: dict[str, Any] = {"on": list(keys)}
+    for option, when, form in (
+        ("when_matched", "matched", when_matched),
+        ("when_not_matched", "not_matched", when_not_matched),
+        ("when_not_matched_by_source", "not_matched_by_source", when_not_matched_by_source),
+    ):
+        if isinstance(form, str) or form is None:
+            parameters[option] = "ignore" if form is None else form
+        elif isinstance(form, Mapping):
+            parameters[option] = values.shown
+        else:  # the clauses as given (the text the user wrote)
+            parameters[option] = [c.describe() for c in legacy(when, form)]  # type: ignore[arg-type]
+    parameters["duplicates"] = duplicates
+    parameters["engine"] = "spark"
+    if matched_condition is not None:
+        parameters["matched_condition"] = str(matched_condition)
+
     if duplicates != "error":
         prepared = prepared.withColumn(_ORDER, F.monotonically_increasing_id())
     facts = _source_facts(prepared, keys, parts, schema)
@@ -1030,10 +972,166 @@ def merge(
     deduped = _dedupe(prepared, keys, duplicates) if facts.repeated else prepared
     if duplicates != "error":
         deduped = deduped.drop(_ORDER)
-    change = _DriverMerge(spec, schema, facts, parameters)
-    noop = matched_action == "ignore" and not insert and by_source == "ignore"
+    change = _DriverMerge(spec, schema, facts, parameters, extra)
+    noop = clauses.noop
     candidates = [] if noop else change.candidates(snap)
-    return _run_merge(spark, table, snap, change, candidates, deduped, insert and not noop, start)
+    return _run_merge(
+        spark, table, snap, change, candidates, deduped, spec.insert and not noop, start
+    )
+
+
+class _SparkValues:
+    """A merge's conditions and values as its tasks evaluate them: a Spark Column is
+    computed by Spark over the source DataFrame (a hidden source column, read as
+    ``source.<hidden>``); a SQL string is analysed by Spark over the target's columns and
+    the source's as ``source.<col>`` and evaluated by lakelog (on Spark Connect, read by
+    lakelog's own reader); anything else as the embedded merge takes it."""
+
+    def __init__(
+        self, spark: SparkSession, source: DataFrame, schema: pa.Schema, given: pa.Schema
+    ) -> None:
+        self.spark = spark
+        self.source = source
+        self.schema = schema
+        self.given = given
+        """The source's columns clauses may read (the table's types for the table's)."""
+        self.both = pa.schema([*schema, *(pa.field(_SOURCE + f.name, f.type) for f in given)])
+        self.computed: list[tuple[str, Column]] = []
+        self.shown: dict[str, Any] = {}
+
+    def column(self, value: Any, parameter: str) -> pc.Expression | None:
+        """A Spark Column computed by Spark over the source (None: not a Column)."""
+        column = spark_expression(value, parameter) if is_spark_column(value) else None
+        if column is None:
+            return None
+        _check_source_expression(self.source, column, parameter, value)
+        hidden = f"__lakelog_value_{len(self.computed)}"
+        self.computed.append((hidden, column))
+        return pc.field(_SOURCE + hidden)
+
+    def over_source(self, value: Any, parameter: str) -> pc.Expression:
+        """A Spark Column or SQL string over the source DataFrame's columns, computed by
+        Spark (``when_matched={col: "amount * 2"}``)."""
+        column = spark_expression(value, parameter)
+        assert column is not None
+        _check_source_expression(self.source, column, parameter, value)
+        hidden = f"__lakelog_value_{len(self.computed)}"
+        self.computed.append((hidden, column))
+        return pc.field(_SOURCE + hidden)
+
+    def text(self, value: str, parameter: str, when: str) -> Any:
+        """SQL text over the target's columns and ``source.<col>``."""
+        if when == "not_matched_by_source" or "source" in self.schema.names:
+            return self._own(value, parameter, when)
+        from pyspark.sql import types as T
+
+        target = to_spark_schema(self.schema)
+        with_source = T.StructType(
+            [*target.fields, T.StructField("source", to_spark_schema(self.given))]
+        )
+        try:
+            expression = exact_expression(
+                self.spark, self.both, value, parameter, spark_schema=with_source
+            )
+        except InvalidArgumentError as refused:
+            try:
+                return self._own(value, parameter, when)
+            except InvalidArgumentError:
+                raise refused from None
+        if expression is None:  # Spark Connect: lakelog's own reader
+            return self._own(value, parameter, when)
+        return expression
+
+    def _own(self, value: str, parameter: str, when: str) -> Any:
+        from ..sql.values import merge_text
+
+        schema = self.schema if when == "not_matched_by_source" else self.both
+        return merge_text(value, parameter, schema)
+
+    def clause(self, c: MergeClause, when: str) -> MergeClause:
+        """``c`` with its Spark Columns and SQL strings resolved."""
+        name = f"{when}_{c.action}"
+
+        def one(value: Any, parameter: str) -> Any:
+            if is_spark_column(value):
+                if when == "not_matched_by_source":
+                    raise InvalidArgumentError(
+                        f"expected {parameter} as a SQL string or a pyarrow Expression over "
+                        f"the target's columns (a Spark Column is computed over the source "
+                        f"DataFrame, and no source row matched these rows), found {value}"
+                    )
+                return self.column(value, parameter)
+            if isinstance(value, str):
+                return self.text(value, parameter, when)
+            return value
+
+        condition = c.condition
+        if condition is not None:
+            condition = one(condition, f"the condition of {name}")
+        new = None
+        if c.values is not None:
+            new = {k: one(v, f"the value of {k!r} in {name}") for k, v in c.values.items()}
+        return dataclasses.replace(c, values=new, condition=condition)
+
+
+def _matched_clauses(
+    values: _SparkValues, keys: tuple[str, ...], when_matched: Any, matched_condition: Any
+) -> list[MergeClause]:
+    """``when_matched`` (and ``matched_condition``) as resolved clauses."""
+    schema = values.schema
+    if not isinstance(when_matched, Mapping) and not isinstance(when_matched, str | None):
+        if matched_condition is not None:
+            raise InvalidArgumentError(
+                "expected matched_condition= only with when_matched='update', 'delete' or "
+                "a mapping, found it beside a list of clauses; give each clause its "
+                "condition= instead"
+            )
+        return [values.clause(c, "matched") for c in legacy("matched", when_matched)]
+    condition: Any = None
+    if matched_condition is not None:
+        if is_spark_column(matched_condition):
+            condition = values.column(matched_condition, "matched_condition=")
+        else:
+            condition = _merge_where(
+                values.spark, matched_condition, schema, values.both
+            ).expression
+    if not isinstance(when_matched, Mapping):
+        action = _option("when_matched", when_matched, ("update", "delete"), ("ignore",))
+        if action == "ignore":
+            return []
+        if action == "delete":
+            return [when_matched_delete(condition=condition)]
+        return [when_matched_update(condition=condition)]
+    if not when_matched:
+        raise InvalidArgumentError(
+            "expected when_matched= to map columns to new values, such as "
+            "{'status': 'closed'}, found an empty mapping; pass None to leave "
+            "matched rows alone"
+        )
+    plain: dict[str, Any] = {}
+    assigned: dict[str, Any] = {}
+    for name, value in when_matched.items():
+        if not isinstance(name, str) or name not in schema.names:
+            raise InvalidArgumentError(
+                f"expected columns of the table in when_matched=, found {name!r}; the "
+                f"table's columns are {schema.names}"
+            )
+        if name in keys:
+            raise InvalidArgumentError(
+                f"expected when_matched= to leave the key columns {list(keys)} alone "
+                f"(a matched row keeps its key), found {name!r}"
+            )
+        parameter = f"when_matched={{{name!r}: ...}}"
+        if spark_expression(value, parameter) is not None:  # over the source's columns
+            assigned[name] = values.over_source(value, parameter)
+            values.shown[name] = value if isinstance(value, str) else str(value)
+        else:
+            plain[name] = value
+    if plain:
+        checked, texts = check_assignments(values.both, plain, argument="when_matched")
+        values.shown.update(texts)
+        assigned.update(checked)
+    return [when_matched_update(set=assigned, condition=condition)]
 
 
 def _merge_where(spark: SparkSession, value: Any, schema: pa.Schema, both: pa.Schema) -> Where:
@@ -1113,18 +1211,6 @@ def _dedupe(prepared: DataFrame, keys: tuple[str, ...], duplicates: str) -> Data
         .select(*columns_of(keys), f"{row}.*")
     )
     return kept.unionByName(prepared.filter(~_valid(keys)))
-
-
-def _matched_action(value: Any) -> str:
-    if isinstance(value, Mapping):
-        if not value:
-            raise InvalidArgumentError(
-                "expected when_matched= to map columns to new values, such as "
-                "{'status': 'closed'}, found an empty mapping; pass None to leave "
-                "matched rows alone"
-            )
-        return "assign"
-    return _option("when_matched", value, ("update", "delete"), ("ignore",))
 
 
 def _option(name: str, value: Any, allowed: tuple[str, ...], ignore: tuple[str, ...]) -> str:
@@ -1226,7 +1312,7 @@ def _run_merge(
             matched_paths: list[str] = []
             if candidates:
                 routed = _routed(spark, deduped, job, spec.keys)
-                if spec.by_source == "delete":  # every file, with or without source rows
+                if spec.by_source:  # every file, with or without source rows
                     marks = spark.createDataFrame(
                         [(fid, _route_of(job, fid), True) for fid in job.files],
                         T.StructType(
@@ -1244,7 +1330,7 @@ def _run_merge(
                 outcomes, new, changes = done.outcomes, done.new, done.changes
                 matched_paths = done.matched
             if insert:
-                rows = deduped.drop(*spec.computed)
+                rows = deduped
                 if matched_paths:
                     # the tasks staged the matched keys under the table's (logical) names
                     # (not data files: no physical names); read exactly those columns
@@ -1260,8 +1346,9 @@ def _run_merge(
                     rows = rows.repartition(files, *columns_of(snap.partition_by))
                 else:
                     rows = rows.coalesce(files)
-                rows = rows.select(*columns_of(snap.schema.names))
-                written = _map_in_arrow(rows, _insert_task(job), _RECORDS)
+                rows = rows.select(*columns_of([*snap.schema.names, *spec.computed]))
+                task = _insert_task(job, spec, change.extra)
+                written = _map_in_arrow(rows, task, _RECORDS)
                 inserted = _decode(_collect(written, "lakelog merge: inserts"))
                 new += inserted.new
                 changes += inserted.changes

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import SqlError, UnsupportedStatementError
+from ..errors import InvalidArgumentError, SchemaMismatchError, SqlError, UnsupportedStatementError
 from ..sql import default_catalog, parse
 
 if TYPE_CHECKING:
@@ -235,8 +235,8 @@ def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -
 
 def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.Table:
     from ..sql import plan as p
-    from ..sql.run import NONE, check_plan, metrics, partition_filter
-    from ..sql.values import expression, set_value
+    from ..sql.run import NONE, check_plan, merge_error, metrics, partition_filter
+    from ..sql.values import set_value
     from .changes import delete, merge, update
     from .maintenance import compact, optimize
     from .schema import to_arrow_schema
@@ -291,33 +291,18 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
     if isinstance(plan, p.Merge):
         table = cat.load_table(plan.name)
         source = _conform(views.query(plan.source), table.schema, complete=False)
-        matched: Any = plan.when_matched
-        if isinstance(matched, tuple):
-            matched = {c: set_value(v, "WHEN MATCHED THEN UPDATE SET") for c, v in matched}
-        insert = plan.when_not_matched
-        if insert.startswith("insert:"):
-            given = set(insert.split(":", 1)[1].split(","))
-            missing = [c for c in table.schema.names if c not in given]
-            if missing:
-                from ..sql.parser import unsupported
-
-                raise unsupported(
-                    f"WHEN NOT MATCHED THEN INSERT without the columns {missing}",
-                    "insert every column (INSERT *)",
-                )
-            insert = "insert"
-        r = merge(
-            spark,
-            table.uri,
-            source,
-            list(plan.keys),
-            when_matched=None if matched == "ignore" else matched,
-            when_not_matched=None if insert == "ignore" else insert,
-            when_not_matched_by_source=None if plan.by_source == "ignore" else plan.by_source,
-            matched_condition=None
-            if plan.matched_condition is None
-            else expression(plan.matched_condition, "WHEN MATCHED AND"),
-        )
+        try:
+            r = merge(
+                spark,
+                table.uri,
+                source,
+                list(plan.keys),
+                when_matched=list(plan.matched),
+                when_not_matched=list(plan.not_matched),
+                when_not_matched_by_source=list(plan.by_source),
+            )
+        except (InvalidArgumentError, SchemaMismatchError) as e:
+            raise merge_error(e, plan) from None
         affected = r.updated_rows + r.deleted_rows + r.inserted_rows
         return _dml(affected, r.updated_rows, r.deleted_rows, r.inserted_rows)
     if isinstance(plan, p.Optimize):

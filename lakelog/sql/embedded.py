@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import SqlError
+from ..errors import InvalidArgumentError, SchemaMismatchError, SqlError
 from . import plan as p
 from .parser import parse, unsupported
 from .run import (
@@ -19,6 +19,7 @@ from .run import (
     NONE,
     check_plan,
     conform,
+    merge_error,
     metrics,
     partition_filter,
     resolve,
@@ -167,24 +168,18 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
         r = catalog.load_table(plan.name).update(plan.where or "true", set=values)
         return _dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
-        if (
-            isinstance(plan.when_matched, tuple)
-            or plan.when_not_matched.startswith("insert:")
-            or plan.matched_condition is not None
-        ):
-            raise unsupported(
-                "MERGE with WHEN MATCHED AND, UPDATE SET or INSERT of listed columns without Spark",
-                "use UPDATE SET * and INSERT *, or run it on Spark (lakelog.spark.sql)",
-            )
         table = catalog.load_table(plan.name)
         source = conform(query(plan.source, catalog, con), table.schema, "MERGE ... USING")
-        m = table.merge(
-            source,
-            list(plan.keys),
-            when_matched=plan.when_matched,  # type: ignore[arg-type]
-            when_not_matched=plan.when_not_matched,  # type: ignore[arg-type]
-            when_not_matched_by_source=plan.by_source,  # type: ignore[arg-type]
-        )
+        try:
+            m = table.merge(
+                source,
+                list(plan.keys),
+                when_matched=list(plan.matched),
+                when_not_matched=list(plan.not_matched),
+                when_not_matched_by_source=list(plan.by_source),
+            )
+        except (InvalidArgumentError, SchemaMismatchError) as e:
+            raise merge_error(e, plan) from None
         affected = m.updated_rows + m.deleted_rows + m.inserted_rows
         return _dml(affected, m.updated_rows, m.deleted_rows, m.inserted_rows)
     if isinstance(plan, p.Optimize):

@@ -1,8 +1,10 @@
-"""``MERGE INTO`` -> :class:`~lakelog.sql.plan.Merge`, for the clause combinations the
-merge API expresses: keys from an equi-join ON, at most one ``WHEN MATCHED [AND cond]``
-(``UPDATE SET *``, ``UPDATE SET ..``, ``DELETE``), one ``WHEN NOT MATCHED`` (``INSERT *`` or every
-column from the source's column of that name) and one ``WHEN NOT MATCHED BY SOURCE THEN
-DELETE``, these two without ``AND <condition>``. Anything else is an
+"""``MERGE INTO`` -> :class:`~lakelog.sql.plan.Merge`: keys from an equi-join ON, and
+any number of ``WHEN MATCHED [AND cond] THEN UPDATE SET *|col = expr, .. | DELETE``,
+``WHEN NOT MATCHED [BY TARGET] [AND cond] THEN INSERT *|(cols) VALUES (exprs)`` and
+``WHEN NOT MATCHED BY SOURCE [AND cond] THEN UPDATE SET col = expr, .. | DELETE``, each
+as a merge clause (:mod:`lakelog.changes.clauses`) whose condition and values are Spark
+SQL text over the target's columns (bare) and the source's (``source.<col>``), read by
+the executor (lakelog's reader embedded, Spark's analysis on Spark). Anything else is an
 :class:`~lakelog.errors.UnsupportedStatementError` naming the clause.
 """
 
@@ -10,12 +12,20 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from ..changes.clauses import (
+    MergeClause,
+    when_matched_delete,
+    when_matched_update,
+    when_not_matched_by_source_delete,
+    when_not_matched_by_source_update,
+    when_not_matched_insert,
+)
 from ..errors import SqlSyntaxError
 from . import plan as p
 from .parser import DIALECT, query, table_name, unsupported
 
-SOURCE = "source."
-"""How an assignment names a source column (the merge API's ``pc.field("source.x")``)."""
+SOURCE = "source"
+"""How a clause names the source row (``source.<col>``, the merge API's name)."""
 
 
 def merge_plan(tree: exp.Merge) -> p.Merge:
@@ -34,40 +44,19 @@ def merge_plan(tree: exp.Merge) -> p.Merge:
     else:
         raise unsupported(f"MERGE ... USING {using.sql(DIALECT)[:40]}")
     keys = _keys(tree.args["on"], t_alias, s_alias)
-    matched: str | tuple[tuple[str, exp.Expression], ...] = "ignore"
-    not_matched = "ignore"
-    by_source = "ignore"
-    condition: exp.Expression | None = None
-    seen: set[str] = set()
+    sides = _Sides(t_alias, s_alias)
+    matched: list[MergeClause] = []
+    not_matched: list[MergeClause] = []
+    by_source: list[MergeClause] = []
     whens = tree.args.get("whens")
     for when in whens.expressions if whens is not None else []:
-        is_matched = bool(when.args.get("matched"))
-        by_src = bool(when.args.get("source"))
-        clause = (
-            "WHEN MATCHED"
-            if is_matched
-            else ("WHEN NOT MATCHED BY SOURCE" if by_src else "WHEN NOT MATCHED")
-        )
-        if is_matched and when.args.get("condition") is not None:
-            condition = _sided(when.args["condition"], t_alias, s_alias)
-        elif when.args.get("condition") is not None:
-            raise unsupported(
-                f"{clause} AND {when.args['condition'].sql(DIALECT)}",
-                "move the condition into the source query",
-            )
-        if clause in seen:
-            raise unsupported(f"several {clause} clauses")
-        seen.add(clause)
-        then = when.args.get("then")
-        if is_matched:
-            matched = _matched(then, t_alias, s_alias)
-        elif by_src:
-            if not _is_delete(then):
-                raise unsupported(f"{clause} THEN {then.sql(DIALECT)[:40]}", "only DELETE")
-            by_source = "delete"
+        if bool(when.args.get("matched")):
+            matched.append(_matched(when, sides, keys))
+        elif bool(when.args.get("source")):
+            by_source.append(_by_source(when, sides))
         else:
-            not_matched = _insert(then, s_alias)
-    return p.Merge(name, source, keys, matched, not_matched, by_source, condition)
+            not_matched.append(_not_matched(when, sides))
+    return p.Merge(name, source, keys, tuple(matched), tuple(not_matched), tuple(by_source))
 
 
 def _is_delete(then: exp.Expression | None) -> bool:
@@ -87,7 +76,8 @@ def _keys(on: exp.Expression, t_alias: str, s_alias: str) -> tuple[str, ...]:
         ):
             raise unsupported(
                 f"the ON condition {term.sql(DIALECT)!r}",
-                "write ON as target.key = source.key [AND ...] over columns of one name",
+                "write ON as target.key = source.key [AND ...] over columns of one name; "
+                "move other conditions into WHEN ... AND",
             )
         left, right = term.this, term.expression
         sides = {left.table.lower(), right.table.lower()}
@@ -101,58 +91,117 @@ def _keys(on: exp.Expression, t_alias: str, s_alias: str) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _matched(
-    then: exp.Expression | None, t_alias: str, s_alias: str
-) -> str | tuple[tuple[str, exp.Expression], ...]:
-    if _is_delete(then):
-        return "delete"
-    if not isinstance(then, exp.Update):
-        raise unsupported(f"WHEN MATCHED THEN {then.sql(DIALECT) if then else ''}")
-    sets = then.expressions
-    if not sets or (len(sets) == 1 and isinstance(sets[0], exp.Star)):
-        return "update"
+class _Sides:
+    """Columns of a clause as the merge API names them: the target's bare, the source's
+    as ``source.<col>``."""
+
+    def __init__(self, t_alias: str, s_alias: str) -> None:
+        self.t_alias = t_alias
+        self.s_alias = s_alias
+
+    def text(self, value: exp.Expression, clause: str, *, bare: str = "target") -> str:
+        """``value`` as Spark SQL text; a column without a qualifier is the ``bare``
+        side's (Delta: the source's in INSERT, the target's elsewhere)."""
+        value = value.copy()
+        for col in list(value.find_all(exp.Column)):
+            side = col.table.lower()
+            if side == self.s_alias or (side == "" and bare == "source"):
+                new = exp.column(col.name, table=SOURCE, quoted=True)
+            elif side == self.t_alias or side == "":
+                new = exp.column(col.name, quoted=True)
+            else:
+                raise SqlSyntaxError(
+                    f"expected columns of {self.t_alias!r} or {self.s_alias!r} in {clause}, "
+                    f"found {col.sql(DIALECT)!r}"
+                )
+            if col is value:
+                value = new
+            else:
+                col.replace(new)
+        return value.sql(DIALECT)
+
+    def condition(self, when: exp.When, clause: str, *, bare: str = "target") -> str | None:
+        cond = when.args.get("condition")
+        return None if cond is None else self.text(cond, f"{clause} AND", bare=bare)
+
+
+def _assignments(
+    sets: list[exp.Expression], sides: _Sides, clause: str
+) -> list[tuple[str, exp.Expression]]:
     out: list[tuple[str, exp.Expression]] = []
     for eq in sets:
         if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
             raise SqlSyntaxError(
-                f"expected column = value in WHEN MATCHED THEN UPDATE SET, found "
-                f"{eq.sql(DIALECT)!r}"
+                f"expected column = value in {clause} SET, found {eq.sql(DIALECT)!r}"
             )
-        out.append((eq.this.name, _sided(eq.expression, t_alias, s_alias)))
-    return tuple(out)
-
-
-def _sided(value: exp.Expression, t_alias: str, s_alias: str) -> exp.Expression:
-    """Columns of the target bare, columns of the source as ``source.<col>``."""
-    value = value.copy()
-    for col in list(value.find_all(exp.Column)):
-        side = col.table.lower()
-        if side == s_alias:
-            col.replace(exp.column(SOURCE + col.name, quoted=True))
-        elif side in ("", t_alias):
-            col.replace(exp.column(col.name, quoted=True))
-        else:
+        if eq.this.table and eq.this.table.lower() != sides.t_alias:
             raise SqlSyntaxError(
-                f"expected columns of {t_alias!r} or {s_alias!r} in WHEN MATCHED, found "
-                f"{col.sql(DIALECT)!r}"
+                f"expected columns of the target {sides.t_alias!r} to the left of = in "
+                f"{clause} SET, found {eq.this.sql(DIALECT)!r}"
             )
-    return value
+        out.append((eq.this.name, eq.expression))
+    return out
 
 
-def _insert(then: exp.Expression | None, s_alias: str) -> str:
+def _matched(when: exp.When, sides: _Sides, keys: tuple[str, ...]) -> MergeClause:
+    clause = "WHEN MATCHED"
+    then = when.args.get("then")
+    condition = sides.condition(when, clause)
+    if _is_delete(then):
+        return when_matched_delete(condition=condition)
+    if not isinstance(then, exp.Update):
+        raise unsupported(f"{clause} THEN {then.sql(DIALECT) if then else ''}")
+    sets = then.expressions
+    if not sets or (len(sets) == 1 and isinstance(sets[0], exp.Star)):
+        return when_matched_update(condition=condition)
+    values: dict[str, str] = {}
+    for column, value in _assignments(sets, sides, f"{clause} THEN UPDATE"):
+        text = sides.text(value, f"{clause} THEN UPDATE SET")
+        if column in keys and text == f"{SOURCE}.{column}":
+            continue  # a matched row's key is the source's already
+        values[column] = text
+    if not values:
+        return when_matched_update(condition=condition)
+    return when_matched_update(set=values, condition=condition)
+
+
+def _by_source(when: exp.When, sides: _Sides) -> MergeClause:
+    clause = "WHEN NOT MATCHED BY SOURCE"
+    then = when.args.get("then")
+    condition = sides.condition(when, clause)
+    if _is_delete(then):
+        return when_not_matched_by_source_delete(condition=condition)
+    if not isinstance(then, exp.Update):
+        raise unsupported(f"{clause} THEN {then.sql(DIALECT) if then else ''}")
+    sets = then.expressions
+    if not sets or isinstance(sets[0], exp.Star):
+        raise unsupported(
+            f"{clause} THEN UPDATE SET *", "name the columns to set (there is no source row)"
+        )
+    values = {
+        column: sides.text(value, f"{clause} THEN UPDATE SET")
+        for column, value in _assignments(sets, sides, f"{clause} THEN UPDATE")
+    }
+    return when_not_matched_by_source_update(values, condition=condition)
+
+
+def _not_matched(when: exp.When, sides: _Sides) -> MergeClause:
+    clause = "WHEN NOT MATCHED"
+    then = when.args.get("then")
+    condition = sides.condition(when, clause, bare="source")
     if not isinstance(then, exp.Insert):
-        raise unsupported(f"WHEN NOT MATCHED THEN {then.sql(DIALECT) if then else ''}")
+        raise unsupported(f"{clause} THEN {then.sql(DIALECT) if then else ''}")
     if isinstance(then.this, exp.Star) or then.this is None:
-        return "insert"
+        return when_not_matched_insert(condition=condition)
     columns = [c.name for c in then.this.expressions]
     values = then.expression.expressions if then.expression is not None else []
-    same = len(columns) == len(values) and all(
-        isinstance(v, exp.Column) and v.name == c and v.table.lower() in ("", s_alias)
-        for c, v in zip(columns, values, strict=False)
-    )
-    if not same:
-        raise unsupported(
-            f"WHEN NOT MATCHED THEN {then.sql(DIALECT)}",
-            "insert every column from the source's column of that name (INSERT *)",
+    if len(columns) != len(values):
+        raise SqlSyntaxError(
+            f"expected as many values as columns in {clause} THEN INSERT, found "
+            f"{len(columns)} columns and {len(values)} values"
         )
-    return "insert:" + ",".join(columns)
+    texts = {
+        c: sides.text(v, f"{clause} THEN INSERT VALUES", bare="source")
+        for c, v in zip(columns, values, strict=True)
+    }
+    return when_not_matched_insert(texts, condition=condition)

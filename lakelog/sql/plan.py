@@ -12,6 +12,8 @@ from collections.abc import Mapping
 import pyarrow as pa
 from sqlglot import exp
 
+from ..changes.clauses import MergeClause
+
 
 @dataclasses.dataclass(frozen=True)
 class TableRef:
@@ -142,17 +144,19 @@ class Update:
 
 @dataclasses.dataclass(frozen=True)
 class Merge:
+    """``MERGE INTO``: the keys of its ON and its WHEN clauses in order, by kind (merge
+    clauses whose conditions and values are Spark SQL text over the target's columns,
+    bare, and the source's, ``source.<col>``)."""
+
     name: str
     source: Query
     keys: tuple[str, ...]
-    when_matched: str | tuple[tuple[str, exp.Expression], ...] = "ignore"
-    """``update`` (``SET *``), ``delete``, ``ignore`` (no clause) or assignments, each
-    over the target's columns (bare) and the source's (``source.<col>``)."""
-    when_not_matched: str = "ignore"
-    by_source: str = "ignore"
-    matched_condition: exp.Expression | None = None
-    """``WHEN MATCHED AND <cond>``: only matched rows where it holds change (the others
-    stay and are not inserted); over the same columns as the assignments."""
+    matched: tuple[MergeClause, ...] = ()
+    not_matched: tuple[MergeClause, ...] = ()
+    by_source: tuple[MergeClause, ...] = ()
+
+    def clauses(self) -> tuple[MergeClause, ...]:
+        return (*self.matched, *self.not_matched, *self.by_source)
 
 
 @dataclasses.dataclass(frozen=True)

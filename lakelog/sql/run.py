@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pyarrow as pa
 
-from ..errors import NoSuchNamespaceError, NoSuchTableError, SqlError
+from ..changes.clauses import MergeClause
+from ..errors import (
+    InvalidArgumentError,
+    LakelogError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    SchemaMismatchError,
+    SqlError,
+)
 from . import plan as p
 
 if TYPE_CHECKING:
@@ -132,12 +140,47 @@ def check_plan(plan: p.Plan, table: Table) -> None:
         check_columns(table, [c for c, _ in plan.set], "UPDATE ... SET")
         check_where(table, plan.where, "UPDATE ... WHERE")
     elif isinstance(plan, p.Merge):
+        import sqlglot
+        from sqlglot import exp
+
         check_columns(table, plan.keys, "MERGE ... ON")
-        if isinstance(plan.when_matched, tuple):
-            check_columns(table, [c for c, _ in plan.when_matched], "WHEN MATCHED THEN UPDATE SET")
+        for c in plan.clauses():
+            clause = _clause_name(c)
+            if c.values is not None:
+                check_columns(table, list(c.values), f"{clause} ({', '.join(c.values)})")
+            texts = [c.condition, *(c.values or {}).values()]
+            for text in texts:
+                if isinstance(text, str) and c.when != "not_matched":
+                    tree = sqlglot.parse_one(text, dialect="spark")
+                    target = [col.name for col in tree.find_all(exp.Column) if not col.table]
+                    check_columns(table, target, clause)
     elif isinstance(plan, p.Optimize):
         check_where(table, plan.where, "OPTIMIZE ... WHERE")
         check_columns(table, plan.zorder_by, "OPTIMIZE ... ZORDER BY")
+
+
+def _clause_name(c: MergeClause) -> str:
+    """A merge clause as the statement wrote it (``WHEN MATCHED ... THEN UPDATE``)."""
+    when = {
+        "matched": "WHEN MATCHED",
+        "not_matched": "WHEN NOT MATCHED",
+        "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+    }[c.when]
+    cond = f" AND {c.condition}" if c.condition is not None else ""
+    return f"{when}{cond} THEN {c.action.upper()}"
+
+
+def merge_error(e: InvalidArgumentError | SchemaMismatchError, plan: p.Merge) -> LakelogError:
+    """A merge clause refused by the merge API, in the statement's words (the same type
+    of error)."""
+    text = str(e)
+    for kind, clause in (
+        ("when_not_matched_by_source", "WHEN NOT MATCHED BY SOURCE"),
+        ("when_not_matched", "WHEN NOT MATCHED"),
+        ("when_matched", "WHEN MATCHED"),
+    ):
+        text = text.replace(f"{kind} clause", f"{clause} clause").replace(f"{kind}=", clause)
+    return type(e)(f"{text} (in MERGE INTO {plan.name})")
 
 
 @contextlib.contextmanager

@@ -74,6 +74,18 @@ def expression(value: exp.Expression, clause: str) -> pc.Expression:
         return pc.Expression._call("negate_checked", [expression(value.this, clause)])
     if isinstance(value, exp.Not):
         return pc.Expression._call("invert", [expression(value.this, clause)])
+    if isinstance(value, exp.In) and not value.args.get("query"):
+        options = [expression(v, clause) for v in value.expressions]
+        target = expression(value.this, clause)
+        out = pc.Expression._call("equal", [target, options[0]])
+        for o in options[1:]:
+            out = pc.Expression._call("or_kleene", [out, pc.Expression._call("equal", [target, o])])
+        return out
+    if isinstance(value, exp.Between):
+        target = expression(value.this, clause)
+        low = pc.Expression._call("greater_equal", [target, expression(value.args["low"], clause)])
+        high = pc.Expression._call("less_equal", [target, expression(value.args["high"], clause)])
+        return pc.Expression._call("and_kleene", [low, high])
     if isinstance(value, exp.Is) and isinstance(value.expression, exp.Null):
         return pc.Expression._call("is_null", [expression(value.this, clause)])
     if isinstance(value, exp.Cast):
@@ -87,8 +99,8 @@ def expression(value: exp.Expression, clause: str) -> pc.Expression:
         return pc.Expression._call("binary_join_element_wise", [*parts, pc.scalar("")])
     raise unsupported(
         f"the expression {value.sql(DIALECT)!r} in {clause}",
-        "lakelog computes literals, columns, + - * /, comparisons, AND, OR, NOT, IS NULL, "
-        "CAST, COALESCE and || there",
+        "lakelog computes literals, columns, + - * /, comparisons, IN, BETWEEN, AND, OR, NOT, "
+        "IS NULL, CAST, COALESCE and || there",
     )
 
 
@@ -119,4 +131,42 @@ def from_text(text: str, parameter: str, columns: list[str]) -> Any:
                 f"{column.name!r}{hint} in {text!r}; a text value is SQL: write \"'{text}'\" "
                 f"for the string itself"
             )
+    return set_value(tree, parameter)  # type: ignore[arg-type]
+
+
+def merge_text(text: str, parameter: str, schema: pa.Schema) -> Any:
+    """A merge clause's condition or value given as Spark SQL text, as :func:`set_value`
+    gives it: columns of the target bare (or ``target.<col>``), the source's as
+    ``source.<col>``; ``schema`` holds the columns the clause may use (the source's named
+    ``source.<col>``). An unknown column or a text that does not parse is an
+    :class:`~lakelog.errors.InvalidArgumentError` naming ``parameter``."""
+    import difflib
+
+    from sqlglot import ParseError, parse_one
+
+    from ..errors import InvalidArgumentError
+
+    try:
+        tree = parse_one(text, read=DIALECT)
+    except ParseError as e:
+        raise InvalidArgumentError(
+            f"expected {parameter} to be a Spark SQL expression, found {text!r}: "
+            f"{str(e).splitlines()[0]}"
+        ) from None
+    names = schema.names
+    for column in list(tree.find_all(exp.Column)):
+        side = column.table.lower()
+        name = column.name if side in ("", "target") else f"{side}.{column.name}"
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidArgumentError(
+                f"expected {parameter} to use the columns {names}, found {name!r}{hint} in "
+                f"{text!r}; a text value is SQL: write \"'{text}'\" for the string itself"
+            )
+        new = exp.column(name, quoted=True)
+        if column is tree:
+            tree = new
+        else:
+            column.replace(new)
     return set_value(tree, parameter)  # type: ignore[arg-type]

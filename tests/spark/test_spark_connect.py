@@ -219,3 +219,11 @@ def test_sql_statements(spark: Any, connect_client: Any, tmp_path: Path) -> None
     assert _ids(remote) == [2, 3, 4]
     assert remote["v1"] == [1, 2, 3]
     assert [r["v"] for r in sorted(remote["rows"], key=lambda r: r["id"])] == [20.0, 30.0, 4.0]
+
+
+def test_merge_clauses(spark: Any, connect_client: Any, tmp_path: Path) -> None:
+    classic, remote = _both(spark, connect_client, tmp_path, "merge_clauses")
+    assert remote == classic
+    assert remote["sql"] == remote["api"] == remote["embedded"]
+    assert [r["id"] for r in remote["sql"]] == [1, 3, 4, 7]
+    assert remote["counts"]["num_inserted_rows"] == 1 and remote["api_counts"] == [2, 1, 1]

@@ -139,40 +139,60 @@ def test_merge_clauses() -> None:
         "WHEN NOT MATCHED THEN INSERT * WHEN NOT MATCHED BY SOURCE THEN DELETE"
     )
     assert isinstance(m, p.Merge)
-    assert m.keys == ("id", "day") and m.when_not_matched == "insert"
-    assert m.by_source == "delete" and m.source.tables == (p.TableRef("a.s", version=2),)
-    assert isinstance(m.when_matched, tuple)
-    assert m.when_matched[0][1].sql() == '"amount" + "source.amount"'
+    assert m.keys == ("id", "day") and m.source.tables == (p.TableRef("a.s", version=2),)
+    (update,), (insert,), (delete,) = m.matched, m.not_matched, m.by_source
+    assert (update.action, update.values, update.condition) == (
+        "update",
+        {"amount": "`amount` + `source`.`amount`"},
+        None,
+    )
+    assert (insert.action, insert.values, delete.action) == ("insert", None, "delete")
     cond = parse(
         "MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED AND s.x > t.x OR t.y IS NULL "
         "THEN DELETE"
     )
-    assert isinstance(cond, p.Merge) and cond.matched_condition is not None
-    assert cond.matched_condition.sql() == '"source.x" > "x" OR "y" IS NULL'
-    assert str(set_value(cond.matched_condition, "WHEN MATCHED AND")) == (
-        "((source.x > x) or is_null(y))"
-    )
+    assert isinstance(cond, p.Merge)
+    assert cond.matched[0].condition == "`source`.`x` > `x` OR `y` IS NULL"
     simple = parse("MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED THEN DELETE")
     assert isinstance(simple, p.Merge)
-    assert (simple.when_matched, simple.when_not_matched) == ("delete", "ignore")
+    assert [c.action for c in simple.matched] == ["delete"] and not simple.not_matched
+
+
+def test_merge_maps_every_clause_in_order() -> None:
+    m = parse(
+        "MERGE INTO a.t t USING a.s s ON t.id = s.id "
+        "WHEN MATCHED AND s.op = 'd' THEN DELETE "
+        "WHEN MATCHED AND s.v > t.v THEN UPDATE SET v = s.v, n = t.n + 1 "
+        "WHEN MATCHED THEN UPDATE SET * "
+        "WHEN NOT MATCHED AND op <> 'd' THEN INSERT (id, v) VALUES (s.id, v * 2) "
+        "WHEN NOT MATCHED BY TARGET THEN INSERT * "
+        "WHEN NOT MATCHED BY SOURCE AND t.v < 0 THEN UPDATE SET v = 0 "
+        "WHEN NOT MATCHED BY SOURCE THEN DELETE"
+    )
+    assert isinstance(m, p.Merge)
+    got = [(c.when, c.action, c.condition, c.values) for c in m.clauses()]
+    assert got == [
+        ("matched", "delete", "`source`.`op` = 'd'", None),
+        ("matched", "update", "`source`.`v` > `v`", {"v": "`source`.`v`", "n": "`n` + 1"}),
+        ("matched", "update", None, None),
+        (
+            "not_matched",
+            "insert",
+            "`source`.`op` <> 'd'",
+            {"id": "`source`.`id`", "v": "`source`.`v` * 2"},
+        ),
+        ("not_matched", "insert", None, None),
+        ("not_matched_by_source", "update", "`v` < 0", {"v": "0"}),
+        ("not_matched_by_source", "delete", None, None),
+    ]
 
 
 @pytest.mark.parametrize(
     ("statement", "clause"),
     [
         (
-            "MERGE INTO a.t USING a.s ON t.id = s.id WHEN NOT MATCHED AND s.x > 1 THEN INSERT *",
-            "WHEN NOT MATCHED AND s.x > 1",
-        ),
-        (
-            "MERGE INTO a.t USING a.s ON t.id = s.id WHEN MATCHED THEN DELETE "
-            "WHEN MATCHED THEN UPDATE SET *",
-            "several WHEN MATCHED clauses",
-        ),
-        (
-            "MERGE INTO a.t USING a.s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN "
-            "UPDATE SET x = 1",
-            "WHEN NOT MATCHED BY SOURCE THEN UPDATE",
+            "MERGE INTO a.t USING a.s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
+            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
         ),
         ("MERGE INTO a.t USING a.s ON t.id < s.id WHEN MATCHED THEN DELETE", "t.id < s.id"),
         ("CREATE TABLE a.t (x INT) USING parquet", "USING parquet"),
@@ -236,13 +256,12 @@ def test_generated_merges_map_clause_by_clause(
     m = parse(statement)
     assert isinstance(m, p.Merge)
     assert m.keys == tuple(keys)
-    expected = {"": "ignore", "UPDATE SET *": "update", "DELETE": "delete"}.get(matched)
-    if expected is None:
-        assert isinstance(m.when_matched, tuple) and m.when_matched[0][0] == "amount"
-    else:
-        assert m.when_matched == expected
-    assert m.when_not_matched == ("insert" if insert else "ignore")
-    assert m.by_source == ("delete" if by_source else "ignore")
+    expected = {"": None, "UPDATE SET *": ("update", None), "DELETE": ("delete", None)}.get(
+        matched, ("update", {"amount": "`source`.`amount`"})
+    )
+    assert [(c.action, c.values) for c in m.matched] == ([expected] if expected else [])
+    assert [c.action for c in m.not_matched] == (["insert"] if insert else [])
+    assert [c.action for c in m.by_source] == (["delete"] if by_source else [])
     assert m.source.tables == (p.TableRef("b.src"),)
 
 

@@ -346,9 +346,21 @@ def test_spark_statements_pass_through_with_lakelog_names_resolved(
         ("DELETE FROM s.by_sq WHERE id = 1", NoSuchTableError, "s.by_sql"),
         (
             "MERGE INTO s.by_sql t USING s.by_api s ON t.id = s.id "
-            "WHEN NOT MATCHED AND s.amount > 1 THEN INSERT *",
+            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
             UnsupportedStatementError,
-            "WHEN NOT MATCHED AND",
+            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
+        ),
+        (
+            "MERGE INTO s.by_sql t USING s.by_api s ON t.id = s.id "
+            "WHEN MATCHED THEN DELETE WHEN MATCHED AND s.amount > 1 THEN UPDATE SET *",
+            lakelog.InvalidArgumentError,
+            "expected a condition on every WHEN MATCHED clause but the last",
+        ),
+        (
+            "MERGE INTO s.by_sql t USING s.by_api s ON t.id = s.id "
+            "WHEN MATCHED AND s.amout > 1 THEN DELETE",
+            lakelog.InvalidArgumentError,
+            "amout",
         ),
         ("UPDATE s.by_sql SET amount = sqrt(amount)", UnsupportedStatementError, "SQRT"),
         ("OPTIMIZE s.by_sql WHERE", SqlSyntaxError, "OPTIMIZE"),

@@ -98,8 +98,28 @@ def test_a_session_of_statements(url: str, capsys: pytest.CaptureFixture[str]) -
         ("DELETE FROM sales.ordrs WHERE id = 1", "sales.orders"),
         (
             "MERGE INTO sales.orders t USING sales.orders s ON t.id = s.id "
-            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET amount = 0",
-            "WHEN NOT MATCHED BY SOURCE THEN UPDATE",
+            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
+            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
+        ),
+        (
+            "MERGE INTO sales.orders t USING sales.orders s ON t.id = s.id "
+            "WHEN MATCHED THEN DELETE WHEN MATCHED AND s.amount > 0 THEN UPDATE SET *",
+            "expected a condition on every WHEN MATCHED clause but the last",
+        ),
+        (
+            "MERGE INTO sales.orders t USING sales.orders s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET amout = s.amount",
+            "found 'amout'; close names: amount",
+        ),
+        (
+            "MERGE INTO sales.orders t USING sales.orders s ON t.id = s.id "
+            "WHEN MATCHED AND t.amout > 1 THEN DELETE",
+            "WHEN MATCHED AND `amout` > 1 THEN DELETE, found 'amout'",
+        ),
+        (
+            "MERGE INTO sales.orders t USING sales.orders s ON t.id = s.id "
+            "WHEN NOT MATCHED THEN INSERT (id, amount) VALUES (s.id, s.amout)",
+            "found 'source.amout' (did you mean 'source.amount'?)",
         ),
         ("UPDATE sales.orders SET amount = sqrt(amount)", "SQRT(amount)"),
         ("UPDATE sales.orders SET amout = 1", "UPDATE ... SET, found 'amout'; close names: amount"),
