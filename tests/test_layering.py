@@ -39,11 +39,18 @@ into a filter, and builds a MERGE's clauses (``lakelog.changes.clauses``, plain 
 no engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
-SQL_MODULE_USERS = {"lakelog", "lakelog.table", "lakelog.spark.sql", "lakelog.spark.changes"}
+SQL_MODULE_USERS = {
+    "lakelog",
+    "lakelog.table",
+    "lakelog.spark.sql",
+    "lakelog.spark.rowlevel.predicate",
+    "lakelog.spark.rowlevel.values",
+}
 """Who may import ``lakelog.sql``: the command line, ``lakelog.spark.sql`` (the Spark
-engine of the statements) and ``lakelog.spark.changes`` (on Spark Connect a SET value's
-SQL text is read by ``lakelog.sql.values``; ``lakelog.table`` likewise for a merge
-clause's SQL text), nothing else of ``spark/``."""
+engine of the statements) and the Spark row-level changes' ``predicate`` and ``values``
+(on Spark Connect a SET value's or a merge clause's SQL text is read by
+``lakelog.sql.values``; ``lakelog.table`` likewise for a merge clause's SQL text),
+nothing else of ``spark/``."""
 
 
 def _module(path: Path) -> str:

@@ -38,6 +38,8 @@ __all__ = [
     "Clauses",
     "MergeClause",
     "TextReader",
+    "When",
+    "legacy",
     "when_matched_delete",
     "when_matched_update",
     "when_not_matched_by_source_delete",

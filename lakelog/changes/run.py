@@ -146,7 +146,7 @@ def commit_outcomes(
     changes: Sequence[ChangeFile] = (),
 ) -> ChangeResult:
     """Step 3 of :func:`run_change` for outcomes computed elsewhere (the Spark tasks of
-    :mod:`lakelog.spark.changes`): the same actions, the same ``rowlevel`` commit, and
+    :mod:`lakelog.spark.rowlevel`): the same actions, the same ``rowlevel`` commit, and
     ``rebase`` (a :class:`RowLevelRebase`, or a subclass that checks winners its own
     way) deciding every rebase. ``ctx`` is what the rebase reads and writes with (with
     the change data feed on, its ``feed`` gives the settings of the change files a rebase

@@ -42,13 +42,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
-from .changes import delete, merge, update
 from .convert import convert
 from .errors import raises_typed, typed_errors, unwrap
 from .feed import read_changes
 from .maintain import maintain
 from .maintenance import compact, optimize
 from .read import ReadPlan, history, plan_read, read
+from .rowlevel import delete, merge, update
 from .sql import sql
 from .write import STAGING_DIR, write
 

@@ -237,8 +237,8 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
     from ..sql import plan as p
     from ..sql.run import NONE, check_plan, merge_error, metrics, partition_filter
     from ..sql.values import set_value
-    from .changes import delete, merge, update
     from .maintenance import compact, optimize
+    from .rowlevel import delete, merge, update
     from .schema import to_arrow_schema
     from .write import write
 
