@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from .errors import InvalidArgumentError, SchemaMismatchError
 from .filters import And, Compare, Const, In, IsNull, Not, Or, Predicate
-from .partitioning import partition_string, typed_partition_value
+from .partitioning import check_partition_columns, partition_string, typed_partition_value
 
 __all__ = [
     "SPEC_TAG",
@@ -42,6 +42,8 @@ __all__ = [
     "murmur3_32",
     "parse_field",
     "parse_fields",
+    "spec_key",
+    "partition_layout",
     "uses_transforms",
 ]
 
@@ -422,6 +424,13 @@ class PartitionSpec:
         return out
 
 
+def spec_key(tags: Mapping[str, str]) -> str | None:
+    """The recorded spec and values of a file as one string (None: none recorded):
+    files with the same key hold rows of one partition of one spec."""
+    got = sorted((k, v) for k, v in tags.items() if k.startswith(TAG_PREFIX))
+    return ",".join(f"{k[len(TAG_PREFIX) :]}={v}" for k, v in got) if got else None
+
+
 # -- pruning ---------------------------------------------------------------------------
 
 
@@ -518,3 +527,17 @@ def may_match(
         return True
 
     return walk(pred, True)
+
+
+def partition_layout(
+    schema: pa.Schema, partition_by: Sequence[str] | str
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """What a new table's ``metadata`` records for ``partition_by``: identity partition
+    columns (column names only: the layout of every format version), or no columns and
+    one spec of transforms (any other field: format version 8)."""
+    if isinstance(partition_by, str):
+        partition_by = (partition_by,)
+    if not uses_transforms(partition_by):
+        return check_partition_columns(schema, partition_by), ()
+    fields = parse_fields(partition_by, schema)
+    return (), (tuple(f.text for f in fields),)

@@ -83,6 +83,7 @@ def overwrite_rows(table: Table, data: Any, where: FilterLike) -> ChangeResult:
         snap.partition_by,
         data,
         write_options_from(snap.properties),
+        spec=snap.partition_spec,
     )
     return run_change(table, change, snap)
 
@@ -111,6 +112,7 @@ def merge_rows(
         when_not_matched_by_source=when_not_matched_by_source,
         duplicates=duplicates,
         options=write_options_from(snap.properties),
+        spec=snap.partition_spec,
     )
     result = run_change(table, change, snap, dry_run=dry)
     assert isinstance(result, MergeReport)

@@ -37,6 +37,7 @@ from ..log.snapshot import Snapshot
 from ..partitioning import partition_scalar
 from ..stats import stats_scalar
 from ..storage import Storage
+from ..transforms import PartitionSpec
 from .base import Counts, RowChange, Written
 
 if TYPE_CHECKING:
@@ -370,6 +371,7 @@ class MergeChange(RowChange):
         when_not_matched_by_source: str,
         duplicates: str,
         options: WriteOptions,
+        spec: PartitionSpec | None = None,
     ) -> None:
         self.when_matched = _choice("when_matched", when_matched, ("update", "delete", "ignore"))
         self.when_not_matched = _choice("when_not_matched", when_not_matched, ("insert", "ignore"))
@@ -380,6 +382,7 @@ class MergeChange(RowChange):
         self.keys = check_keys(on, schema)
         self.schema = schema
         self.partition_by = partition_by
+        self.partition_spec = spec
         self.options = options
         reader = to_reader(source)
         check_schema(reader.schema, schema)
@@ -547,6 +550,7 @@ class MergeChange(RowChange):
             partition_by=self.partition_by,
             options=self.options,
             lease_id=lease_id,
+            spec=self.partition_spec,
         )
         return Written(tuple(adds), len(rows))
 

@@ -38,6 +38,7 @@ from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
 from ...properties import get_float, get_int, get_str
+from ...transforms import spec_key
 from ..groups import FileGroup
 from ..options import ClusteringOptions
 from .sort import KEY_MAX, Segment
@@ -466,15 +467,17 @@ def plan_clustering(
     (:func:`lakelog.maintenance.clustering.sampling.fresh_keys_reader`); nothing
     else is read.
     """
-    by_part: dict[tuple[tuple[str, str | None], ...], list[DataFile]] = {}
+    by_part: dict[tuple[tuple[tuple[str, str | None], ...], str | None], list[DataFile]] = {}
     for f in snapshot.files() if files is None else files:
-        by_part.setdefault(tuple(sorted(f.partition.items())), []).append(f)
+        # one group per partition of a spec of transforms too (format version 8)
+        key = (tuple(sorted(f.partition.items())), spec_key(f.tags))
+        by_part.setdefault(key, []).append(f)
     plans: list[PartitionPlan] = []
     for key in sorted(by_part, key=str):
         if already_optimal(by_part[key], options.target_file_size):
             continue
         pp = plan_partition(
-            dict(key),
+            dict(key[0]),
             by_part[key],
             spec.spec_id,
             target_file_size=options.target_file_size,

@@ -23,6 +23,7 @@ import pyarrow as pa
 from ...errors import CorruptLogError
 from ...io.writer import RollingWriter, WriteOptions
 from ...storage import Storage
+from ...transforms import TAG_PREFIX
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
 from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group, scan_batches
@@ -68,6 +69,11 @@ def cluster_group(
             options.parquet, sorting_columns=spec.columns if spec.curve == "linear" else ()
         ),
     )
+
+    # a group holds one partition of one spec of transforms: its files keep those values
+    kept = {k: v for k, v in group.files[0].tags.items() if k.startswith(TAG_PREFIX)}
+    if kept:
+        write_options = dataclasses.replace(write_options, tags={**write_options.tags, **kept})
 
     def make_writer() -> RollingWriter:
         return RollingWriter(
