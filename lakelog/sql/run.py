@@ -233,7 +233,7 @@ def detail(name: str, table: Table) -> pa.Table:
         "name": name,
         "location": table.uri,
         "version": snap.version,
-        "partitionColumns": list(snap.partition_by),
+        "partitionColumns": snap.partitioning,
         "numFiles": snap.num_files,
         "numRows": snap.num_rows,
         "sizeInBytes": snap.total_bytes,

@@ -122,3 +122,32 @@ def test_errors_are_one_line_and_write_nothing(
     assert err.startswith("lakelog: error: ") and words in err and err.count("\n") == 1, err
     assert t.refresh().version == 1
     cat.close()
+
+
+def test_partitioned_by_transforms(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rows(capsys, url, "CREATE NAMESPACE ev")
+    rows(
+        capsys,
+        url,
+        "CREATE TABLE ev.e (ts TIMESTAMP, id BIGINT, name STRING) USING lakelog "
+        "PARTITIONED BY (day(ts), bucket(16, id), truncate(4, name))",
+    )
+    rows(
+        capsys,
+        url,
+        "INSERT INTO ev.e VALUES (TIMESTAMP '2024-01-01 05:00:00', 1, 'alpha'), "
+        "(TIMESTAMP '2024-01-02 05:00:00', 2, 'beta')",
+    )
+    table = lakelog.connect_catalog(url).load_table("ev.e")
+    assert table.partitioning == ["day(ts)", "bucket(16, id)", "truncate(4, name)"]
+    assert len(table.snapshot().files()) == 2
+    assert len(table.snapshot().files("ts >= '2024-01-02'")) == 1
+    got = rows(capsys, url, "SELECT id FROM ev.e WHERE ts >= TIMESTAMP '2024-01-02 00:00:00'")
+    assert got == [{"id": 2}]
+    code, _, err = run(
+        capsys,
+        url,
+        "CREATE TABLE ev.bad (v DOUBLE, n BIGINT) USING lakelog PARTITIONED BY (bucket(4, v))",
+    )
+    assert code != 0 and "found column 'v' of type double" in err
+    assert err.strip().count("\n") == 0
