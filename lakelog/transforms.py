@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -447,13 +448,21 @@ def _file_values(
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _transformed(f: PartitionField, value: Any, type_: pa.DataType) -> Any:
+    """A filter literal's transform, computed once for all the files it is compared with."""
+    return f.apply_value(value, type_)
+
+
 def _compare_may(f: PartitionField, recorded: Any, op: str, value: Any, type_: pa.DataType) -> bool:
     if value is None:
         return False
     try:
-        target = f.apply_value(value, type_)
+        target = _transformed(f, value, type_)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
         return True
+    except TypeError:  # an unhashable literal: transform it here
+        target = f.apply_value(value, type_)
     if f.kind == "bucket":
         return op != "=" or recorded == target
     if op == "!=":
