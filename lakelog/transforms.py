@@ -43,6 +43,7 @@ __all__ = [
     "murmur3_32",
     "parse_field",
     "parse_fields",
+    "partition_values",
     "spec_key",
     "partition_layout",
     "uses_transforms",
@@ -423,6 +424,12 @@ class PartitionSpec:
             if text is not None:
                 out[TAG_PREFIX + f.name] = text
         return out
+
+
+def partition_values(tags: Mapping[str, str]) -> dict[str, str]:
+    """A file's recorded transform values by field name, with its spec id as ``spec``
+    (empty: none recorded), e.g. ``{"spec": "1", "ts_day": "2024-01-02"}``."""
+    return {k[len(TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(TAG_PREFIX)}
 
 
 def spec_key(tags: Mapping[str, str]) -> str | None:

@@ -269,6 +269,7 @@ def test_the_cli_filter_prunes_by_transform(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert out.count(".parquet") == 1
+    assert '"ts_day":"2024-01-02"' in out  # the file's recorded value, by field name
 
 
 # -- the model: random data, transforms and filters --------------------------------
