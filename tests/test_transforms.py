@@ -7,6 +7,8 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lakelog.errors import InvalidArgumentError, SchemaMismatchError
 from lakelog.transforms import bucket_hash, murmur3_32, parse_field, parse_fields
@@ -112,3 +114,34 @@ def test_bad_fields_are_one_line_typed_errors(field: str, error: type, words: st
 def test_duplicate_fields_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="distinct partition fields"):
         parse_fields(["day(ts)", "days(ts)"], SCHEMA)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=20))
+def test_vectorized_long_hash_is_the_reference_over_bytes(values: list[int]) -> None:
+    want = [murmur3_32(v.to_bytes(8, "little", signed=True)) for v in values]
+    assert bucket_hash(pa.array(values, pa.int64())).to_pylist() == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.dates(), min_size=1, max_size=10),
+    st.lists(st.datetimes(), min_size=1, max_size=10),
+    st.lists(st.text(max_size=6), min_size=1, max_size=10),
+)
+def test_dates_timestamps_and_strings_hash_as_the_spec_says(
+    dates: list[dt.date], stamps: list[dt.datetime], texts: list[str]
+) -> None:
+    epoch = dt.datetime(1970, 1, 1)
+
+    def long(v: int) -> int:
+        return murmur3_32(v.to_bytes(8, "little", signed=True))
+
+    assert bucket_hash(pa.array(dates)).to_pylist() == [
+        long((d - epoch.date()).days) for d in dates
+    ]
+    micros = [(s - epoch) // dt.timedelta(microseconds=1) for s in stamps]
+    assert bucket_hash(pa.array(stamps, pa.timestamp("us"))).to_pylist() == [
+        long(m) for m in micros
+    ]
+    assert bucket_hash(pa.array(texts)).to_pylist() == [murmur3_32(t.encode()) for t in texts]

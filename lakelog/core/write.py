@@ -31,7 +31,7 @@ from ..partitioning import partition_string
 from ..properties import get_int, get_str
 from ..storage import Storage
 from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
-from ..transforms import PartitionSpec
+from ..transforms import PartitionSpec, parse_field
 from .schema import SchemaMode, check_schema_mode, plan_write
 from .staged import staged
 
@@ -358,8 +358,17 @@ def check_write_to(snapshot: Snapshot, *, mode: str, partition_by: Sequence[str]
             f"expected no table at {snapshot.storage.uri} (mode='error'), found one at "
             f"version {snapshot.version}; use mode='append' or 'overwrite'."
         )
-    if partition_by and tuple(partition_by) != tuple(snapshot.partition_by):
+    if not partition_by:
+        return
+    given = list(partition_by)
+    if snapshot.partition_specs:  # fields in any spelling: day(ts), days(ts), bucket(16,id)
+        given = [
+            parse_field(f).text
+            for f in ([partition_by] if isinstance(partition_by, str) else partition_by)
+        ]
+    if given != snapshot.partitioning:
         raise SchemaMismatchError(
-            f"expected partition_by {list(snapshot.partition_by)} of the existing table, "
-            f"found {list(partition_by)}; omit partition_by when writing to an existing table."
+            f"expected partition_by {snapshot.partitioning} of the existing table, "
+            f"found {list(partition_by)}; omit partition_by when writing to an existing table "
+            f"(set_partitioning changes it)."
         )

@@ -362,3 +362,19 @@ def test_model_pruning_keeps_every_file_with_a_matching_row(
             if data.filter(flt).num_rows:
                 assert f.path in kept, (flt, f.tags)
         assert snap.to_arrow(filter=flt).num_rows == batch(rows + more).filter(flt).num_rows
+
+
+def test_write_table_to_an_existing_table_takes_its_fields_in_any_spelling(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "t")
+    lakelog.write_table(uri, _events(0, 2), partition_by=["day(ts)", "bucket(4, id)"])
+    lakelog.write_table(
+        uri, _events(2, 1), mode="append", partition_by=["days(ts)", "bucket(4,id)"]
+    )
+    table = lakelog.open_table(uri)
+    assert table.snapshot().num_rows == 72
+    assert all("partition.ts_day" in f.tags for f in table.snapshot().files())
+    with pytest.raises(SchemaMismatchError, match=r"expected partition_by \['day\(ts\)'"):
+        lakelog.write_table(uri, _events(3, 1), mode="append", partition_by=["hour(ts)"])
+    assert table.refresh().snapshot().num_rows == 72
