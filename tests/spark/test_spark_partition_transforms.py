@@ -85,3 +85,22 @@ def test_every_version_of_three_specs_reads_the_same_in_spark(spark: Any, tmp_pa
         .filter("ts >= timestamp'2024-01-03 00:00:00' and ts < timestamp'2024-01-04 00:00:00'")
     )
     assert got.count() == table.snapshot().to_arrow(filter=one_day).num_rows
+
+
+def test_spark_compaction_writes_into_the_current_spec(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = lakelog.create_table(uri, SCHEMA, partition_by=["month(ts)"])
+    table.append(_rows(0, 20))
+    table.append(_rows(20, 20))
+    table.set_partitioning(["bucket(3, id)"])
+    want = sorted(_key(r) for r in table.snapshot().to_arrow().to_pylist())
+    lspark.compact(spark, uri)
+    snap = table.refresh().snapshot()
+    assert {f.tags[SPEC_TAG] for f in snap.files()} == {"1"}
+    bucket = parse_field("bucket(3, id)")
+    for f in snap.files():
+        data = pa.parquet.read_table(table.storage.full(f.path))
+        assert {str(b) for b in bucket.apply(data["id"]).to_pylist()} == {
+            f.tags["partition.id_bucket_3"]
+        }
+    assert sorted(_key(r) for r in snap.to_arrow().to_pylist()) == want
