@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -396,13 +397,13 @@ class Snapshot:
         if not specs:
             return files
         schema = self.schema
-        decided: dict[tuple[tuple[str, str], ...], bool] = {}
+        decided: dict[str | None, bool] = {}
         keep: list[int] = []
-        for i, f in enumerate(files):
-            key = tuple(sorted(f.tags.items()))
-            got = decided.get(key)
+        for i, text in enumerate(files.tag_texts()):
+            got = decided.get(text)
             if got is None:
-                got = decided[key] = may_match(pred, f.tags, specs, schema)
+                tags = _TAGS.decode(text) if text else {}
+                got = decided[text] = may_match(pred, tags, specs, schema)
             if got:
                 keep.append(i)
         return files if len(keep) == len(files) else files.take(keep)
@@ -440,6 +441,9 @@ class Snapshot:
             prefix = self.storage.url("") + "/"
             return [prefix + p for p in self.paths()]
         return [self.storage.url(f.path) for f in self.files(filter)]
+
+
+_TAGS = msgspec.json.Decoder(dict[str, str])
 
 
 # -- resolution -----------------------------------------------------------------
