@@ -443,8 +443,8 @@ def split_spec(
 class SpecWriter:
     """Writes batches into files of a spec of transforms (format version 8): one
     :class:`RollingWriter` per set of the spec's values, with the :meth:`RollingWriter`
-    interface (``write``, ``close``, ``abort``). Rewrites (compaction, clustering) write
-    their rows into the table's current spec through it."""
+    interface (``options``, ``write``, ``end_row_group``, ``close``, ``abort``). Rewrites
+    (compaction, clustering) write their rows into the table's current spec through it."""
 
     def __init__(
         self,
@@ -460,9 +460,16 @@ class SpecWriter:
         self.file_schema = file_schema
         self.spec = spec
         self.options = options
+        """Options of the files it starts from now on (set before the first write to
+        change them, as for :class:`RollingWriter`)."""
         self.prefix = prefix
         self.lease_id = lease_id
         self._writers: dict[tuple[tuple[str, str], ...], RollingWriter] = {}
+
+    def end_row_group(self) -> None:
+        """End the current row group of every file being written."""
+        for w in self._writers.values():
+            w.end_row_group()
 
     def write(self, batch: pa.RecordBatch) -> None:
         for tags, part in split_spec(batch, self.spec):

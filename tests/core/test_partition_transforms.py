@@ -378,3 +378,21 @@ def test_write_table_to_an_existing_table_takes_its_fields_in_any_spelling(
     with pytest.raises(SchemaMismatchError, match=r"expected partition_by \['day\(ts\)'"):
         lakelog.write_table(uri, _events(3, 1), mode="append", partition_by=["hour(ts)"])
     assert table.refresh().snapshot().num_rows == 72
+
+
+def test_clustering_writes_an_older_spec_into_the_current_one(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = lakelog.create_table(uri, SCHEMA, partition_by=["month(ts)"])
+    table.append(_events(0, 3))
+    table.append(_events(3, 3))
+    table.set_partitioning(["bucket(3, id)"])
+    table.append(_events(10, 2))
+    before = table.snapshot()
+    want = sorted(tuple(r.values()) for r in before.to_arrow().to_pylist())
+    assert {f.tags[SPEC_TAG] for f in before.files()} == {"0", "1"}
+    table.optimize(zorder_by=["id", "v"], incremental=False)
+    after = table.snapshot()
+    assert {f.tags[SPEC_TAG] for f in after.files()} == {"1"}
+    _check_recorded(Path(uri), after)
+    assert sorted(tuple(r.values()) for r in after.to_arrow().to_pylist()) == want
+    assert len(after.files("id = 3001")) < after.num_files

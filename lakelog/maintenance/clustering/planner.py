@@ -91,6 +91,10 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_delta_bytes: int
     parquet: ParquetOptions = ParquetOptions()
     """Page index, bloom filters and page size of the output (lakelog.parquet.*)."""
+    partition_spec: tuple[str, ...] = ()
+    partition_spec_id: int = -1
+    """The table's current spec of transforms and its id (-1: none): a group of an
+    older spec is written into it (format.md, "Partition transforms and evolution")."""
 
 
 class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -517,6 +521,7 @@ def cluster_options(snap: Snapshot, options: ClusteringOptions | None = None) ->
         rg = min(get_int(props, "lakelog.row_group_size"), get_int(props, PROP_ROW_GROUP))
     codec = check_codec(options.compression or get_str(props, "lakelog.compression"))
     group = options.max_group_bytes or get_int(props, PROP_GROUP)
+    current = snap.partition_spec
     ratio = get_float(props, PROP_RATIO)  # >= 1 and in (0, 1]: the getters keep the
     delta = get_float(props, PROP_DELTA)  # declared ranges (lakelog.properties)
     return ClusterSettings(
@@ -527,4 +532,6 @@ def cluster_options(snap: Snapshot, options: ClusteringOptions | None = None) ->
         max_rewrite_ratio=ratio,
         min_delta_bytes=min(target, max(MIN_DELTA_BYTES, int(target * delta))),
         parquet=parquet_options(props),
+        partition_spec=() if current is None else current.texts,
+        partition_spec_id=-1 if current is None else current.spec_id,
     )
