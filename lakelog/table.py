@@ -82,8 +82,15 @@ class Table:
 
     @property
     def partition_by(self) -> tuple[str, ...]:
-        """The partition columns, in order (empty: not partitioned)."""
+        """The identity partition columns kept out of the data files, in order (empty:
+        not partitioned, or partitioned by transforms: see :attr:`partitioning`)."""
         return self._snapshot.partition_by
+
+    @property
+    def partitioning(self) -> list[str]:
+        """The partitioning new data is written in: the fields of the current spec
+        (``["day(ts)", "bucket(16, id)"]``) or the partition columns."""
+        return self._snapshot.partitioning
 
     @property
     def properties(self) -> dict[str, str]:
@@ -519,6 +526,24 @@ class Table:
             properties: the properties to set; the others keep their values.
         """
         return core.set_properties(self, properties)
+
+    def set_partitioning(self, partition_by: Sequence[str] | str) -> CommitResult:
+        """Change how new data is partitioned (partition evolution, format version 8):
+        one metadata commit, nothing rewritten. Files written before keep their spec,
+        filters prune across specs, and compaction and clustering write what they
+        rewrite in the new spec.
+
+        Args:
+            partition_by: the new fields: column names (identity), ``"year(ts)"``,
+                ``"month(ts)"``, ``"day(ts)"``, ``"hour(ts)"``, ``"bucket(N, col)"``,
+                ``"truncate(W, col)"``; an empty list stops partitioning new data.
+
+        Raises:
+            InvalidArgumentError: a field is malformed or does not fit its column's
+                type, or the table is partitioned by columns its files do not hold
+                (created with column names only: its layout is fixed).
+        """
+        return core.set_partitioning(self, partition_by)
 
     def unset_properties(
         self, keys: str | Sequence[str], *, missing_ok: bool = False

@@ -814,6 +814,7 @@ def _declare_vectors(actions: Sequence[Action], read: Snapshot | None) -> list[A
             deletion_vectors=vectors,
             change_data_feed=get_bool(a.properties, "lakelog.change_data_feed"),
             column_mapping=get_bool(a.properties, "lakelog.column_mapping"),
+            partition_specs=bool(a.partition_specs),
         )
         out.append(
             a

@@ -17,7 +17,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "lakelog"
 
-BELOW_LOG = {"errors", "filters", "paths", "stats", "storage", "partitioning", "_failpoints"}
+BELOW_LOG = {
+    "errors",
+    "filters",
+    "paths",
+    "stats",
+    "storage",
+    "partitioning",
+    "transforms",
+    "_failpoints",
+}
 """What ``lakelog.log`` may import besides itself: leaf modules with no table logic."""
 
 ABOVE_FACADE = {"cli", "__init__", "__main__", "table"}
@@ -31,12 +40,13 @@ CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
 """Who may import ``lakelog.catalog``: the public API, the command line and the SQL
 statements over its names."""
 
-SQL_USES = {"sql", "catalog", "changes", "errors", "filters", "scan"}
+SQL_USES = {"sql", "catalog", "changes", "errors", "filters", "scan", "transforms"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
-the catalog loads), reads through the scan's engine adapters and turns OPTIMIZE's WHERE
-into a filter, and builds a MERGE's clauses (``lakelog.changes.clauses``, plain values);
-no engine of its own."""
+the catalog loads), reads through the scan's engine adapters, turns OPTIMIZE's WHERE
+into a filter, names partition fields as the table does (ALTER TABLE ... PARTITION
+FIELD) and builds a MERGE's clauses (``lakelog.changes.clauses``, plain values); no
+engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
 SQL_MODULE_USERS = {

@@ -99,6 +99,7 @@ def overwrite_rows(table: Table, data: Any, where: FilterLike) -> ChangeResult:
         snap.partition_by,
         data,
         write_options_from(snap.properties),
+        spec=snap.partition_spec,
     )
     return run_change(table, change, snap)
 
@@ -130,6 +131,7 @@ def merge_rows(
         duplicates=duplicates,
         options=write_options_from(snap.properties),
         text=text,
+        spec=snap.partition_spec,
     )
     result = run_change(table, change, snap, dry_run=dry)
     assert isinstance(result, MergeReport)

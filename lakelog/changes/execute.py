@@ -41,6 +41,7 @@ from ..log.changes import DELETE, UPDATE_POST, UPDATE_PRE
 from ..log.deletion_vectors import MAX_BITMAP_BYTES, union_vector
 from ..properties import get_bool, get_int
 from ..storage import Storage
+from ..transforms import PartitionSpec
 from .base import Counts, RowChange
 from .feed import ChangeWriter
 from .read import read_positions, read_rows
@@ -158,6 +159,7 @@ class RowSink:
             iter(batches),
             schema=ctx.schema,
             partition_by=ctx.partition_by,
+            spec=ctx.spec,
             options=ctx.write_options(batches[0]),
             lease_id=ctx.lease_id,
         )
@@ -173,6 +175,8 @@ class Context:
     version: int
     options: WriteOptions
     lease_id: str | None
+    spec: PartitionSpec | None = None
+    """The table's current spec of transforms: rewritten rows go into it."""
     encoding: dict[str, bool | tuple[str, ...]] = field(default_factory=dict)
     """The dictionary columns, decided once from the first file rewritten."""
     probing: ProbeGuide = field(default_factory=ProbeGuide)
@@ -284,6 +288,7 @@ def _rewrite(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
             itertools.chain([first], rows),
             schema=ctx.schema,
             partition_by=ctx.partition_by,
+            spec=ctx.spec,
             options=options,
             lease_id=ctx.lease_id,
         )
@@ -349,6 +354,7 @@ def _mark(ctx: Context, change: RowChange, f: DataFile) -> FileOutcome:
                 itertools.chain([first], rows),
                 schema=ctx.schema,
                 partition_by=ctx.partition_by,
+                spec=ctx.spec,
                 options=ctx.write_options(first),
                 lease_id=ctx.lease_id,
             )

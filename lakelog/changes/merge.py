@@ -39,6 +39,7 @@ from ..log.snapshot import Snapshot
 from ..partitioning import partition_scalar
 from ..stats import stats_scalar
 from ..storage import Storage
+from ..transforms import PartitionSpec
 from .base import Counts, RowChange, Written
 from .clauses import (
     DELETE,
@@ -394,6 +395,7 @@ class MergeChange(RowChange):
         options: WriteOptions,
         extra: pa.Table | None = None,
         text: TextReader | None = None,
+        spec: PartitionSpec | None = None,
     ) -> None:
         self.duplicates = _choice("duplicates", duplicates, ("error", "last", "first"))
         self.keys = check_keys(on, schema)
@@ -420,6 +422,7 @@ class MergeChange(RowChange):
         )
         self.schema = schema
         self.partition_by = partition_by
+        self.partition_spec = spec
         self.options = options
         table = _source_table(reader, schema, own, others)
         if extra is not None:  # computed source columns (Spark), row for row
@@ -575,6 +578,7 @@ class MergeChange(RowChange):
             partition_by=self.partition_by,
             options=self.options,
             lease_id=lease_id,
+            spec=self.partition_spec,
         )
         self.inserted = counted[0]
         return Written(tuple(adds), counted[0])

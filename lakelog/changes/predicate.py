@@ -35,6 +35,7 @@ from ..log.changes import INSERT
 from ..log.snapshot import Snapshot
 from ..stats import referenced_columns
 from ..storage import Storage
+from ..transforms import PartitionSpec
 from .base import Counts, RowChange, Written, as_mask
 
 if TYPE_CHECKING:
@@ -301,10 +302,13 @@ class OverwriteChange(DeleteChange):
         partition_by: tuple[str, ...],
         data: Any,
         options: WriteOptions,
+        *,
+        spec: PartitionSpec | None = None,
     ) -> None:
         super().__init__(where)
         self.schema = schema
         self.partition_by = partition_by
+        self.partition_spec = spec
         self.options = options
         self.reader = to_reader(data)
         check_schema(self.reader.schema, schema)
@@ -342,5 +346,6 @@ class OverwriteChange(DeleteChange):
             partition_by=self.partition_by,
             options=self.options,
             lease_id=lease_id,
+            spec=self.partition_spec,
         )
         return Written(tuple(adds), rows)

@@ -61,6 +61,11 @@ def rename_column(table: Table, old: str, new: str) -> CommitResult:
                 f"expected a name no column has, found {new!r} already a column of the "
                 f"table {schema.names}; drop or rename that one first."
             )
+        if old in snap.partition_sources:
+            raise InvalidArgumentError(
+                f"expected a column no partition spec uses to rename, found {old!r} in the "
+                f"partitioning {snap.partitioning}: files record their spec by column name."
+            )
         if old in snap.partition_by:
             raise InvalidArgumentError(
                 f"expected a non-partition column to rename, found partition column "

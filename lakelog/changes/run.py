@@ -62,6 +62,7 @@ def run_change(
         storage=table.storage,
         schema=snapshot.schema,
         partition_by=snapshot.partition_by,
+        spec=snapshot.partition_spec,
         version=snapshot.version,
         options=write_options_from(snapshot.properties),
         lease_id=None,

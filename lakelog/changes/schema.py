@@ -129,7 +129,7 @@ def drop_columns(table: Table, names: Any) -> CommitResult:
             raise InvalidArgumentError(
                 f"expected columns of the table {schema.names} to drop, found unknown {unknown}"
             )
-        parts = [n for n in wanted if n in snap.partition_by]
+        parts = [n for n in wanted if n in snap.partition_by or n in snap.partition_sources]
         if parts:
             raise InvalidArgumentError(
                 f"expected non-partition columns to drop, found partition columns {parts}; "

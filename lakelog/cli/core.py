@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 from typing import Any
 
+from ..transforms import partition_values
 from .common import (
     add_filter_arg,
     add_table_args,
@@ -122,7 +123,7 @@ def cmd_files(args: argparse.Namespace) -> int:
             "path": f.path,
             "size_bytes": f.size_bytes,
             "num_rows": f.num_rows,
-            "partition": f.partition or None,
+            "partition": f.partition or partition_values(f.tags) or None,
         }
         for f in files
     ]

@@ -22,6 +22,7 @@ Imports only below it (storage, log, io, transaction); ``Table`` only for type h
 from .commit import Committed, commit, commit_files, commit_history
 from .create import OPEN_HINT, create_with_files, write_new_table
 from .handle import load_table, table_of, use_table_class
+from .partitions import set_partitioning
 from .properties import set_properties, unset_properties, validate_properties_for
 from .schema import (
     SCHEMA_MODES,
@@ -71,6 +72,7 @@ __all__ = [
     "partition_scope",
     "plan_write",
     "readd_dropped",
+    "set_partitioning",
     "set_properties",
     "unset_properties",
     "staged",

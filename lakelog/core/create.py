@@ -29,11 +29,11 @@ from ..log import mapping
 from ..log.actions import Action, AddFile, AppTransaction, Metadata, encode_schema
 from ..log.commits import list_log
 from ..log.snapshot import Snapshot, load_snapshot
-from ..partitioning import check_partition_columns
 from ..properties import get_bool
 from ..storage import Storage
 from ..storage_check import ensure_put_if_absent, record_created
 from ..transaction import CommitResult, Transaction
+from ..transforms import PartitionSpec, partition_layout
 from .commit import commit_files
 from .properties import validate_properties_for
 from .staged import staged
@@ -97,7 +97,7 @@ def create_with_files(
             f"expected distinct column names in the schema, found "
             f"{duplicate_columns(schema)} more than once; rename the duplicates."
         )
-    parts = check_partition_columns(schema, partition_by)
+    parts, specs = partition_layout(schema, partition_by)
     props = validate_properties_for(schema, parts, properties)
     # new tables mark deleted rows in deletion vectors unless told otherwise, or created
     # with the Delta view, which then stays readable by every Delta reader (docs/changes.md,
@@ -118,6 +118,7 @@ def create_with_files(
         partition_by=parts,
         properties=props,
         created_ms=int(time.time() * 1000),
+        partition_specs=specs,
     )
     ensure_put_if_absent(storage, md.properties, creating=True)
     actions: list[Action] = [md, *(adds or [])]
@@ -129,7 +130,7 @@ def create_with_files(
         operation=operation,
         kind="metadata",
         actions=actions,
-        parameters={"partition_by": list(parts)}
+        parameters={"partition_by": list(specs[0] if specs else parts)}
         | ({} if app is None else {"app_id": app.app_id, "app_version": app.app_version}),
         metrics=metrics,
         before_put=None if lease is None else lease.before_put(lambda: txn.actions),
@@ -167,7 +168,7 @@ def write_new_table(
     reader = to_reader(data)
     check_data_columns(reader.schema)
     schema = reader.schema.remove_metadata()
-    parts = check_partition_columns(schema, partition_by)
+    parts, specs = partition_layout(schema, partition_by)
     check_parquet_properties(properties, schema, parts)
     options = write_options_from(properties)
     ensure_put_if_absent(storage, properties, creating=True)  # before any data is written
@@ -185,13 +186,14 @@ def write_new_table(
                     partition_by=parts,
                     options=options,
                     lease_id=lease.lease_id,
+                    spec=PartitionSpec.of(0, specs[0]) if specs else None,
                 )
             )
         try:
             created = create_with_files(
                 storage,
                 schema,
-                partition_by=parts,
+                partition_by=partition_by,
                 properties=properties,
                 adds=adds,
                 operation=operation,
@@ -203,10 +205,10 @@ def write_new_table(
                 raise
         snap = load_snapshot(storage)  # created concurrently: commit on top of it
         check_schema(schema, snap.schema)
-        if tuple(snap.partition_by) != parts:
+        if (tuple(snap.partition_by), snap.metadata.partition_specs[-1:]) != (parts, specs):
             raise SchemaMismatchError(
-                f"expected partition_by {list(snap.partition_by)} of the existing table, "
-                f"found {list(parts)}"
+                f"expected partition_by {snap.partitioning} of the existing table, "
+                f"found {list(partition_by)}"
             )
         return commit_files(
             storage,

@@ -9,6 +9,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
@@ -101,14 +102,7 @@ def _commit_properties(
     table: Table, snap: Any, props: dict[str, str], operation: str, changed: object
 ) -> CommitResult:
     """One ``metadata`` commit of ``snap``'s metadata with ``props`` as its properties."""
-    md = Metadata(
-        table_id=snap.metadata.table_id,
-        schema=snap.metadata.schema,
-        partition_by=snap.metadata.partition_by,
-        properties=props,
-        format_version=snap.metadata.format_version,
-        created_ms=snap.metadata.created_ms,
-    )
+    md: Metadata = msgspec.structs.replace(snap.metadata, properties=props)
     return table.commit(
         [md],
         operation=operation,

@@ -31,6 +31,7 @@ from ..partitioning import partition_string
 from ..properties import get_int, get_str
 from ..storage import Storage
 from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
+from ..transforms import PartitionSpec, parse_field
 from .schema import SchemaMode, check_schema_mode, plan_write
 from .staged import staged
 
@@ -90,6 +91,7 @@ def write_rows(
     partition_by: Sequence[str],
     options: WriteOptions,
     lease_id: str,
+    spec: PartitionSpec | None = None,
 ) -> list[AddFile]:
     """Write ``data`` as files of ``schema``, converted to it batch by batch. The caller
     checked the data's schema against ``schema`` (:func:`~.schema.plan_write`). Partial
@@ -102,6 +104,7 @@ def write_rows(
         partition_by: the partition columns, in order.
         options: how the files are written (:func:`write_options_from`).
         lease_id: the writer lease's id, carried by every file.
+        spec: the table's current spec of transforms (format version 8); default none.
 
     Returns:
         The ``add`` actions of the files written.
@@ -114,6 +117,7 @@ def write_rows(
         partition_by=tuple(partition_by),
         options=options,
         lease_id=lease_id,
+        spec=spec,
     )
 
 
@@ -163,6 +167,7 @@ def append(
                         partition_by=snap.partition_by,
                         options=write_options_from(snap.properties),
                         lease_id=lease.lease_id,
+                        spec=snap.partition_spec,
                     )
                 )
                 failpoint("append:before-commit")
@@ -270,6 +275,7 @@ def overwrite(
                     partition_by=snap.partition_by,
                     options=write_options_from(snap.properties),
                     lease_id=lease.lease_id,
+                    spec=snap.partition_spec,
                 )
             )
             if scope is not None:
@@ -352,8 +358,17 @@ def check_write_to(snapshot: Snapshot, *, mode: str, partition_by: Sequence[str]
             f"expected no table at {snapshot.storage.uri} (mode='error'), found one at "
             f"version {snapshot.version}; use mode='append' or 'overwrite'."
         )
-    if partition_by and tuple(partition_by) != tuple(snapshot.partition_by):
+    if not partition_by:
+        return
+    given = list(partition_by)
+    if snapshot.partition_specs:  # fields in any spelling: day(ts), days(ts), bucket(16,id)
+        given = [
+            parse_field(f).text
+            for f in ([partition_by] if isinstance(partition_by, str) else partition_by)
+        ]
+    if given != snapshot.partitioning:
         raise SchemaMismatchError(
-            f"expected partition_by {list(snapshot.partition_by)} of the existing table, "
-            f"found {list(partition_by)}; omit partition_by when writing to an existing table."
+            f"expected partition_by {snapshot.partitioning} of the existing table, "
+            f"found {list(partition_by)}; omit partition_by when writing to an existing table "
+            f"(set_partitioning changes it)."
         )

@@ -18,8 +18,8 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO
+from dataclasses import dataclass, field, replace
+from typing import IO, Any
 
 import msgspec
 import numpy as np
@@ -33,6 +33,7 @@ from ..log.actions import AddFile
 from ..partitioning import check_partition_dir, partition_dir, partition_string
 from ..stats import stats_from_metadata
 from ..storage import Storage
+from ..transforms import PartitionSpec
 
 __all__ = [
     "BLOOM_TYPES",
@@ -44,7 +45,9 @@ __all__ = [
     "WriteOptions",
     "check_codec",
     "single_page_chunks",
+    "SpecWriter",
     "split_partitions",
+    "split_spec",
     "write_files",
 ]
 
@@ -391,17 +394,16 @@ class RollingWriter:
         return paths
 
 
-def split_partitions(
-    batch: pa.RecordBatch, partition_by: Sequence[str]
-) -> list[tuple[dict[str, str | None], pa.RecordBatch]]:
-    """Split a batch by the values of the partition columns (one slice each)."""
-    if not partition_by:
-        return [({}, batch)]
+def _group(
+    batch: pa.RecordBatch, keys: Sequence[pa.Array]
+) -> list[tuple[list[Any], pa.RecordBatch]]:
+    """Split a batch by the values of ``keys`` (arrays as long as the batch): one slice
+    per distinct combination, with its key values."""
     if batch.num_rows == 0:
         return []
     codes = np.zeros(batch.num_rows, dtype=np.int64)
-    for col in partition_by:
-        enc = pc.dictionary_encode(batch.column(col), null_encoding="encode")
+    for key in keys:
+        enc = pc.dictionary_encode(key, null_encoding="encode")
         idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         codes = codes * (len(enc.dictionary) + 1) + idx
     order = np.argsort(codes, kind="stable")
@@ -411,9 +413,100 @@ def split_partitions(
     taken = batch.take(pa.array(order))
     out = []
     for s, e in zip(starts, ends, strict=True):
-        part = taken.slice(int(s), int(e - s))
-        values = {c: partition_string(part.column(c)[0].as_py()) for c in partition_by}
-        out.append((values, part))
+        first = int(order[s])
+        out.append(([k[first].as_py() for k in keys], taken.slice(int(s), int(e - s))))
+    return out
+
+
+def split_partitions(
+    batch: pa.RecordBatch, partition_by: Sequence[str]
+) -> list[tuple[dict[str, str | None], pa.RecordBatch]]:
+    """Split a batch by the values of the partition columns (one slice each)."""
+    if not partition_by:
+        return [({}, batch)]
+    return [
+        ({c: partition_string(v) for c, v in zip(partition_by, values, strict=True)}, part)
+        for values, part in _group(batch, [batch.column(c) for c in partition_by])
+    ]
+
+
+def split_spec(
+    batch: pa.RecordBatch, spec: PartitionSpec | None
+) -> list[tuple[dict[str, str], pa.RecordBatch]]:
+    """Split a batch by the values of a spec of transforms (format.md, "Partition
+    transforms"): one slice per file group, with the tags its files record."""
+    if spec is None or not spec.fields:
+        return [({}, batch)]
+    return [(spec.tags(values), part) for values, part in _group(batch, spec.keys(batch))]
+
+
+class SpecWriter:
+    """Writes batches into files of a spec of transforms (format version 8): one
+    :class:`RollingWriter` per set of the spec's values, with the :meth:`RollingWriter`
+    interface (``options``, ``write``, ``end_row_group``, ``close``, ``abort``). Rewrites
+    (compaction, clustering) write their rows into the table's current spec through it."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        file_schema: pa.Schema,
+        spec: PartitionSpec,
+        options: WriteOptions,
+        prefix: str = "part",
+        lease_id: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.file_schema = file_schema
+        self.spec = spec
+        self.options = options
+        """Options of the files it starts from now on (set before the first write to
+        change them, as for :class:`RollingWriter`)."""
+        self.prefix = prefix
+        self.lease_id = lease_id
+        self._writers: dict[tuple[tuple[str, str], ...], RollingWriter] = {}
+
+    def end_row_group(self) -> None:
+        """End the current row group of every file being written."""
+        for w in self._writers.values():
+            w.end_row_group()
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        for tags, part in split_spec(batch, self.spec):
+            key = tuple(sorted(tags.items()))
+            w = self._writers.get(key)
+            if w is None:
+                w = self._writers[key] = RollingWriter(
+                    self.storage,
+                    file_schema=self.file_schema,
+                    partition={},
+                    partition_by=(),
+                    options=replace(self.options, tags={**self.options.tags, **tags}),
+                    prefix=self.prefix,
+                    lease_id=self.lease_id,
+                )
+            w.write(part)
+
+    def close(self) -> list[AddFile]:
+        out: list[AddFile] = []
+        for w in self._writers.values():
+            out.extend(w.close())
+        return out
+
+    def abort(self) -> list[str]:
+        out: list[str] = []
+        for w in self._writers.values():
+            out.extend(w.abort())
+        return out
+
+
+def _split(
+    batch: pa.RecordBatch, partition_by: Sequence[str], spec: PartitionSpec | None
+) -> list[tuple[dict[str, str | None], dict[str, str], pa.RecordBatch]]:
+    out = []
+    for values, part in split_partitions(batch, partition_by):
+        for tags, piece in split_spec(part, spec):
+            out.append((values, tags, piece))
     return out
 
 
@@ -426,8 +519,10 @@ def write_files(
     options: WriteOptions,
     prefix: str = "part",
     lease_id: str | None = None,
+    spec: PartitionSpec | None = None,
 ) -> list[AddFile]:
-    """Write conforming batches (full table schema) as data files.
+    """Write conforming batches (full table schema) as data files; with a ``spec`` of
+    transforms (format version 8), split by its values, recorded in each file's tags.
 
     On error every file this call wrote is deleted before the error
     propagates, so a failed write leaves nothing behind it can know of. A
@@ -440,8 +535,8 @@ def write_files(
         for batch in batches:
             # a writer per new partition first (its folder name checked), then write
             todo: list[tuple[RollingWriter, pa.RecordBatch]] = []
-            for values, part in split_partitions(batch, partition_by):
-                key = tuple(sorted(values.items(), key=lambda kv: kv[0]))
+            for values, tags, part in _split(batch, partition_by, spec):
+                key = tuple(sorted({**values, **tags}.items(), key=lambda kv: kv[0]))
                 w = writers.get(key)
                 if w is None:
                     check_partition_dir(partition_by, values)
@@ -450,7 +545,9 @@ def write_files(
                         file_schema=file_schema,
                         partition=values,
                         partition_by=partition_by,
-                        options=options,
+                        options=replace(options, tags={**options.tags, **tags})
+                        if tags
+                        else options,
                         prefix=prefix,
                         lease_id=lease_id,
                     )

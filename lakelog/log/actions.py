@@ -70,6 +70,10 @@ class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
     properties: dict[str, str] = {}
     format_version: int = fmt.NEW_TABLE
     created_ms: int = 0
+    partition_specs: tuple[tuple[str, ...], ...] = ()
+    """Partition specs of transforms, by spec id; the last is current (format version 8,
+    ``docs/format.md``, "Partition transforms and evolution"). Empty: identity
+    partitioning by ``partition_by``."""
 
     def arrow_schema(self) -> pa.Schema:
         return decode_schema(self.schema)

@@ -131,6 +131,15 @@ class FileList(Sequence[DataFile]):
             out.extend(arr.to_pylist())
         return out
 
+    def tag_texts(self) -> list[str | None]:
+        """The files' tags as the log stores them (JSON objects; None for none), in
+        order, without building :class:`DataFile` objects: what pruning by recorded
+        partition transform values reads."""
+        out: list[str | None] = []
+        for arr in self._columns("tags"):
+            out.extend(arr.to_pylist())
+        return out
+
     @property
     def total_bytes(self) -> int:
         """Bytes of every file in the list."""

@@ -38,6 +38,7 @@ __all__ = [
     "FEATURES",
     "FLAT_MANIFESTS",
     "NEW_TABLE",
+    "PARTITION_TRANSFORMS",
     "PLANS_FILE",
     "ROOTS",
     "Feature",
@@ -123,6 +124,13 @@ COLUMN_MAPPING: Final = Feature(
     "column ids and physical names: renamed columns, nested fields that evolve",
     "Column ids, renames and nested fields",
 )
+PARTITION_TRANSFORMS: Final = Feature(
+    "partition_transforms",
+    8,
+    "partition specs of transformed columns (year, month, day, hour, bucket, truncate) "
+    "and their evolution",
+    "Partition transforms and evolution",
+)
 
 FEATURES: Final[tuple[Feature, ...]] = (
     COMMITS,
@@ -134,6 +142,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     DELETION_VECTORS,
     CHANGE_DATA_FEED,
     COLUMN_MAPPING,
+    PARTITION_TRANSFORMS,
 )
 """Every feature, by the version that introduced it."""
 
@@ -221,14 +230,19 @@ def metadata_version(
     deletion_vectors: bool,
     change_data_feed: bool = False,
     column_mapping: bool = False,
+    partition_specs: bool = False,
 ) -> int:
     """The version a ``metadata`` action declares: the one it was given
     (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on, to
     :data:`CHANGE_DATA_FEED` when it turns the change data feed on and to
     :data:`COLUMN_MAPPING` when its schema has column ids, so older readers refuse the
     table from then on (instead of missing vectors or change files, or reading renamed
-    columns by their old names). Turning the first two off again keeps the version."""
+    columns by their old names), and to :data:`PARTITION_TRANSFORMS` when it has partition
+    specs (older readers would miss that data files hold every column). Turning the first
+    two off again keeps the version."""
     need = declared
+    if partition_specs:
+        need = max(need, PARTITION_TRANSFORMS.version)
     if column_mapping:
         need = max(need, COLUMN_MAPPING.version)
     if deletion_vectors:

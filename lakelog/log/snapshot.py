@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -49,6 +50,7 @@ from ..stats import (
     referenced_columns,
 )
 from ..storage import Storage
+from ..transforms import PartitionSpec, may_match
 from . import mapping
 from .actions import Commit, ExpireVersions, Metadata
 from .commits import (
@@ -163,7 +165,33 @@ class Snapshot:
 
     @property
     def partition_by(self) -> tuple[str, ...]:
+        """The identity partition columns kept out of the data files (format.md, "Data
+        files"); empty for a table with partition specs."""
         return self.metadata.partition_by
+
+    @cached_property
+    def partition_specs(self) -> tuple[PartitionSpec, ...]:
+        """The table's partition specs of transforms, by id (format version 8)."""
+        return tuple(PartitionSpec.of(i, t) for i, t in enumerate(self.metadata.partition_specs))
+
+    @property
+    def partition_spec(self) -> PartitionSpec | None:
+        """The spec new data is written in (None: identity partitioning by
+        :attr:`partition_by`, or none)."""
+        specs = self.partition_specs
+        return specs[-1] if specs else None
+
+    @property
+    def partition_sources(self) -> frozenset[str]:
+        """Columns some partition spec (any, current or older) transforms."""
+        return frozenset(f.column for spec in self.partition_specs for f in spec.fields)
+
+    @property
+    def partitioning(self) -> list[str]:
+        """The table's partitioning as written: the current spec's fields (``day(ts)``,
+        ``bucket(16, id)``), or the partition columns."""
+        spec = self.partition_spec
+        return list(spec.texts) if spec is not None else list(self.partition_by)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -352,13 +380,33 @@ class Snapshot:
         if isinstance(pred, Unknown) and not self.relabelled:
             # a shape lakelog does not model: pyarrow decides (over names as in the log)
             return self._prune(self._all_files, expr)
+        logical = pred
         if self.relabelled:  # the log keys statistics by physical name
             if isinstance(pred, Unknown):
                 return self._all_files
             pred = rename_columns(pred, self._to_physical)
         names = predicate_columns(pred)
         phys = pred
-        return self._use(lambda fs: fs.files(phys, names))
+        kept = self._use(lambda fs: fs.files(phys, names))
+        return self._prune_transforms(kept, logical)
+
+    def _prune_transforms(self, files: FileList, pred: Predicate) -> FileList:
+        """``files`` less those whose recorded transform values (format version 8) show
+        that no row matches ``pred``; one decision per distinct set of values."""
+        specs = self.partition_specs
+        if not specs:
+            return files
+        schema = self.schema
+        decided: dict[str | None, bool] = {}
+        keep: list[int] = []
+        for i, text in enumerate(files.tag_texts()):
+            got = decided.get(text)
+            if got is None:
+                tags = _TAGS.decode(text) if text else {}
+                got = decided[text] = may_match(pred, tags, specs, schema)
+            if got:
+                keep.append(i)
+        return files if len(keep) == len(files) else files.take(keep)
 
     def _prune(self, files: FileList, expr: pc.Expression) -> FileList:
         schema = self.schema
@@ -393,6 +441,9 @@ class Snapshot:
             prefix = self.storage.url("") + "/"
             return [prefix + p for p in self.paths()]
         return [self.storage.url(f.path) for f in self.files(filter)]
+
+
+_TAGS = msgspec.json.Decoder(dict[str, str])
 
 
 # -- resolution -----------------------------------------------------------------

@@ -61,6 +61,7 @@ from ..partitioning import check_partition_columns
 from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result
+from ..transforms import PartitionSpec
 from .environment import check_executors
 from .errors import carry
 from .modes import (
@@ -226,11 +227,14 @@ def write_task_files(
     partition_by: Sequence[str],
     properties: Mapping[str, str],
     lease_id: str | None = None,
+    spec: PartitionSpec | None = None,
 ) -> list[AddFile]:
     """One writer task's rows as data files: Spark's Arrow batches conformed to ``schema``
     by column name (:func:`~lakelog.io.schema.conform`: converted types, nulls for a
     column they lack), written with lakelog's writer, names carrying ``lease_id``. Shared
-    by the batch writer and the streaming sink (:mod:`lakelog.spark.streaming`)."""
+    by the batch writer and the streaming sink (:mod:`lakelog.spark.streaming`). ``spec``:
+    the table's current spec of transforms (format version 8), whose values split the
+    rows into files."""
     return write_files(
         storage,
         (conform(b, schema) for b in batches if b.num_rows),
@@ -238,6 +242,7 @@ def write_task_files(
         partition_by=partition_by,
         options=write_options_from(properties),
         lease_id=lease_id,
+        spec=spec,
     )
 
 
@@ -274,11 +279,13 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
                 )
             plan = dataframe_plan(schema, snap, spec.schema_mode)
             parts = snap.partition_by
+            self.partition_spec = snap.partition_spec
             self.read_version: int | None = snap.version
             self.props = dict(snap.properties)
         else:
             table_schema = to_arrow_schema(schema)
             parts = check_partition_columns(table_schema, spec.partition_by)
+            self.partition_spec = None
             plan = WritePlan(table_schema)
             self.read_version = None
             # the table properties given as options (lakelog.*), checked by name already
@@ -315,6 +322,7 @@ class _Writer(DataSourceArrowWriter):  # type: ignore[misc]
             schema=schema,
             partition_by=self.partition_by,
             properties=self.props,
+            spec=self.partition_spec,
         )
         if outside:
             storage.delete([a.path for a in adds])

@@ -201,7 +201,9 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         storage = opts.storage()
         self.uri = storage.uri
         self.storage_options = storage.storage_options
-        plan, parts, props = self._plan(_table(storage))
+        table = _table(storage)
+        self.partition_spec = None if table is None else table.partition_spec
+        plan, parts, props = self._plan(table)
         self.schema_bytes = plan.schema.serialize().to_pybytes()
         self.partition_by = parts
         self.props = props
@@ -248,6 +250,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 partition_by=self.partition_by,
                 properties=self.props,
                 lease_id=self.lease_id,
+                spec=self.partition_spec,
             )
         return _BatchFiles(
             msgspec.json.encode(adds),

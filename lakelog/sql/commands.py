@@ -5,6 +5,7 @@ TBLPROPERTIES``), read from sqlglot's own tokens by a small cursor. Pure.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import sqlglot
@@ -30,6 +31,11 @@ def command_plan(statement: str, tokens: Sequence[Token]) -> p.Plan | None:
         return _restore(_after(statement, tokens, 1, "RESTORE"))
     if words[0] == "SHOW":
         return _show(_after(statement, tokens, 1, "SHOW"))
+    texts = [t.text.upper() for t in tokens]
+    if head == "ALTER TABLE" and any(
+        a == "PARTITION" and b == "FIELD" for a, b in itertools.pairwise(texts)
+    ):
+        return _partition_field(_Tokens(statement, tokens[2:], "ALTER TABLE"))
     if head == "ALTER TABLE" and any(t.text.upper() == "UNSET" for t in tokens):
         return _unset(_Tokens(statement, tokens[2:], "ALTER TABLE"))
     return None
@@ -198,6 +204,30 @@ def _show(t: _Tokens) -> p.Plan:
         t.end()
         return p.ShowNamespaces()
     raise unsupported(f"SHOW {t.rest()[:40]}", "lakelog runs SHOW TABLES and SHOW NAMESPACES")
+
+
+def _partition_field(t: _Tokens) -> p.Plan:
+    name = t.name()
+    action = t.peek()
+    if action not in ("ADD", "DROP", "REPLACE"):
+        raise SqlSyntaxError(
+            f"expected ADD, DROP or REPLACE PARTITION FIELD in ALTER TABLE, found {t.rest()!r}"
+        )
+    t.i += 1
+    t.clause = f"ALTER TABLE ... {action} PARTITION FIELD"
+    t.expect("PARTITION", "FIELD")
+    rest = t.rest()
+    field, new = rest, None
+    if action == "REPLACE":
+        at = [i for i, tok in enumerate(t.tokens) if i >= t.i and tok.text.upper() == "WITH"]
+        if not at:
+            raise SqlSyntaxError(f"expected WITH <new field> in {t.clause}, found {rest!r}")
+        start = t.tokens[at[0]].start
+        field = t.statement[t.tokens[t.i].start : start].strip()
+        new = t.statement[t.tokens[at[0]].end + 1 :].strip()
+    if any(x is not None and (not x or " AS " in f" {x.upper()} ") for x in (field, new)):
+        raise unsupported(f"{t.clause} {rest}", "name the field as day(ts), bucket(16, id), ...")
+    return p.ChangePartitionField(name, action.lower(), field.rstrip(";").strip(), new)
 
 
 def _unset(t: _Tokens) -> p.Plan:

@@ -302,7 +302,12 @@ def _create(tree: exp.Create) -> p.Plan:
                     "PARTITIONED BY with column types",
                     "declare the columns in the column list and name them in PARTITIONED BY",
                 )
-            parts = tuple(c.name for c in cols)
+            # a column (identity) or a transform, day(ts), bucket(16, id), ...: the
+            # table checks the fields (docs/partitioning.md)
+            parts = tuple(
+                c.name if isinstance(c, exp.Column | exp.Identifier) else c.sql(DIALECT)
+                for c in cols
+            )
         elif isinstance(prop, exp.Properties):
             props += _properties(prop.expressions, "TBLPROPERTIES")
         elif isinstance(prop, exp.Property):

@@ -217,6 +217,17 @@ class SetProperties:
 
 
 @dataclasses.dataclass(frozen=True)
+class ChangePartitionField:
+    """``ALTER TABLE name ADD|DROP|REPLACE PARTITION FIELD field [WITH new]``: partition
+    evolution (docs/partitioning.md), Iceberg's syntax."""
+
+    name: str
+    action: str
+    field: str
+    new: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class UnsetProperties:
     name: str
     keys: tuple[str, ...]
@@ -245,6 +256,7 @@ Plan = (
     | RenameColumn
     | DropColumns
     | SetProperties
+    | ChangePartitionField
     | UnsetProperties
 )
 """Every statement lakelog runs."""

@@ -26,6 +26,7 @@ from ..errors import (
     SchemaMismatchError,
     SqlError,
 )
+from ..transforms import parse_field
 from . import plan as p
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ CATALOG_PLANS = (
     p.DropColumns,
     p.SetProperties,
     p.UnsetProperties,
+    p.ChangePartitionField,
 )
 """The plans :func:`run_catalog` runs."""
 
@@ -276,7 +278,7 @@ def detail(name: str, table: Table) -> pa.Table:
         "name": name,
         "location": table.uri,
         "version": snap.version,
-        "partitionColumns": list(snap.partition_by),
+        "partitionColumns": snap.partitioning,
         "numFiles": snap.num_files,
         "numRows": snap.num_rows,
         "sizeInBytes": snap.total_bytes,
@@ -341,6 +343,8 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
         table.set_properties(dict(plan.properties))
     elif isinstance(plan, p.UnsetProperties):
         table.unset_properties(list(plan.keys), missing_ok=plan.if_exists)
+    elif isinstance(plan, p.ChangePartitionField):
+        table.set_partitioning(changed_partitioning(table.partitioning, plan))
     else:
         raise TypeError(f"not a catalog plan: {type(plan).__name__}")
     return NONE
@@ -380,3 +384,32 @@ def resolve(catalog: Catalog, names: list[str]) -> set[str]:
             close=close,
         )
     return found
+
+
+def changed_partitioning(current: list[str], plan: p.ChangePartitionField) -> list[str]:
+    """The fields after ``ALTER TABLE ... ADD|DROP|REPLACE PARTITION FIELD``: a field is
+    named by its spelling (``day(ts)``) or its name (``ts_day``); ADD appends."""
+    clause = f"ALTER TABLE ... {plan.action.upper()} PARTITION FIELD"
+    fields = [parse_field(f) for f in current]
+    if plan.action == "add":
+        return [*current, plan.field]
+    try:
+        named = parse_field(plan.field)
+    except LakelogError:
+        named = None
+    at = [
+        i
+        for i, f in enumerate(fields)
+        if f == named or f.name == plan.field.strip("`") or f.text == plan.field
+    ]
+    if not at:
+        raise SqlError(
+            f"expected a partition field of the table {current} in {clause}, found "
+            f"{plan.field!r}; name it as written (day(ts)) or by its name (ts_day)."
+        )
+    out = list(current)
+    if plan.action == "drop":
+        del out[at[0]]
+    else:
+        out[at[0]] = plan.new or ""
+    return out

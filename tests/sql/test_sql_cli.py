@@ -142,3 +142,62 @@ def test_errors_are_one_line_and_write_nothing(
     assert err.startswith("lakelog: error: ") and words in err and err.count("\n") == 1, err
     assert t.refresh().version == 1
     cat.close()
+
+
+def test_partitioned_by_transforms(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rows(capsys, url, "CREATE NAMESPACE ev")
+    rows(
+        capsys,
+        url,
+        "CREATE TABLE ev.e (ts TIMESTAMP, id BIGINT, name STRING) USING lakelog "
+        "PARTITIONED BY (day(ts), bucket(16, id), truncate(4, name))",
+    )
+    rows(
+        capsys,
+        url,
+        "INSERT INTO ev.e VALUES (TIMESTAMP '2024-01-01 05:00:00', 1, 'alpha'), "
+        "(TIMESTAMP '2024-01-02 05:00:00', 2, 'beta')",
+    )
+    table = lakelog.connect_catalog(url).load_table("ev.e")
+    assert table.partitioning == ["day(ts)", "bucket(16, id)", "truncate(4, name)"]
+    assert len(table.snapshot().files()) == 2
+    assert len(table.snapshot().files("ts >= '2024-01-02'")) == 1
+    got = rows(capsys, url, "SELECT id FROM ev.e WHERE ts >= TIMESTAMP '2024-01-02 00:00:00'")
+    assert got == [{"id": 2}]
+    code, _, err = run(
+        capsys,
+        url,
+        "CREATE TABLE ev.bad (v DOUBLE, n BIGINT) USING lakelog PARTITIONED BY (bucket(4, v))",
+    )
+    assert code != 0 and "found column 'v' of type double" in err
+    assert err.strip().count("\n") == 0
+
+
+def test_alter_table_partition_fields(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rows(capsys, url, "CREATE NAMESPACE ev")
+    rows(
+        capsys,
+        url,
+        "CREATE TABLE ev.e (ts TIMESTAMP, id BIGINT) USING lakelog PARTITIONED BY (day(ts))",
+    )
+    rows(capsys, url, "INSERT INTO ev.e VALUES (TIMESTAMP '2024-01-01 05:00:00', 1)")
+    rows(capsys, url, "ALTER TABLE ev.e ADD PARTITION FIELD bucket(4, id)")
+    rows(capsys, url, "ALTER TABLE ev.e REPLACE PARTITION FIELD ts_day WITH hour(ts)")
+    table = lakelog.connect_catalog(url).load_table("ev.e")
+    assert table.partitioning == ["hour(ts)", "bucket(4, id)"]
+    rows(capsys, url, "ALTER TABLE ev.e DROP PARTITION FIELD bucket(4, id)")
+    rows(capsys, url, "INSERT INTO ev.e VALUES (TIMESTAMP '2024-01-02 07:00:00', 2)")
+    table = lakelog.connect_catalog(url).load_table("ev.e")
+    assert table.metadata.partition_specs == (
+        ("day(ts)",),
+        ("day(ts)", "bucket(4, id)"),
+        ("hour(ts)", "bucket(4, id)"),
+        ("hour(ts)",),
+    )
+    tags = sorted(f.tags["partition.spec"] for f in table.snapshot().files())
+    assert tags == ["0", "3"]
+    assert rows(capsys, url, "SELECT id FROM ev.e ORDER BY id") == [{"id": 1}, {"id": 2}]
+    code, _, err = run(capsys, url, "ALTER TABLE ev.e DROP PARTITION FIELD id_bucket_4")
+    assert code != 0 and "expected a partition field of the table ['hour(ts)']" in err
+    code, _, err = run(capsys, url, "ALTER TABLE ev.e ADD PARTITION FIELD day(id)")
+    assert code != 0 and "expected a date or timestamp column" in err

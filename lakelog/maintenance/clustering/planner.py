@@ -38,6 +38,7 @@ from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
 from ...properties import get_float, get_int, get_str
+from ...transforms import spec_key
 from ..groups import FileGroup
 from ..options import ClusteringOptions
 from .sort import KEY_MAX, Segment
@@ -90,6 +91,10 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_delta_bytes: int
     parquet: ParquetOptions = ParquetOptions()
     """Page index, bloom filters and page size of the output (lakelog.parquet.*)."""
+    partition_spec: tuple[str, ...] = ()
+    partition_spec_id: int = -1
+    """The table's current spec of transforms and its id (-1: none): a group of an
+    older spec is written into it (format.md, "Partition transforms and evolution")."""
 
 
 class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -466,15 +471,17 @@ def plan_clustering(
     (:func:`lakelog.maintenance.clustering.sampling.fresh_keys_reader`); nothing
     else is read.
     """
-    by_part: dict[tuple[tuple[str, str | None], ...], list[DataFile]] = {}
+    by_part: dict[tuple[tuple[tuple[str, str | None], ...], str | None], list[DataFile]] = {}
     for f in snapshot.files() if files is None else files:
-        by_part.setdefault(tuple(sorted(f.partition.items())), []).append(f)
+        # one group per partition of a spec of transforms too (format version 8)
+        key = (tuple(sorted(f.partition.items())), spec_key(f.tags))
+        by_part.setdefault(key, []).append(f)
     plans: list[PartitionPlan] = []
     for key in sorted(by_part, key=str):
         if already_optimal(by_part[key], options.target_file_size):
             continue
         pp = plan_partition(
-            dict(key),
+            dict(key[0]),
             by_part[key],
             spec.spec_id,
             target_file_size=options.target_file_size,
@@ -514,6 +521,7 @@ def cluster_options(snap: Snapshot, options: ClusteringOptions | None = None) ->
         rg = min(get_int(props, "lakelog.row_group_size"), get_int(props, PROP_ROW_GROUP))
     codec = check_codec(options.compression or get_str(props, "lakelog.compression"))
     group = options.max_group_bytes or get_int(props, PROP_GROUP)
+    current = snap.partition_spec
     ratio = get_float(props, PROP_RATIO)  # >= 1 and in (0, 1]: the getters keep the
     delta = get_float(props, PROP_DELTA)  # declared ranges (lakelog.properties)
     return ClusterSettings(
@@ -524,4 +532,6 @@ def cluster_options(snap: Snapshot, options: ClusteringOptions | None = None) ->
         max_rewrite_ratio=ratio,
         min_delta_bytes=min(target, max(MIN_DELTA_BYTES, int(target * delta))),
         parquet=parquet_options(props),
+        partition_spec=() if current is None else current.texts,
+        partition_spec_id=-1 if current is None else current.spec_id,
     )

@@ -21,8 +21,9 @@ import msgspec
 import pyarrow as pa
 
 from ...errors import CorruptLogError
-from ...io.writer import RollingWriter, WriteOptions
+from ...io.writer import RollingWriter, SpecWriter, WriteOptions
 from ...storage import Storage
+from ...transforms import SPEC_TAG, TAG_PREFIX, PartitionSpec
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
 from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group, scan_batches
@@ -69,7 +70,24 @@ def cluster_group(
         ),
     )
 
-    def make_writer() -> RollingWriter:
+    # a group holds one partition of one spec of transforms: a group of the current spec
+    # keeps its values; one of an older spec is split into the current spec's partitions
+    kept = {k: v for k, v in group.files[0].tags.items() if k.startswith(TAG_PREFIX)}
+    current = options.partition_spec_id
+    moving = current >= 0 and kept.get(SPEC_TAG) != str(current)
+    if kept and not moving:
+        write_options = dataclasses.replace(write_options, tags={**write_options.tags, **kept})
+
+    def make_writer() -> RollingWriter | SpecWriter:
+        if moving:
+            return SpecWriter(
+                storage,
+                file_schema=footer,
+                spec=PartitionSpec.of(current, options.partition_spec),
+                options=write_options,
+                prefix="cluster",
+                lease_id=lease_id,
+            )
         return RollingWriter(
             storage,
             file_schema=footer,

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from ... import threads
 from ...errors import InvalidArgumentError
-from ...io.writer import RollingWriter
+from ...io.writer import RollingWriter, SpecWriter
 from ...log.actions import AddFile
 
 __all__ = [
@@ -627,7 +627,7 @@ class RowGroupCutter:
     """Feeds key-ordered rows to a writer, ending its row groups at :func:`row_group_cut`
     (memory: about one row group, as the writer's own buffer)."""
 
-    def __init__(self, writer: RollingWriter) -> None:
+    def __init__(self, writer: RollingWriter | SpecWriter) -> None:
         self.writer = writer
         self.size = writer.options.row_group_size
         self._rows: list[pa.Table] = []
@@ -679,7 +679,7 @@ files do not make a narrow query read wide row groups)."""
 class _FileJob:
     """Writes one output file on a background thread fed through a small queue."""
 
-    def __init__(self, make_writer: Callable[[], RollingWriter], tier: str) -> None:
+    def __init__(self, make_writer: Callable[[], RollingWriter | SpecWriter], tier: str) -> None:
         self.writer = make_writer()
         if tier == "delta":  # key-ranged reads of late rows prune finer row groups
             opts = self.writer.options
@@ -738,7 +738,7 @@ _DONE = object()
 def write_segments(
     ordered: Iterable[tuple[pa.Table, npt.NDArray[np.uint64]]],
     cuts: Sequence[FileCut],
-    make_writer: Callable[[], RollingWriter],
+    make_writer: Callable[[], RollingWriter | SpecWriter],
     *,
     parallel_files: int = 2,
     delete: Callable[[list[str]], None] | None = None,

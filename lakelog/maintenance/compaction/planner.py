@@ -33,6 +33,7 @@ from ...log.filelist import FileList
 from ...log.snapshot import Snapshot
 from ...partitioning import partition_dir
 from ...properties import get_float, get_int, get_str
+from ...transforms import spec_key
 from ..clustering.spec import TAG_SPEC
 from ..groups import FileGroup
 from ..options import CompactionOptions, with_keywords
@@ -70,6 +71,10 @@ class CompactionSettings(msgspec.Struct, frozen=True, kw_only=True):
     purge_ratio: float = 1.0
     """A file whose deletion vector marks at least this share of its rows is rewritten
     whatever its size (``lakelog.deletion_vectors.purge_ratio``)."""
+    partition_spec: tuple[str, ...] = ()
+    partition_spec_id: int = -1
+    """The table's current spec of transforms and its id (-1: none): the output is
+    written in it (format.md, "Partition transforms and evolution")."""
 
 
 class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -222,6 +227,7 @@ def resolve_options(snapshot: Snapshot, options: CompactionOptions) -> Compactio
     min_input_files = options.min_input_files
     row_group_size = options.row_group_size
     compression = options.compression
+    current = snapshot.partition_spec
     return CompactionSettings(
         target_file_size=target_file_size,
         target_rows=target_rows,
@@ -240,6 +246,8 @@ def resolve_options(snapshot: Snapshot, options: CompactionOptions) -> Compactio
         ),
         parquet=parquet_options(props),
         purge_ratio=get_float(props, "lakelog.deletion_vectors.purge_ratio"),
+        partition_spec=() if current is None else current.texts,
+        partition_spec_id=-1 if current is None else current.spec_id,
     )
 
 
@@ -373,12 +381,16 @@ def plan_compaction(
         else partition_matcher(snapshot.schema, partition_by, partition_filter)
     )
     by_partition: dict[tuple[str | None, ...], list[DataFile]] = {}
+    specs = bool(snapshot.partition_specs)
+    width = len(partition_by)
     for f in _candidates(snapshot, settings, exclude, only):
         key = tuple(f.partition.get(c) for c in partition_by)
+        if specs:  # one group per partition of a spec of transforms (format version 8)
+            key += (spec_key(f.tags),)
         by_partition.setdefault(key, []).append(f)
     keys = list(by_partition)
     if match is not None and keys:
-        selected = match([dict(zip(partition_by, k, strict=True)) for k in keys])
+        selected = match([dict(zip(partition_by, k[:width], strict=True)) for k in keys])
         keys = [k for k, ok in zip(keys, selected, strict=True) if ok]
     keys.sort(key=lambda k: tuple((v is None, v or "") for v in k))
     need = max(2, settings.min_input_files)
@@ -395,7 +407,7 @@ def plan_compaction(
             groups.append(
                 FileGroup(
                     group_id=_group_id(packed),
-                    partition=dict(zip(partition_by, key, strict=True)),
+                    partition=dict(zip(partition_by, key[:width], strict=True)),
                     files=tuple(packed),
                     estimated_output_files=_estimate_outputs(packed, settings),
                 )

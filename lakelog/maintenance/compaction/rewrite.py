@@ -23,8 +23,9 @@ import msgspec
 import pyarrow as pa
 
 from ...errors import CorruptLogError
-from ...io.writer import ParquetOptions, RollingWriter, WriteOptions, check_codec
+from ...io.writer import ParquetOptions, RollingWriter, SpecWriter, WriteOptions, check_codec
 from ...storage import Storage
+from ...transforms import PartitionSpec
 from ..groups import FileGroup, GroupResult
 from ..pacing import Pacer
 from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group
@@ -53,6 +54,10 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Dictionary-encode only columns whose values repeat (judged on a sample of
     the group's first batch): near-unique columns gain nothing from a dictionary
     and cost a hash of every value until the writer falls back."""
+    partition_spec: tuple[str, ...] = ()
+    partition_spec_id: int = -1
+    """The table's current spec of transforms (-1: none): output files are split by
+    its values, so a rewrite moves a partition of an older spec into it."""
     parquet: ParquetOptions = ParquetOptions()
     """Page index, bloom filters and page size of the output files."""
 
@@ -64,6 +69,8 @@ class RewriteOptions(msgspec.Struct, frozen=True, kw_only=True):
             row_group_size=options.row_group_size,
             compression=options.compression,
             parquet=options.parquet,
+            partition_spec=options.partition_spec,
+            partition_spec_id=options.partition_spec_id,
         )
 
     def write_options(self, *, use_dictionary: bool | tuple[str, ...] = True) -> WriteOptions:
@@ -96,7 +103,7 @@ def rewrite_group(
     """
     started = time.monotonic()
     file_schema = file_schema_of(schema, partition_by)
-    writer: RollingWriter | None = None
+    writer: RollingWriter | SpecWriter | None = None
     try:
         stream = read_ahead(
             read_group(
@@ -109,17 +116,28 @@ def rewrite_group(
             )
         )
         first = next(stream, None)
-        writer = RollingWriter(
-            storage,
-            file_schema=file_schema,
-            partition=group.partition,
-            partition_by=partition_by,
-            options=options.write_options(
-                use_dictionary=dictionary_columns(first) if options.auto_dictionary else True
-            ),
-            prefix=options.prefix,
-            lease_id=options.lease_id,
+        write_options = options.write_options(
+            use_dictionary=dictionary_columns(first) if options.auto_dictionary else True
         )
+        if options.partition_spec_id >= 0:
+            writer = SpecWriter(
+                storage,
+                file_schema=file_schema,
+                spec=PartitionSpec.of(options.partition_spec_id, options.partition_spec),
+                options=write_options,
+                prefix=options.prefix,
+                lease_id=options.lease_id,
+            )
+        else:
+            writer = RollingWriter(
+                storage,
+                file_schema=file_schema,
+                partition=group.partition,
+                partition_by=partition_by,
+                options=write_options,
+                prefix=options.prefix,
+                lease_id=options.lease_id,
+            )
         batches: Iterable[pa.RecordBatch] = (
             itertools.chain([first], stream) if first is not None else stream
         )
