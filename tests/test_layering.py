@@ -31,11 +31,12 @@ CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
 """Who may import ``lakelog.catalog``: the public API, the command line and the SQL
 statements over its names."""
 
-SQL_USES = {"sql", "catalog", "errors", "filters", "scan"}
+SQL_USES = {"sql", "catalog", "errors", "filters", "properties", "scan"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
-the catalog loads), reads through the scan's engine adapters and turns OPTIMIZE's WHERE
-into a filter; no engine of its own."""
+the catalog loads), reads through the scan's engine adapters, turns OPTIMIZE's WHERE
+into a filter and reads a table property's value as the table does (VACUUM's least
+RETAIN); no engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
 SQL_MODULE_USERS = {"lakelog", "lakelog.spark.sql", "lakelog.spark.changes"}
