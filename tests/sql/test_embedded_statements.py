@@ -235,3 +235,19 @@ def test_drop_columns_takes_a_list_and_optimize_where_only_partition_columns(
     with pytest.raises(SqlError, match=r"only partition columns \(day\) in OPTIMIZE"):
         run(catalog, "OPTIMIZE s.by_sql WHERE day = 'mon' AND id > 1")
     assert a.refresh().version == version
+
+
+def test_lakelog_sql_widens_a_column(catalog: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from lakelog.cli import main
+
+    catalog.create_namespace("s")
+    table = catalog.create_table("s.t", pa.schema([("id", pa.int32())]))
+    table.append(pa.table({"id": pa.array([7], pa.int32())}))
+    url = catalog.url
+    assert main(["sql", "ALTER TABLE s.t ALTER COLUMN id TYPE BIGINT", "--catalog", url]) == 0
+    assert capsys.readouterr().out.strip() == "ok"
+    assert table.refresh().schema.field("id").type == pa.int64()
+    assert main(["sql", "ALTER TABLE s.t CHANGE COLUMN id id INT", "--catalog", url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lakelog: error: ALTER TABLE s.t CHANGE COLUMN id id INT: expected")
+    assert err.count("\n") == 1 and table.refresh().schema.field("id").type == pa.int64()
