@@ -164,6 +164,14 @@ def test_ctas_with_partitions_and_show_namespaces(spark: Any, catalog: Any) -> N
         ),
         ("ALTER TABLE s.by_sql ADD COLUMNS (day STRING)", SqlError, "ALTER COLUMN day TYPE"),
         ("CREATE NAMESPACE s", NamespaceExistsError, "IF NOT EXISTS"),
+        (
+            "CREATE TABLE s.g (a INT GENERATED ALWAYS AS (1)) USING lakelog",
+            UnsupportedStatementError,
+            "GENERATED ALWAYS AS",
+        ),
+        ("INSERT INTO s.by_sql BY NAME SELECT 1 AS id", UnsupportedStatementError, "BY NAME"),
+        ("SELECT * FROM s.by_sql@v1", UnsupportedStatementError, "VERSION AS OF"),
+        ("OPTIMIZE s.by_sql WHERE id > 1", SqlError, "only partition columns (day)"),
         ("CREATE TABLE s.by_sql (a INT) USING lakelog", TableAlreadyExistsError, "IF NOT EXISTS"),
     ],
 )
