@@ -132,6 +132,12 @@ def _passthrough(
             and cat.namespace_exists(str(target.db).lower())
         ):
             raise error
+        if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in (
+            "NAMESPACE",
+            "SCHEMA",
+            "DATABASE",
+        ):
+            raise error  # namespaces are the lakelog catalog's: never made in Spark's instead
     if not resolve(cat, [r.name for r in q.tables]) and not q.changes:
         return _spark_sql(spark, statement)
     with _Views(spark, cat) as views:

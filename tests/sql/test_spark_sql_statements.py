@@ -170,6 +170,7 @@ def test_ctas_with_partitions_and_show_namespaces(spark: Any, catalog: Any) -> N
             "GENERATED ALWAYS AS",
         ),
         ("INSERT INTO s.by_sql BY NAME SELECT 1 AS id", UnsupportedStatementError, "BY NAME"),
+        ("CREATE NAMESPACE other LOCATION '/tmp/x'", UnsupportedStatementError, "LOCATION"),
         ("SELECT * FROM s.by_sql@v1", UnsupportedStatementError, "VERSION AS OF"),
         ("OPTIMIZE s.by_sql WHERE id > 1", SqlError, "only partition columns (day)"),
         ("CREATE TABLE s.by_sql (a INT) USING lakelog", TableAlreadyExistsError, "IF NOT EXISTS"),
@@ -185,6 +186,8 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert a.refresh().version == version and a.schema == SCHEMA
     assert catalog.list_tables() == ["s.by_api", "s.by_sql"]
+    assert catalog.list_namespaces() == ["s"]
+    assert "other" not in [d.name for d in spark.catalog.listDatabases()]
 
 
 def test_an_unreachable_catalog_is_one_line(
