@@ -254,7 +254,7 @@ def changes_and_history(spark: Any, root: str) -> dict[str, Any]:
 
 def sql(spark: Any, root: str) -> dict[str, Any]:
     """``lakelog.spark.sql`` over a catalog's names: DDL, INSERT, UPDATE, DELETE, MERGE,
-    a query with time travel and DESCRIBE HISTORY."""
+    a query with time travel, ALTER COLUMN ... TYPE and DESCRIBE HISTORY."""
     catalog = lakelog.connect_catalog(
         "sqlite:///" + os.path.join(root, "c.db"), warehouse=os.path.join(root, "wh")
     )
@@ -275,12 +275,16 @@ def sql(spark: Any, root: str) -> dict[str, Any]:
             .asDict(),
         ]
         old = run("SELECT id FROM s.t VERSION AS OF 1 ORDER BY id").collect()
+        run("ALTER TABLE s.t ADD COLUMNS (n INT)")
+        run("ALTER TABLE s.t ALTER COLUMN n TYPE BIGINT")
+        widened = dict(run("SELECT * FROM s.t").dtypes)["n"]
         history = run("DESCRIBE HISTORY s.t").collect()
         uri = catalog.load_table("s.t").uri
         return {
             **summary(uri),
             "counts": _json(counts),
             "v1": [r.id for r in old],
+            "widened": widened,
             "history": len(history),
         }
     finally:

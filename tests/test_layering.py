@@ -40,13 +40,13 @@ CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
 """Who may import ``lakelog.catalog``: the public API, the command line and the SQL
 statements over its names."""
 
-SQL_USES = {"sql", "catalog", "changes", "errors", "filters", "scan", "transforms"}
+SQL_USES = {"sql", "catalog", "changes", "errors", "filters", "properties", "scan", "transforms"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
 the catalog loads), reads through the scan's engine adapters, turns OPTIMIZE's WHERE
 into a filter, names partition fields as the table does (ALTER TABLE ... PARTITION
-FIELD) and builds a MERGE's clauses (``lakelog.changes.clauses``, plain values); no
-engine of its own."""
+FIELD), builds a MERGE's clauses (``lakelog.changes.clauses``, plain values) and reads a
+table property's value as the table does (VACUUM's least RETAIN); no engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
 SQL_MODULE_USERS = {

@@ -110,11 +110,12 @@ def _passthrough(
     import sqlglot
     from sqlglot import exp
 
-    from ..sql.parser import DIALECT, query
+    from ..sql.parser import DIALECT, query, quiet
     from ..sql.run import resolve
 
     try:
-        tree = sqlglot.parse_one(statement, dialect=DIALECT)
+        with quiet():
+            tree = sqlglot.parse_one(statement, dialect=DIALECT)
     except sqlglot.errors.ParseError:
         tree = None
     if tree is None or isinstance(tree, exp.Command):
@@ -131,6 +132,12 @@ def _passthrough(
             and cat.namespace_exists(str(target.db).lower())
         ):
             raise error
+        if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in (
+            "NAMESPACE",
+            "SCHEMA",
+            "DATABASE",
+        ):
+            raise error  # namespaces are the lakelog catalog's: never made in Spark's instead
     if not resolve(cat, [r.name for r in q.tables]) and not q.changes:
         return _spark_sql(spark, statement)
     with _Views(spark, cat) as views:
@@ -214,6 +221,13 @@ def _frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
 
     if rows.num_columns == 0:
         return spark.createDataFrame([], StructType([]))
+    if rows.schema.equals(DML) and rows.num_rows == 1:
+        # a literal row: Spark answers collect() on the driver, without a job (a frame
+        # made by createDataFrame costs one, as long as a small MERGE's own work)
+        values = rows.to_pylist()[0]
+        return spark.sql(
+            "SELECT " + ", ".join(f"CAST({int(values[n])} AS BIGINT) AS {n}" for n in DML.names)
+        )
     from .schema import to_spark_schema
 
     return spark.createDataFrame(rows.to_pylist(), to_spark_schema(rows.schema))
@@ -235,8 +249,7 @@ def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -
 
 def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.Table:
     from ..sql import plan as p
-    from ..sql.run import NONE, check_plan, merge_error, metrics, partition_filter
-    from ..sql.values import set_value
+    from ..sql.run import NONE, check_plan, merge_error, metrics, partition_filter, set_values
     from .maintenance import compact, optimize
     from .rowlevel import delete, merge, update
     from .schema import to_arrow_schema
@@ -284,9 +297,9 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
         r = delete(spark, uri, plan.where or "true")
         return _dml(r.deleted_rows, deleted=r.deleted_rows)
     if isinstance(plan, p.Update):
-        uri = cat.load_table(plan.name).uri
-        values = {c: set_value(v, "UPDATE ... SET") for c, v in plan.set}
-        r = update(spark, uri, plan.where or "true", set=values)
+        table = cat.load_table(plan.name)
+        values = set_values(table, plan.set, "UPDATE ... SET")
+        r = update(spark, table.uri, plan.where or "true", set=values)
         return _dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
         table = cat.load_table(plan.name)
@@ -340,6 +353,11 @@ def _conform(df: DataFrame, schema: pa.Schema, *, complete: bool = True) -> Data
 
     from .schema import to_spark_type
 
+    given = dict(zip(df.columns, (f.dataType for f in df.schema.fields), strict=True))
+    if (not complete or df.columns == schema.names) and all(
+        given.get(f.name) in (None, to_spark_type(f.type)) for f in schema
+    ):
+        return df  # the table's types already: no projection for every job to carry
     cols = []
     for f in schema:
         if f.name in df.columns:

@@ -17,6 +17,7 @@ from .parser import parse, unsupported
 from .run import (
     CATALOG_PLANS,
     NONE,
+    check_namespace,
     check_plan,
     conform,
     merge_error,
@@ -24,10 +25,10 @@ from .run import (
     partition_filter,
     resolve,
     run_catalog,
+    set_values,
     sql_words,
     timestamp,
 )
-from .values import set_value
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -86,9 +87,21 @@ def query(q: p.Query, catalog: Catalog, con: Any) -> pa.Table:
     text = q.rewrite(views, dialect="duckdb")
     try:
         return con.sql(text).to_arrow_table()
+    except duckdb.CatalogException as e:
+        unknown(catalog, q, found)
+        first = str(e).strip().splitlines()[0]
+        raise SqlError(f"expected a query DuckDB runs, found DuckDB's error: {first}") from None
     except duckdb.Error as e:
         first = str(e).strip().splitlines()[0]
         raise SqlError(f"expected a query DuckDB runs, found DuckDB's error: {first}") from None
+
+
+def unknown(catalog: Catalog, q: p.Query, found: set[str]) -> None:
+    """A name DuckDB does not know either, in a namespace the catalog does not have: the
+    catalog's error (close namespaces named), not DuckDB's."""
+    for ref in q.tables:
+        if ref.name not in found:
+            check_namespace(catalog, ref.name.split(".", 1)[0])
 
 
 def _name() -> str:
@@ -164,8 +177,9 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
         r = catalog.load_table(plan.name).delete(plan.where or "true")
         return _dml(r.deleted_rows, deleted=r.deleted_rows)
     if isinstance(plan, p.Update):
-        values = {c: set_value(v, "UPDATE ... SET") for c, v in plan.set}
-        r = catalog.load_table(plan.name).update(plan.where or "true", set=values)
+        table = catalog.load_table(plan.name)
+        values = set_values(table, plan.set, "UPDATE ... SET")
+        r = table.update(plan.where or "true", set=values)
         return _dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
         table = catalog.load_table(plan.name)

@@ -8,7 +8,9 @@ catalog, no table, no engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -57,13 +59,27 @@ def parse(statement: str) -> p.Plan:
     if plan is not None:
         return plan
     try:
-        trees = sqlglot.parse(statement, dialect=DIALECT)
+        with quiet():
+            trees = sqlglot.parse(statement, dialect=DIALECT)
     except ParseError as e:
         raise SqlSyntaxError(syntax_message(e)) from None
     trees = [t for t in trees if t is not None]
     if len(trees) != 1:
         raise SqlSyntaxError(f"expected one statement, found {len(trees)}; run them one by one")
     return _plan(trees[0])  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """sqlglot's own warnings held back ("... Falling back to parsing as a 'Command'"):
+    what lakelog does not run is its one-line error, nothing more on stderr."""
+    logger = logging.getLogger("sqlglot")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def tokenize(statement: str) -> list[Token]:
@@ -120,6 +136,12 @@ def table_ref(node: exp.Table) -> p.TableRef | None:
         return None
     if not isinstance(node.this, exp.Identifier):
         return None
+    alias = node.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and isinstance(alias.this, exp.Parameter):
+        raise unsupported(
+            f"the version suffix {node.db}.{node.name}@{alias.this.name}",
+            f"write {node.db}.{node.name} VERSION AS OF <n> (or TIMESTAMP AS OF '<ts>')",
+        )
     version = node.args.get("version")
     name = f"{node.db}.{node.name}".lower()
     if version is None:
@@ -210,6 +232,16 @@ def _schema(defs: Sequence[exp.Expression], clause: str) -> pa.Schema:
             raise SqlSyntaxError(
                 f"expected column definitions 'name TYPE' in {clause}, found {d.sql(DIALECT)!r}"
             )
+        for c in d.constraints:
+            if not isinstance(c.kind, exp.NotNullColumnConstraint):
+                raise unsupported(
+                    f"{c.sql(DIALECT)!r} on column {d.name!r} in {clause}",
+                    "lakelog keeps a column's name, type and NOT NULL; drop the rest",
+                )
+        if d.args.get("position") is not None:
+            raise unsupported(
+                f"{d.args['position'].sql(DIALECT)} in {clause}", "new columns go at the end"
+            )
         nullable = not any(isinstance(c.kind, exp.NotNullColumnConstraint) for c in d.constraints)
         fields.append(pa.field(d.name, arrow_type(d.args["kind"], d.name), nullable=nullable))
     return pa.schema(fields)
@@ -275,6 +307,13 @@ def _create(tree: exp.Create) -> p.Plan:
     if kind in ("NAMESPACE", "SCHEMA", "DATABASE"):
         target = tree.this
         name = target.name or target.db if isinstance(target, exp.Table) else target.name
+        given = tree.args["properties"].expressions if tree.args.get("properties") else []
+        if given:
+            raise unsupported(
+                f"{given[0].sql(DIALECT)} in CREATE {kind}",
+                "a namespace of lakelog's catalog is a name only: its tables go under the "
+                "warehouse, or LOCATION per table",
+            )
         return p.CreateNamespace(str(name).lower(), if_not_exists=exists)
     if kind != "TABLE":
         raise unsupported(f"CREATE {kind}")
@@ -307,6 +346,15 @@ def _create(tree: exp.Create) -> p.Plan:
             parts = tuple(
                 c.name if isinstance(c, exp.Column | exp.Identifier) else c.sql(DIALECT)
                 for c in cols
+            )
+        elif isinstance(prop, exp.ClusterProperty):
+            raise unsupported(
+                "CLUSTER BY in CREATE TABLE",
+                "use PARTITIONED BY, and OPTIMIZE ... ZORDER BY (cols) to cluster",
+            )
+        elif isinstance(prop, exp.SchemaCommentProperty):
+            raise unsupported(
+                "COMMENT in CREATE TABLE", "keep it as a property: TBLPROPERTIES ('comment' = '..')"
             )
         elif isinstance(prop, exp.Properties):
             props += _properties(prop.expressions, "TBLPROPERTIES")
@@ -362,13 +410,47 @@ def _alter(tree: exp.Alter) -> p.Plan:
         return p.AddColumns(name, _schema(action.expressions, "ADD COLUMNS"))
     if isinstance(action, exp.ColumnDef):
         return p.AddColumns(name, _schema([action], "ADD COLUMN"))
-    if isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() == "COLUMN":
-        return p.DropColumns(name, tuple(c.name for c in action.args.get("tables") or []))
+    if isinstance(action, exp.AlterColumn):
+        return _alter_column(name, action)
+    if isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() in (
+        "COLUMN",
+        "COLUMNS",
+    ):
+        names: list[str] = []
+        for c in action.args.get("tables") or []:  # DROP COLUMN a, DROP COLUMNS (a, b)
+            names += [e.name for e in c.expressions] if isinstance(c, exp.Schema) else [c.name]
+        return p.DropColumns(name, tuple(names))
     if isinstance(action, exp.AlterSet):
         props = [e for e in action.expressions if isinstance(e, exp.Properties)]
         if len(props) == 1:
             return p.SetProperties(name, _properties(props[0].expressions, "SET TBLPROPERTIES"))
     raise unsupported(f"ALTER TABLE ... {action.sql(DIALECT)[:40]}")
+
+
+def _alter_column(name: str, action: exp.AlterColumn) -> p.Plan:
+    """``ALTER COLUMN c TYPE t`` and Delta's ``CHANGE [COLUMN] c c t``: a type change (the
+    table's widening); anything else an ALTER COLUMN says is named as not run."""
+    column = action.this
+    kind: Any = action.args.get("dtype")
+    to: Any = action.args.get("rename_to")
+    change = to is not None
+    words = f"ALTER TABLE {name} {'CHANGE' if change else 'ALTER'} COLUMN {column.sql(DIALECT)}"
+    if not isinstance(column, exp.Identifier):
+        raise unsupported(f"{words}, a nested field", "change a top-level column's type")
+    others = ("comment", "collate", "using", "allow_null", "drop", "default")
+    if kind is None or any(action.args.get(k) for k in others):
+        raise unsupported(
+            f"ALTER TABLE ... {action.sql(DIALECT)[:60]}",
+            "lakelog runs ALTER COLUMN c TYPE t (a widening) and RENAME COLUMN",
+        )
+    if change and to.name.lower() != column.name.lower():
+        raise unsupported(
+            f"{words} {to.sql(DIALECT)}, a rename",
+            f"rename with ALTER TABLE {name} RENAME COLUMN {column.name} TO {to.name}",
+        )
+    type_text = kind.sql(DIALECT)
+    clause = f"{words} {column.sql(DIALECT) + ' ' if change else 'TYPE '}{type_text}"
+    return p.AlterColumnType(name, column.name, arrow_type(kind, column.name), clause)
 
 
 def _insert(tree: exp.Insert) -> p.Plan:
@@ -378,7 +460,11 @@ def _insert(tree: exp.Insert) -> p.Plan:
         columns = tuple(c.name for c in target.expressions)
         target = target.this
     name = table_name(target, "INSERT INTO")
-    if tree.args.get("partition"):
+    if tree.args.get("by_name"):
+        raise unsupported(
+            "INSERT ... BY NAME", "list the columns: INSERT INTO t (a, b) SELECT a, b ..."
+        )
+    if tree.args.get("partition") or target.args.get("partition"):
         raise unsupported("INSERT ... PARTITION (...)", "use INSERT ... REPLACE WHERE")
     body = tree.expression
     if not isinstance(body, exp.Query | exp.Values):

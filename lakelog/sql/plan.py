@@ -205,6 +205,17 @@ class RenameColumn:
 
 
 @dataclasses.dataclass(frozen=True)
+class AlterColumnType:
+    """``ALTER TABLE t ALTER COLUMN c TYPE type`` (or Delta's ``CHANGE COLUMN c c type``):
+    the table's own widening; ``clause`` is the statement's words, for errors."""
+
+    name: str
+    column: str
+    type: pa.DataType
+    clause: str
+
+
+@dataclasses.dataclass(frozen=True)
 class DropColumns:
     name: str
     columns: tuple[str, ...]
@@ -254,6 +265,7 @@ Plan = (
     | Restore
     | AddColumns
     | RenameColumn
+    | AlterColumnType
     | DropColumns
     | SetProperties
     | ChangePartitionField

@@ -21,10 +21,14 @@ from ..changes.clauses import MergeClause
 from ..errors import (
     InvalidArgumentError,
     LakelogError,
+    NamespaceExistsError,
+    NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
     SchemaMismatchError,
     SqlError,
+    TableAlreadyExistsError,
+    TableLocationEmptyError,
 )
 from ..transforms import parse_field
 from . import plan as p
@@ -49,6 +53,7 @@ CATALOG_PLANS = (
     p.Restore,
     p.AddColumns,
     p.RenameColumn,
+    p.AlterColumnType,
     p.DropColumns,
     p.SetProperties,
     p.UnsetProperties,
@@ -120,6 +125,30 @@ def check_columns(table: Table, names: Sequence[str], clause: str) -> None:
             )
 
 
+def set_values(table: Table, sets: Sequence[tuple[str, Any]], clause: str) -> dict[str, Any]:
+    """``SET col = value, ...`` as the row-level API takes it (a literal or a pyarrow
+    Expression per column); a literal the column's type cannot hold is an error naming
+    the clause (Spark's ANSI cast refuses it too), before anything is read."""
+    import pyarrow.compute as pc
+
+    from .values import set_value
+
+    check_columns(table, [c for c, _ in sets], clause)
+    values = {c: set_value(v, clause) for c, v in sets}
+    for column, value in values.items():
+        if value is None or isinstance(value, pc.Expression):
+            continue
+        kind = table.schema.field(column).type
+        try:
+            values[column] = pa.array([value]).cast(kind)[0].as_py()  # as SQL casts
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            raise SqlError(
+                f"expected a value of type {kind} for column {column!r} in {clause}, found "
+                f"{value!r}; write a value of the column's type, or CAST it"
+            ) from None
+    return values
+
+
 def check_where(table: Table, where: str | None, clause: str) -> None:
     """The columns a WHERE names are the table's (the filter checks the rest)."""
     if where is None:
@@ -134,8 +163,10 @@ def check_where(table: Table, where: str | None, clause: str) -> None:
 def check_plan(plan: p.Plan, table: Table) -> None:
     """The names a writing statement uses are the table's columns, checked before
     anything is read or written (the error names the clause)."""
-    if isinstance(plan, p.Insert) and plan.columns:
-        check_columns(table, plan.columns, f"INSERT INTO {plan.name} (...)")
+    if isinstance(plan, p.Insert):
+        if plan.columns:
+            check_columns(table, plan.columns, f"INSERT INTO {plan.name} (...)")
+        check_where(table, plan.where, f"INSERT INTO {plan.name} REPLACE WHERE")
     elif isinstance(plan, p.Delete):
         check_where(table, plan.where, "DELETE ... WHERE")
     elif isinstance(plan, p.Update):
@@ -207,6 +238,37 @@ def sql_words() -> Iterator[None]:
             namespace=e.namespace,
             close=e.close,
         ) from None
+    except NamespaceExistsError as e:
+        raise NamespaceExistsError(
+            _sql_call(str(e), "pass exist_ok=True to accept an existing one", "write IF NOT EXISTS")
+        ) from None
+    except NamespaceNotEmptyError as e:
+        raise NamespaceNotEmptyError(
+            _sql_call(str(e), "pass cascade=True", "write CASCADE")
+        ) from None
+    except TableAlreadyExistsError as e:
+        import re
+
+        text = re.sub(
+            r"load_table\('([^']*)'\) opens it",
+            r"CREATE TABLE IF NOT EXISTS \1 keeps it",
+            str(e),
+        )
+        raise TableAlreadyExistsError(text) from None
+    except TableLocationEmptyError as e:
+        raise TableLocationEmptyError(
+            _sql_call(
+                str(e),
+                "create one with create_table instead",
+                "create one with CREATE TABLE ... (columns) USING lakelog LOCATION",
+            )
+        ) from None
+
+
+def _sql_call(message: str, python: str, sql: str) -> str:
+    """A catalog message with its Python advice (``pass exist_ok=True``) in SQL's words
+    (``write IF NOT EXISTS``); the message unchanged if it has none."""
+    return message.replace(python, sql) if python in message else message
 
 
 def partition_filter(table: Table, where: str | None) -> Any:
@@ -216,6 +278,23 @@ def partition_filter(table: Table, where: str | None) -> Any:
         return None
     from ..filters import parse_filter, to_expression
 
+    if not table.partition_by:
+        raise SqlError(
+            f"expected a partitioned table for OPTIMIZE ... WHERE {where}, found an "
+            f"unpartitioned one; drop the WHERE to optimize the whole table"
+        )
+    import sqlglot
+    from sqlglot import exp
+
+    named = [c.name for c in sqlglot.parse_one(where, dialect="spark").find_all(exp.Column)]
+    check_columns(table, named, "OPTIMIZE ... WHERE")
+    others = [c for c in dict.fromkeys(named) if c not in table.partition_by]
+    if others:
+        raise SqlError(
+            f"expected only partition columns ({', '.join(table.partition_by)}) in OPTIMIZE "
+            f"... WHERE, found {', '.join(others)}: a condition on other columns cannot "
+            f"select whole files, as in Delta"
+        )
     pred = parse_filter(where, table.schema, argument="OPTIMIZE ... WHERE")
     return None if pred is None else to_expression(pred)
 
@@ -323,6 +402,7 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
     if isinstance(plan, p.DescribeDetail):
         return detail(plan.name, table)
     if isinstance(plan, p.Vacuum):
+        check_retention(table, plan)
         older = None if plan.retain_hours is None else dt.timedelta(hours=plan.retain_hours)
         report = table.vacuum(older_than=older, dry_run=plan.dry_run)
         return rows([{"path": f} for f in report.files], pa.schema([("path", pa.string())]))
@@ -332,7 +412,10 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
             return committed(table.restore(as_of=when))
         return committed(table.restore(plan.version))
     if isinstance(plan, p.AddColumns):
+        _check_new_columns(table, plan)
         table.add_columns(plan.columns)
+    elif isinstance(plan, p.AlterColumnType):
+        alter_column_type(table, plan)
     elif isinstance(plan, p.RenameColumn):
         check_columns(table, [plan.old], "ALTER TABLE ... RENAME COLUMN")
         table.rename_column(plan.old, plan.new)
@@ -348,6 +431,49 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
     else:
         raise TypeError(f"not a catalog plan: {type(plan).__name__}")
     return NONE
+
+
+def check_retention(table: Table, plan: p.Vacuum) -> None:
+    """``RETAIN n HOURS`` no shorter than the table's ``lakelog.vacuum.min_age_seconds``
+    (files that young may belong to a writer that has not committed yet)."""
+    from ..properties import get_float
+
+    if plan.retain_hours is None:
+        return
+    least = get_float(table.properties, "lakelog.vacuum.min_age_seconds")
+    if plan.retain_hours * 3600 < least:
+        raise SqlError(
+            f"expected RETAIN at least {least / 3600:g} HOURS in VACUUM {plan.name} (the "
+            f"table's lakelog.vacuum.min_age_seconds), found {plan.retain_hours:g} HOURS: "
+            f"files that young may belong to a writer that has not committed yet; retain "
+            f"more, or, when no writer runs, lower it with ALTER TABLE {plan.name} SET "
+            f"TBLPROPERTIES ('lakelog.vacuum.min_age_seconds' = '0')"
+        )
+
+
+def _check_new_columns(table: Table, plan: p.AddColumns) -> None:
+    taken = [n for n in plan.columns.names if n in table.schema.names]
+    if taken:
+        raise SqlError(
+            f"expected new column names in ALTER TABLE {plan.name} ADD COLUMNS, found "
+            f"{', '.join(taken)} already in the table (its columns: "
+            f"{', '.join(table.schema.names)}); choose other names, or change a column's "
+            f"type with ALTER TABLE {plan.name} ALTER COLUMN {taken[0]} TYPE <type>"
+        )
+
+
+def alter_column_type(table: Table, plan: p.AlterColumnType) -> None:
+    """The table's own widening (``Table.widen_column``); the column's type already: no
+    change, as in Delta. A narrowing or a change that is not a widening is the table's
+    :class:`~lakelog.errors.SchemaMismatchError`, naming the clause."""
+    check_columns(table, [plan.column], plan.clause)
+    if table.schema.field(plan.column).type == plan.type:
+        return
+    try:
+        table.widen_column(plan.column, plan.type)
+    except (SchemaMismatchError, InvalidArgumentError) as e:
+        text = str(e).replace("Add a new column", "Add a new column (ADD COLUMNS)")
+        raise SchemaMismatchError(f"{plan.clause}: {text}") from None
 
 
 def check_namespace(catalog: Catalog, namespace: str) -> None:

@@ -218,6 +218,7 @@ def test_sql_statements(spark: Any, connect_client: Any, tmp_path: Path) -> None
     assert remote == classic
     assert _ids(remote) == [2, 3, 4]
     assert remote["v1"] == [1, 2, 3]
+    assert remote["widened"] == "bigint"  # ALTER COLUMN ... TYPE over Connect
     assert [r["v"] for r in sorted(remote["rows"], key=lambda r: r["id"])] == [20.0, 30.0, 4.0]
 
 
