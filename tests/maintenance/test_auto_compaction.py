@@ -5,6 +5,7 @@ compacts, loses a race or fails, async mode, clustering, and what never triggers
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from _races import race_at
 from conftest import Backend
 
 import lakelog
-from lakelog import threads
+from lakelog import threads, transaction
 from lakelog.errors import InvalidArgumentError
 from lakelog.log.commits import read_commit
 from lakelog.maintenance import auto
@@ -326,3 +327,39 @@ def test_an_embedded_failure_releases_its_claim(tmp_path: Path) -> None:
     assert t.refresh().plans() == []
     ops = [h.operation for h in t.history()]
     assert ops[:2] == ["RELEASE", "CLAIM"], ops
+
+
+@pytest.mark.parametrize("rival", ["compact", "append"])
+def test_a_commit_that_loses_to_a_rewrite_rebases_without_backing_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rival: str
+) -> None:
+    # an ingest beside an auto-compaction loses races to its claim and rewrite commits;
+    # those change no data, so the ingest rebases and puts again at once. Against
+    # another data writer it still backs off.
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, partition_by=["p"])
+    for seq in range(3):
+        t.append(_batch(seq, [1]))
+    other = lakelog.open_table(t.uri)
+    slept: list[float] = []
+    real_sleep = transaction.time.sleep
+
+    def spy(seconds: float) -> None:  # records the commit's pauses, still sleeps
+        if sys._getframe(1).f_code.co_name == "pause":  # the commit's backoff
+            slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(transaction.time, "sleep", spy)
+
+    def win() -> None:
+        if rival == "compact":
+            assert other.compact().version is not None
+        else:
+            other.append(_batch(9, [2]))
+
+    result = race_at(
+        monkeypatch, "commit:before-put:APPEND", tmp_path / "gate",
+        lambda: t.append(_batch(3, [1])), win,
+    )  # fmt: skip
+    assert result.attempts == 2
+    assert (slept == []) is (rival == "compact"), slept
+    assert len(_ids(t)) == 20 + (5 if rival == "append" else 0)
