@@ -41,10 +41,21 @@ partition.
 **Never the commit's fate.** The trigger commit has landed and is acknowledged before
 any of this runs; the write returns its result with an
 :class:`~lakelog.hooks.AutoCompaction` attached (``result.auto_compaction``), which
-says what happened, including a lost race or an error (also logged as a warning).
+says what happened, including a lost race or an error (also logged as a warning);
+rewrite commits that landed stay in it (``versions``) beside a later failure.
 ``lakelog.auto_compact.mode=inline`` (default) runs before the write returns;
-``async`` runs on a background thread (:func:`lakelog.threads.spawn`), one per table
-per process, which coalesces the partitions of the commits that land while it runs.
+``async`` runs in the background, one run at a time per table per process, which
+coalesces the partitions of the commits that land while it runs: in a low-priority
+worker process (:mod:`.auto_worker`; ``lakelog.auto_compact.worker=process``, the
+default), whose Python work shares no GIL with the writer's commits, or on a background
+thread (``thread``, and stores another process cannot open). A background thread
+(:func:`lakelog.threads.spawn`) waits on the worker's pipe.
+
+**Failures back off.** A group whose rewrite raises is reported and the others go on;
+its files are left out of the rest of the run and, for :data:`BACKOFF_S` (doubled per
+failure, up to :data:`MAX_BACKOFF_S`), of the runs after it in this process, so a
+damaged file is not planned again on every round and every commit. A run that fails
+releases its claim (a ``RELEASE`` commit); only a killed one leaves it to its lease.
 A process killed mid-run leaves at most a claim whose lease dies with it: the next
 run's planner takes the files again once the lease is gone, and ``Table.resume``
 finishes the plan.
