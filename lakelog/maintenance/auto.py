@@ -90,6 +90,7 @@ from ..core import load_table
 from ..errors import CommitConflictError, MaintenanceFailedError
 from ..hooks import AutoCompaction
 from ..log.actions import AddFile, DataFile, RemoveFile
+from ..log.checkpoint import write_checkpoint
 from ..log.filelist import FileList
 from ..log.snapshot import Snapshot
 from ..partitioning import partition_expression, partition_scalar
@@ -457,6 +458,18 @@ class _KeepGoing:
         return "Fix the cause of the first error; the next commit to the partition tries again."
 
 
+def _manifest(table: Table) -> None:
+    """A manifest at the latest version after an async run's rewrites, written by the
+    background run rather than by a later commit of the ingest: until the next one every
+    cold open (a query on a fresh handle) replays the rewrite's commit, one remove per
+    file merged. Never raises."""
+    try:
+        snap = table.snapshot()
+        write_checkpoint(snap, leaf_files=get_int(snap.properties, "lakelog.manifest.leaf_files"))
+    except Exception as e:  # noqa: BLE001 - an optimisation for readers; the next interval writes one
+        log.warning("auto-compaction: no manifest after its rewrite: %s: %s", type(e).__name__, e)
+
+
 def run_once(
     table: Table,
     partitions: Mapping[Partition, Mapping[str, str | None]],
@@ -557,6 +570,8 @@ def run_once(
         )
     except Exception as e:  # noqa: BLE001 - the data commit landed: report, never raise
         failure(f"{type(e).__name__}: {e}")
+    if out.status == "compacted" and mode == "async":
+        _manifest(table)
     return dataclasses.replace(out, duration_s=time.monotonic() - started)
 
 

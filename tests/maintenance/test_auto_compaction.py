@@ -18,7 +18,7 @@ from conftest import Backend
 import lakelog
 from lakelog import threads, transaction
 from lakelog.errors import InvalidArgumentError
-from lakelog.log.commits import read_commit
+from lakelog.log.commits import list_log, read_commit
 from lakelog.maintenance import auto
 from lakelog.maintenance.auto import AUTO_OPERATIONS, run_auto_compaction, size_tier
 from lakelog.transaction import CommitResult
@@ -363,3 +363,11 @@ def test_a_commit_that_loses_to_a_rewrite_rebases_without_backing_off(
     assert result.attempts == 2
     assert (slept == []) is (rival == "compact"), slept
     assert len(_ids(t)) == 20 + (5 if rival == "append" else 0)
+
+
+def test_an_async_run_that_compacts_leaves_a_manifest_at_its_rewrite(tmp_path: Path) -> None:
+    t = _table(tmp_path, min_files=3, **{"lakelog.auto_compact.mode": "async"})
+    ends = [t.append(_batch(seq, [1])).auto_compaction for seq in range(3)]
+    done = [e.wait(60) for e in ends if e is not None]
+    (compacted,) = [d for d in done if d.status == "compacted"]
+    assert compacted.version in list_log(t.storage).manifests
