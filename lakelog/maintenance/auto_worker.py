@@ -8,7 +8,8 @@ cores the ingest's commit p99 doubled). A process shares no GIL with the writer,
 runs at ``os.nice(NICE)``: when the cores are busy the ingest goes first.
 
 **Protocol.** The writer starts ``python -m lakelog.maintenance.auto_worker`` (one per
-table and writer process, on its first async run) and writes JSON lines to its stdin:
+table and writer process, on its first async run; it exits after :data:`IDLE_S`
+without a run) and writes JSON lines to its stdin:
 first ``{"uri", "storage_options"}`` (options travel on the pipe, not on the command
 line, where other users could read them), then one request per run, ``{"trigger",
 "partitions"}``. The worker answers each with one line, the run's
@@ -32,20 +33,24 @@ import dataclasses
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from ..hooks import AutoCompaction
 from ..storage import Storage
 
-__all__ = ["NICE", "Worker", "main", "shareable"]
+__all__ = ["IDLE_S", "NICE", "Worker", "main", "shareable"]
 
 NICE = 10
 """How much the worker lowers its CPU priority (``os.nice``)."""
+IDLE_S = 60.0
+"""A worker that got no run for this long exits (a writer that stopped writing keeps no
+idle process); the writer's next async run starts a new one."""
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -96,23 +101,27 @@ class Worker:
     ) -> AutoCompaction:
         """One run in the worker (started if it is not running); a ``failed`` outcome
         if the worker dies before it answers."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = self._start()
-        proc = self.proc
-        assert proc.stdin is not None and proc.stdout is not None
         request = {"trigger": trigger, "partitions": [dict(p) for p in partitions.values()]}
-        try:
-            proc.stdin.write(json.dumps(request) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-        except OSError:
-            line = ""
-        if line:
-            got = json.loads(line)
-            got["versions"] = tuple(int(v) for v in got.get("versions") or ())
-            return AutoCompaction(**got)
-        code = proc.wait()
-        self.proc = None
+        for _ in range(2):  # a worker that exited idle as the request went out: once more
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = self._start()
+            proc = self.proc
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps(request) + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+            except OSError:
+                line = ""
+            if line:
+                got = json.loads(line)
+                got["versions"] = tuple(int(v) for v in got.get("versions") or ())
+                return AutoCompaction(**got)
+            code = proc.wait()
+            self.proc = None
+            _close_pipes(proc)
+            if code != 0:  # killed or crashed inside the run, not an idle exit
+                break
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         return AutoCompaction(
             status="failed",
@@ -136,13 +145,39 @@ class Worker:
         except (OSError, subprocess.TimeoutExpired):
             pass
         finally:
-            if proc.stdout is not None:
-                proc.stdout.close()
+            _close_pipes(proc)
+
+
+def _close_pipes(proc: subprocess.Popen[str]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            if pipe is not None:
+                pipe.close()
+        except OSError:  # a broken pipe's buffered write: the process is gone anyway
+            pass
 
 
 def _answer(out: IO[str], outcome: AutoCompaction) -> None:
     out.write(json.dumps(dataclasses.asdict(outcome)) + "\n")
     out.flush()
+
+
+def _lines(fd: int) -> Iterator[str]:
+    """The lines the writer sends on ``fd``, until it closes the pipe or sends nothing
+    for :data:`IDLE_S` between runs (then the worker exits; the writer starts another
+    when it needs one)."""
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            ready, _, _ = select.select([fd], [], [], IDLE_S)
+            if not ready and not buffer:
+                return
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            buffer += chunk
+        line, _, buffer = buffer.partition(b"\n")
+        yield line.decode()
 
 
 def main() -> None:
@@ -157,12 +192,13 @@ def main() -> None:
         os.nice(NICE)
     except OSError:  # not permitted here: run at the writer's priority
         pass
-    hello = json.loads(sys.stdin.readline() or "{}")
+    lines = _lines(sys.stdin.fileno())
+    hello = json.loads(next(lines, "") or "{}")
     if not hello:
         return
     storage = Storage(hello["uri"], storage_options=hello.get("storage_options") or None)
     table = None
-    for line in sys.stdin:
+    for line in lines:
         request = json.loads(line)
         trigger = int(request["trigger"])
         parts = {tuple(sorted(p.items(), key=lambda kv: kv[0])): p for p in request["partitions"]}
