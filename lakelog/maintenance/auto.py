@@ -639,7 +639,23 @@ class _Background:
             trigger = max(t for t, _ in waiting)
             try:
                 if process and self.worker is not None:
-                    out = self.worker.run(parts, trigger)
+                    try:
+                        out = self.worker.run(parts, trigger)
+                    except OSError as e:  # no process could be started here: a thread
+                        log.warning("auto-compaction runs on a thread: no worker: %s", e)
+                        process = False
+                        try:
+                            table = load_table(storage)
+                        except Exception as opened:  # noqa: BLE001 - reported below
+                            error = opened
+                        out = (
+                            run_once(table, parts, trigger, "async", executor)
+                            if table is not None
+                            else AutoCompaction(
+                                status="failed", trigger_version=trigger, mode="async",
+                                error=f"{type(error).__name__}: {error}",
+                            )
+                        )  # fmt: skip
                     if out.status == "failed":
                         log.warning(
                             "auto-compaction after version %d failed (the data commit "

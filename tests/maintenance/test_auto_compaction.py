@@ -371,3 +371,16 @@ def test_an_async_run_that_compacts_leaves_a_manifest_at_its_rewrite(tmp_path: P
     done = [e.wait(60) for e in ends if e is not None]
     (compacted,) = [d for d in done if d.status == "compacted"]
     assert compacted.version in list_log(t.storage).manifests
+
+
+def test_async_runs_on_a_thread_where_no_worker_process_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    t = _table(tmp_path, min_files=2, **{"lakelog.auto_compact.mode": "async"})
+    with caplog.at_level(logging.WARNING, logger="lakelog"):
+        ends = [t.append(_batch(seq, [1])).auto_compaction for seq in range(2)]
+        done = [e.wait(60) for e in ends if e is not None]
+    assert done[-1].status == "compacted", done
+    assert "runs on a thread" in caplog.text
+    assert t.refresh().snapshot().num_files == 1

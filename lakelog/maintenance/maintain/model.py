@@ -112,8 +112,9 @@ SIZE_RATIO = 3.0
 """The snowball rule: a compaction takes a larger file with smaller ones only while it is
 at most this many times their bytes together."""
 QUERY_FIXED_COST = 16 * OPEN_COST
-"""Bytes-equivalent a query pays whatever the files (opening the table, planning): about
-16 file opens in ``benchmarks/bench_streaming_maintenance.py``'s measurements."""
+"""Bytes-equivalent a query pays whatever the files (opening the table, planning): 16
+file opens. ``benchmarks/bench_streaming_maintenance.py`` measured about 20 opens of a
+small local file on a quiet machine and about 5 on a busy one (docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True)
