@@ -318,7 +318,10 @@ def run_groups(
                 # an error, not a kill or an interrupt: end the claim now, as a Spark run
                 # does, instead of leaving it pending until the lease expires
                 landed = [r.group_id for r in outcome.committed]
-                release_rest(table, claim, landed, operation=operation)
+                try:
+                    release_rest(table, claim, landed, operation=operation)
+                except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+                    pass  # the claim expires with the lease instead
             raise
     outcome.paced_seconds = bucket.waited_seconds if bucket is not None else 0.0
     if claim is not None:
