@@ -1,4 +1,4 @@
-"""A streaming ingest under four maintenance policies, against no maintenance and a fully
+"""A streaming ingest under five maintenance policies, against no maintenance and a fully
 compacted table.
 
 The ingest: ``--commits`` (600) micro-batch appends into a table of ``--partitions`` (20)
@@ -17,10 +17,22 @@ Policies (every one ingests the same batches):
   scheduled job; its time is not in the commit latency);
 * ``auto-inline``: ``lakelog.auto_compact=true`` (``min_files`` ``--min-files``, default
   the property's), run before ``append`` returns;
-* ``auto-async``: the same, ``lakelog.auto_compact.mode=async``;
+* ``auto-async``: the same, ``lakelog.auto_compact.mode=async`` (its runs in a worker
+  process, ``lakelog.auto_compact.worker=process``, the default);
+* ``auto-async-thread``: async on a background thread of the writer
+  (``lakelog.auto_compact.worker=thread``), the design before the worker process;
 * ``maintain-30``: ``Table.maintain(dry_run=False, budget_bytes=--maintain-budget)``
   every ``--maintain-every`` (30) commits, the in-process equivalent of
   ``lakelog maintain T --every ... --no-dry-run`` (its time is not in the commit latency).
+
+**Paired.** Each policy runs in its own process (no GIL shared between policies), and
+the coordinator steps them in lockstep: commit ``seq`` of every policy runs right after
+the others' (the order rotates each step), the queries of a point one policy at a time.
+A load spike from elsewhere on a shared machine then hits every policy alike, and the
+ratios (p99 against ``none``, query time against the reference) compare figures taken
+within milliseconds of each other. What one policy does in the background (an async
+worker, a thread) runs while the other policies' commits are timed too: the machine's
+load, like any other.
 
 The reference at each query point is the same rows written fully compacted (one file
 per partition). Reported per policy: query time over time and its worst ratio to the
@@ -34,10 +46,12 @@ p50/p99 (async mode's p99 against no maintenance: target <= 1.10x).
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import shutil
 import statistics
 import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +67,7 @@ import lakelog
 
 WORK = Path("/tmp/lakelog-bench-streaming")
 SCHEMA = pa.schema([("p", pa.int64()), ("id", pa.int64()), ("v", pa.float64())])
-POLICIES = ("none", "compact-300", "auto-inline", "auto-async", "maintain-30")
+POLICIES = ("none", "compact-300", "auto-inline", "auto-async", "auto-async-thread", "maintain-30")
 REWRITES = ("COMPACT", "AUTO COMPACT")
 
 
@@ -96,7 +110,7 @@ def compacted_reference(uri: str, at: str) -> str:
     return at
 
 
-def run_policy(policy: str, args: argparse.Namespace, reference: dict[int, Any]) -> dict[str, Any]:
+def open_policy(policy: str, args: argparse.Namespace) -> lakelog.Table:
     uri = str(WORK / policy)
     shutil.rmtree(uri, ignore_errors=True)
     props = {}
@@ -104,41 +118,50 @@ def run_policy(policy: str, args: argparse.Namespace, reference: dict[int, Any])
         props["lakelog.auto_compact"] = "true"
         if args.min_files:
             props["lakelog.auto_compact.min_files"] = str(args.min_files)
-        if policy == "auto-async":
+        if policy.startswith("auto-async"):
             props["lakelog.auto_compact.mode"] = "async"
-    t = lakelog.create_table(uri, SCHEMA, partition_by=["p"], properties=props)
+        if policy == "auto-async-thread":
+            props["lakelog.auto_compact.worker"] = "thread"
+    return lakelog.create_table(uri, SCHEMA, partition_by=["p"], properties=props)
+
+
+def policy_process(policy: str, args: argparse.Namespace, conn: Connection) -> None:
+    """One policy's ingest in its own process (no GIL shared with another policy's),
+    one step at a time as the coordinator says: ``("append", seq)`` commits a batch
+    (and runs the policy's scheduled maintenance after it, outside the commit's time),
+    ``("query", seq)`` runs the queries, ``("finish", None)`` sends the figures."""
+    t = open_policy(policy, args)
+    uri = t.uri
     latencies: list[float] = []
-    points: list[dict[str, Any]] = []
     maintenance_s = 0.0
     pending = []
-    for seq in range(args.commits):
-        data = batch(seq, args)
-        t0 = time.perf_counter()
-        result = t.append(data)
-        latencies.append(time.perf_counter() - t0)
-        if result.auto_compaction is not None and result.auto_compaction.status == "running":
-            pending.append(result.auto_compaction)
-        done = seq + 1
-        if policy == "compact-300" and done % args.optimize_every == 0:
+    while True:
+        what, seq = conn.recv()
+        if what == "append":
+            data = batch(seq, args)
             t0 = time.perf_counter()
-            t.compact()
-            maintenance_s += time.perf_counter() - t0
-        if policy == "maintain-30" and done % args.maintain_every == 0:
-            t0 = time.perf_counter()
-            t.maintain(dry_run=False, budget_bytes=args.maintain_budget)
-            maintenance_s += time.perf_counter() - t0
-        if done % args.query_every == 0:
+            result = t.append(data)
+            latencies.append(time.perf_counter() - t0)
+            auto = result.auto_compaction
+            if auto is not None and auto.status == "running":
+                pending.append(auto)
+            done = seq + 1
+            if policy == "compact-300" and done % args.optimize_every == 0:
+                t0 = time.perf_counter()
+                t.compact()
+                maintenance_s += time.perf_counter() - t0
+            if policy == "maintain-30" and done % args.maintain_every == 0:
+                t0 = time.perf_counter()
+                t.maintain(dry_run=False, budget_bytes=args.maintain_budget)
+                maintenance_s += time.perf_counter() - t0
+            conn.send(None)
+        elif what == "query":
             point = timed_query(uri, point_filter(seq, args), args.repeat)
             rng = timed_query(uri, RANGE, args.repeat)
             files = lakelog.open_table(uri).snapshot().num_files
-            if policy == "none":  # the same rows, fully compacted, once per point
-                ref = compacted_reference(uri, str(WORK / "compacted"))
-                reference[done] = {
-                    "point": timed_query(ref, point_filter(seq, args), args.repeat),
-                    "range": timed_query(ref, RANGE, args.repeat),
-                    "files": lakelog.open_table(ref).snapshot().num_files,
-                }
-            points.append({"commits": done, "point": point, "range": rng, "files": files})
+            conn.send({"commits": seq + 1, "point": point, "range": rng, "files": files})
+        else:
+            break
     for outcome in pending:  # the async runs end before the figures are read
         outcome.wait(300)
     history = lakelog.open_table(uri).history()
@@ -148,19 +171,67 @@ def run_policy(policy: str, args: argparse.Namespace, reference: dict[int, Any])
     )
     rows = lakelog.open_table(uri).snapshot().num_rows
     assert rows == args.commits * args.rows * args.partitions_per_commit, (policy, rows)
-    lat = np.array(latencies)
-    return {
-        "policy": policy,
-        "points": points,
-        "files": lakelog.open_table(uri).snapshot().num_files,
-        "appended_bytes": appended,
-        "rewritten_bytes": rewritten,
-        "write_amplification": rewritten / appended if appended else 0.0,
-        "commit_p50_ms": float(np.percentile(lat, 50) * 1000),
-        "commit_p99_ms": float(np.percentile(lat, 99) * 1000),
-        "maintenance_s": maintenance_s,
-        "rewrite_commits": sum(1 for h in history if h.operation in REWRITES),
-    }
+    conn.send(
+        {
+            "policy": policy,
+            "latencies": latencies,
+            "files": lakelog.open_table(uri).snapshot().num_files,
+            "appended_bytes": appended,
+            "rewritten_bytes": rewritten,
+            "write_amplification": rewritten / appended if appended else 0.0,
+            "maintenance_s": maintenance_s,
+            "rewrite_commits": sum(1 for h in history if h.operation in REWRITES),
+        }
+    )
+
+
+def run_paired(
+    policies: list[str], args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[int, Any]]:
+    """Every policy in its own process, in lockstep: commit ``seq`` of each policy runs
+    right after the others' (the order rotates), so a load spike from elsewhere on the
+    machine hits every policy alike; the queries of a point run one policy at a time,
+    beside the fully compacted reference of the same rows."""
+    ctx = mp.get_context("spawn")
+    conns: dict[str, Connection] = {}
+    procs = []
+    for policy in policies:
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=policy_process, args=(policy, args, theirs), daemon=False)
+        proc.start()
+        conns[policy] = ours
+        procs.append(proc)
+    points: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    reference: dict[int, Any] = {}
+    for seq in range(args.commits):
+        k = seq % len(policies)
+        for policy in policies[k:] + policies[:k]:
+            conns[policy].send(("append", seq))
+            conns[policy].recv()
+        done = seq + 1
+        if done % args.query_every == 0:
+            for policy in policies:
+                conns[policy].send(("query", seq))
+                points[policy].append(conns[policy].recv())
+            ref = compacted_reference(str(WORK / "none"), str(WORK / "compacted"))
+            reference[done] = {
+                "point": timed_query(ref, point_filter(seq, args), args.repeat),
+                "range": timed_query(ref, RANGE, args.repeat),
+                "files": lakelog.open_table(ref).snapshot().num_files,
+            }
+    results: dict[str, Any] = {}
+    for policy in policies:
+        conns[policy].send(("finish", None))
+    for policy in policies:
+        r = conns[policy].recv()
+        lat = np.array(r.pop("latencies"))
+        r["commit_p50_ms"] = float(np.percentile(lat, 50) * 1000)
+        r["commit_p99_ms"] = float(np.percentile(lat, 99) * 1000)
+        r["points"] = points[policy]
+        results[policy] = r
+    for proc in procs:
+        proc.join()
+    return results, reference
 
 
 def main() -> None:
@@ -184,16 +255,12 @@ def main() -> None:
     unknown = set(policies) - set(POLICIES)
     if unknown:
         ap.error(f"unknown policies {sorted(unknown)}; choose from {list(POLICIES)}")
-    if "none" in policies:  # the reference is measured in the none pass: run it first
-        policies.remove("none")
-    policies.insert(0, "none")
+    if "none" not in policies:  # the peer of every ratio, and the reference's rows
+        policies.insert(0, "none")
     WORK.mkdir(parents=True, exist_ok=True)
-    reference: dict[int, Any] = {}
-    results = {}
-    for policy in policies:
-        t0 = time.perf_counter()
-        results[policy] = run_policy(policy, args, reference)
-        print(f"{policy}: {time.perf_counter() - t0:.1f} s", flush=True)
+    t0 = time.perf_counter()
+    results, reference = run_paired(policies, args)
+    print(f"{len(policies)} policies in lockstep: {time.perf_counter() - t0:.1f} s", flush=True)
 
     base = results["none"]
     summary = []

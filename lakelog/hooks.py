@@ -102,8 +102,10 @@ class AutoCompaction:
 
     The commit it follows (``trigger_version``) landed whatever this says. ``status``:
 
-    * ``compacted``: its ``AUTO COMPACT`` (or ``AUTO OPTIMIZE``) commit landed at
-      ``version``;
+    * ``compacted``: its ``AUTO COMPACT`` (or ``AUTO OPTIMIZE``) commits landed
+      (``versions``, the last at ``version``); when a later round or group failed
+      after them, ``error`` says what and ``failed_groups`` how many (what landed stays
+      landed);
     * ``below_threshold``: no size tier of a touched partition had ``min_files`` small
       files (or what did would not fit ``lakelog.auto_compact.max_bytes``); nothing
       written;
@@ -111,25 +113,31 @@ class AutoCompaction:
       claimed the files first, a delete removed one); nothing written, the files are
       the other run's;
     * ``failed``: it raised ``error``; nothing it wrote is live (its claim, if it took
-      one, is released or expires with its lease);
-    * ``running`` (``lakelog.auto_compact.mode=async``): it runs on a background thread;
-      :meth:`wait` returns its final outcome.
+      one, is released; a killed run's expires with its lease and stays resumable);
+    * ``running`` (``lakelog.auto_compact.mode=async``): it runs in the background (a
+      worker process, or a thread); :meth:`wait` returns its final outcome.
     """
 
     status: AutoStatus
     trigger_version: int
     mode: Literal["inline", "async"] = "inline"
     version: int | None = None
-    """The version of its rewrite commit (``compacted``)."""
+    """The version of its last rewrite commit (``compacted``)."""
+    versions: tuple[int, ...] = ()
+    """Every rewrite commit it landed, in order."""
     partitions: int = 0
     """Partitions the trigger commit touched that it looked at."""
     files_removed: int = 0
     files_added: int = 0
     bytes_rewritten: int = 0
     abandoned_groups: int = 0
+    failed_groups: int = 0
+    """Groups whose rewrite raised (their files are left out of the next runs for a
+    while: :data:`lakelog.maintenance.auto.BACKOFF_S`)."""
     duration_s: float = 0.0
     error: str | None = None
-    """The error of a ``failed`` run (type and message), or why a run was ``lost``."""
+    """The error of a ``failed`` run or of a failure after work that landed (type and
+    message), or why a run was ``lost``."""
 
     @classmethod
     def running(cls, trigger_version: int, future: Future[AutoCompaction]) -> AutoCompaction:

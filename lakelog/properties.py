@@ -290,9 +290,18 @@ PROPERTIES: dict[str, Property] = {
             "lakelog.auto_compact.mode",
             "choice",
             "inline",
-            "inline: before the write returns (its commit already landed); async: on a "
-            "background thread of the writer's process",
+            "inline: before the write returns (its commit already landed); async: in the "
+            "background (lakelog.auto_compact.worker says where)",
             choices=("inline", "async"),
+        ),
+        Property(
+            "lakelog.auto_compact.worker",
+            "choice",
+            "process",
+            "where async runs rewrite: process (a worker process at a lower CPU priority, "
+            "sharing no lock with the writer; a store another process cannot open, such as "
+            "memory://, uses a thread) or thread (a background thread of the writer)",
+            choices=("process", "thread"),
         ),
         Property(
             "lakelog.auto_compact.min_files",
@@ -408,6 +417,15 @@ PROPERTIES: dict[str, Property] = {
             "float",
             "600",
             "a writer's lease expires this many seconds after its last heartbeat",
+            low=1,
+        ),
+        Property(
+            "lakelog.maintain.query_cost_ratio",
+            "float",
+            "1.3",
+            "maintain compacts fully the partitions that keep a full scan's expected cost "
+            "above this many times the same rows fully compacted (lakelog/maintenance/"
+            "maintain/model.py)",
             low=1,
         ),
         # deletion vectors (docs/format.md, "Deletion vectors"; docs/changes.md)

@@ -82,6 +82,8 @@ from .log.actions import (
     Commit,
     CommitHeader,
     Metadata,
+    PlanClaim,
+    PlanRelease,
     RemoveFile,
     encode_schema,
 )
@@ -415,6 +417,16 @@ class _Base:
             self.parent_ms = winners[-1].header.timestamp_ms
 
 
+def _maintenance_only(commit: Commit) -> bool:
+    """Whether ``commit`` changes no data: claims, releases and rewrites
+    (``data_change=false`` adds and removes) only."""
+    return all(
+        isinstance(a, (PlanClaim, PlanRelease))
+        or (isinstance(a, (AddFile, RemoveFile)) and not a.data_change)
+        for a in commit.actions
+    )
+
+
 @dataclass(frozen=True)
 class _Budget:
     """The attempts and time a commit may take (``lakelog.commit.*`` properties)."""
@@ -530,12 +542,18 @@ class Transaction:
                         continue
                     mine = put
                 if mine is None:
-                    # lost the race: back off first, then read every winner so far and
-                    # rebase, so the next put targets the version after the newest winner
-                    # (backing off after reading would let a busy writer take that version
-                    # during the pause)
-                    budget.pause(attempt)
-                    mine = self._catch_up(at)
+                    # lost the race: read the winners. To a data writer: back off, then
+                    # read every winner so far and rebase, so the next put targets the
+                    # version after the newest winner (backing off after reading would let
+                    # a busy writer take that version during the pause). To maintenance
+                    # only (claims, releases, rewrites that change no data: a compaction
+                    # beside this writer, which commits a few times per run), there is no
+                    # contention to back off from: rebase over them and put at once.
+                    seen = self._winners(at.version)
+                    quiet = all(_maintenance_only(c) for c in seen)
+                    if not quiet:
+                        budget.pause(attempt)
+                    mine = self._catch_up(at, seen if quiet else None)
                 if mine is None:
                     continue
                 if self._readable(mine):
@@ -588,18 +606,23 @@ class Transaction:
             return at.version
         return Commit(header, list(self.actions))
 
-    def _catch_up(self, at: _Base) -> Commit | None:
-        """After a lost race: read the winners since ``at.version``, then rebase over them
-        (the rebase callback, then the conflict rules) and move ``at`` after them. Returns
-        this transaction's own commit if an earlier put whose outcome was unknown is among
-        them. Raises :class:`CommitConflictError`, or :class:`_Restart` if winners were
-        expired meanwhile."""
+    def _winners(self, first: int) -> list[Commit]:
+        """The commits from ``first`` on; :class:`_Restart` if they were expired."""
         try:
-            new = self._read_winners(at.version)
+            return self._read_winners(first)
         except LogGapError as e:
             if e.missing >= oldest_readable_version(self.storage):
                 raise
             raise _Restart from None  # winners were expired meanwhile
+
+    def _catch_up(self, at: _Base, winners: list[Commit] | None = None) -> Commit | None:
+        """After a lost race: read the winners since ``at.version`` (or take ``winners``,
+        just read from there), then rebase over them (the rebase callback, then the
+        conflict rules) and move ``at`` after them. Returns this transaction's own commit
+        if an earlier put whose outcome was unknown is among them. Raises
+        :class:`CommitConflictError`, or :class:`_Restart` if winners were expired
+        meanwhile."""
+        new = self._winners(at.version) if winners is None else winners
         mine = next((c for c in new if c.header.txn_id == self.txn_id), None)
         if mine is not None:
             at.winners.extend(c for c in new if c.header.version < mine.header.version)

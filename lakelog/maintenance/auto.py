@@ -41,10 +41,21 @@ partition.
 **Never the commit's fate.** The trigger commit has landed and is acknowledged before
 any of this runs; the write returns its result with an
 :class:`~lakelog.hooks.AutoCompaction` attached (``result.auto_compaction``), which
-says what happened, including a lost race or an error (also logged as a warning).
+says what happened, including a lost race or an error (also logged as a warning);
+rewrite commits that landed stay in it (``versions``) beside a later failure.
 ``lakelog.auto_compact.mode=inline`` (default) runs before the write returns;
-``async`` runs on a background thread (:func:`lakelog.threads.spawn`), one per table
-per process, which coalesces the partitions of the commits that land while it runs.
+``async`` runs in the background, one run at a time per table per process, which
+coalesces the partitions of the commits that land while it runs: in a low-priority
+worker process (:mod:`.auto_worker`; ``lakelog.auto_compact.worker=process``, the
+default), whose Python work shares no GIL with the writer's commits, or on a background
+thread (``thread``, and stores another process cannot open). A background thread
+(:func:`lakelog.threads.spawn`) waits on the worker's pipe.
+
+**Failures back off.** A group whose rewrite raises is reported and the others go on;
+its files are left out of the rest of the run and, for :data:`BACKOFF_S` (doubled per
+failure, up to :data:`MAX_BACKOFF_S`), of the runs after it in this process, so a
+damaged file is not planned again on every round and every commit. A run that fails
+releases its claim (a ``RELEASE`` commit); only a killed one leaves it to its lease.
 A process killed mid-run leaves at most a claim whose lease dies with it: the next
 run's planner takes the files again once the lease is gone, and ``Table.resume``
 finishes the plan.
@@ -58,6 +69,7 @@ trigger commit landed, nothing planned yet).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import math
@@ -75,35 +87,43 @@ import pyarrow.compute as pc
 from .. import threads
 from .._failpoints import failpoint, pausepoint
 from ..core import load_table
-from ..errors import CommitConflictError
+from ..errors import CommitConflictError, MaintenanceFailedError
 from ..hooks import AutoCompaction
 from ..log.actions import AddFile, DataFile, RemoveFile
+from ..log.checkpoint import write_checkpoint
 from ..log.filelist import FileList
 from ..log.snapshot import Snapshot
 from ..partitioning import partition_expression, partition_scalar
 from ..properties import get_bool, get_float, get_int, get_str
 from ..storage import Storage
 from ..transaction import CommitResult
+from .auto_worker import Worker, shareable
 from .claims import claimed_files
 from .clustering.planner import ClusterPlan
 from .clustering.run import CLUSTERING, prepare_clustering
 from .clustering.spec import TAG_SPEC, declared_clustering
 from .compaction.planner import CompactionPlan, plan_compaction
 from .compaction.run import COMPACTION
+from .executor import GroupRunner, ProgressCallback, execute_groups
+from .groups import FileGroup
 from .options import ClusteringOptions, CompactionOptions, ExecutionOptions
-from .pipeline import Prepared, RewriteExecutor, RewriteKind, run_prepared
+from .pipeline import Executed, Prepared, RewriteExecutor, RewriteKind, run_prepared
+from .report import MaintenanceReport
 
 if TYPE_CHECKING:
     from ..table import Table
 
 __all__ = [
     "AUTO_OPERATIONS",
+    "BACKOFF_S",
+    "MAX_BACKOFF_S",
     "AutoSettings",
     "Partition",
     "attach_auto_compaction",
     "choose_files",
     "new_files",
     "run_auto_compaction",
+    "run_once",
     "size_tier",
     "touched_files",
     "touched_partitions",
@@ -273,11 +293,14 @@ def touched_files(
     return list(FileList.of_entries(entries))
 
 
-def _within(groups: Sequence[Any], budget: int) -> tuple[Any, ...]:
-    """The groups to run: smallest first while their source bytes fit ``budget``."""
+def _within(
+    groups: Sequence[Any], budget: int, avoid: frozenset[str] = frozenset()
+) -> tuple[Any, ...]:
+    """The groups to run: smallest first while their source bytes fit ``budget``,
+    leaving out any group with a file in ``avoid`` (a group that failed lately)."""
     out, used = [], 0
     for g in sorted(groups, key=lambda g: (g.total_bytes, g.group_id)):
-        if used + g.total_bytes > budget:
+        if used + g.total_bytes > budget or any(p in avoid for p in g.paths):
             continue
         out.append(g)
         used += g.total_bytes
@@ -293,14 +316,16 @@ def _prepare(
     trigger_version: int,
     mode: Mode,
     spent: int,
+    avoid: frozenset[str] = frozenset(),
 ) -> Prepared[Any] | None:
     """A round's plan, on the latest snapshot, within what is left of the run's budget
-    after ``spent`` bytes; None when no tier reached the threshold."""
+    after ``spent`` bytes, without the files of ``avoid`` (groups that failed lately);
+    None when no tier reached the threshold."""
     snap = table.snapshot()
     settings = AutoSettings.of(snap.properties)
     budget = settings.max_bytes - spent
     files = touched_files(snap, partitions)
-    claimed = claimed_files(table.storage, snap)
+    claimed = claimed_files(table.storage, snap) | avoid
     declared = declared_clustering(snap.properties)
     chosen, hit = choose_files(
         files,
@@ -323,7 +348,7 @@ def _prepare(
             table, ClusteringOptions(partition_filter=hit_filter, incremental=True)
         )
         cplan: ClusterPlan = msgspec.structs.replace(
-            prepared.plan, groups=_within(prepared.plan.groups, budget)
+            prepared.plan, groups=_within(prepared.plan.groups, budget, avoid)
         )
         if not cplan.groups:
             return None
@@ -358,8 +383,94 @@ MAX_ROUNDS = 8
 """Rounds of one run at most: merging a full tier can fill the next one up, which the
 same run then merges (a carry), as long as the byte budget lasts."""
 
+BACKOFF_S = 60.0
+"""How long the files of a group whose rewrite failed are left out of auto-compaction
+in this process after its first failure; doubled on each failure after, up to
+:data:`MAX_BACKOFF_S`. A damaged or unreadable file then costs one failed attempt per
+backoff, not one per commit to its partition (nor one per round of a run)."""
+MAX_BACKOFF_S = 3600.0
 
-def _run_once(
+
+class _Backoff:
+    """The files of groups that failed, per table, in this process, and until when
+    they are left out (:data:`BACKOFF_S`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tables: dict[str, dict[str, tuple[int, float]]] = {}
+
+    def avoided(self, uri: str, now: float | None = None) -> frozenset[str]:
+        """The files of ``uri`` to leave out now."""
+        at = time.monotonic() if now is None else now
+        with self.lock:
+            known = self.tables.get(uri, {})
+            for path in [p for p, (_, until) in known.items() if until + MAX_BACKOFF_S < at]:
+                del known[path]  # long past its backoff: forgotten
+            return frozenset(p for p, (_, until) in known.items() if at < until)
+
+    def failed(self, uri: str, paths: Sequence[str], now: float | None = None) -> None:
+        """Record a failure of the group of ``paths``."""
+        at = time.monotonic() if now is None else now
+        with self.lock:
+            known = self.tables.setdefault(uri, {})
+            for path in paths:
+                count = known.get(path, (0, 0.0))[0] + 1
+                known[path] = (count, at + min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (count - 1)))
+
+
+_backoff = _Backoff()
+
+
+class _KeepGoing:
+    """The embedded executor (threads of this process), except that a group whose
+    rewrite raises is reported in ``failed_groups`` (and abandoned) while the others
+    go on, as a Spark run does: the run then knows which files failed."""
+
+    def idle_extra(self, prepared: Prepared[Any]) -> dict[str, Any]:
+        return {}
+
+    def execute(self, prepared: Prepared[Any], progress: ProgressCallback | None) -> Executed:
+        table, plan, kind = prepared.table, prepared.plan, prepared.kind
+        failed: dict[str, str] = {}
+
+        def make_runner(lease_id: str) -> GroupRunner:
+            return kind.runner(table, plan, prepared.snapshot, lease_id)
+
+        def on_failure(group: FileGroup, error: Exception) -> None:
+            failed[group.group_id] = f"{type(error).__name__}: {error}"
+
+        outcome = execute_groups(
+            table,
+            plan,
+            make_runner,
+            execution=prepared.execution,
+            operation=kind.operation,
+            parameters=kind.parameters(plan),
+            progress=progress,
+            read_snapshot=prepared.snapshot,
+            plan_id=prepared.plan_id,
+            on_failure=on_failure,
+        )
+        outcome.abandoned.extend(failed)
+        return Executed(outcome, {"failed_groups": failed})
+
+    def failure_advice(self, report: MaintenanceReport) -> str:
+        return "Fix the cause of the first error; the next commit to the partition tries again."
+
+
+def _manifest(table: Table) -> None:
+    """A manifest at the latest version after an async run's rewrites, written by the
+    background run rather than by a later commit of the ingest: until the next one every
+    cold open (a query on a fresh handle) replays the rewrite's commit, one remove per
+    file merged. Never raises."""
+    try:
+        snap = table.snapshot()
+        write_checkpoint(snap, leaf_files=get_int(snap.properties, "lakelog.manifest.leaf_files"))
+    except Exception as e:  # noqa: BLE001 - an optimisation for readers; the next interval writes one
+        log.warning("auto-compaction: no manifest after its rewrite: %s: %s", type(e).__name__, e)
+
+
+def run_once(
     table: Table,
     partitions: Mapping[Partition, Mapping[str, str | None]],
     trigger_version: int,
@@ -368,23 +479,68 @@ def _run_once(
 ) -> AutoCompaction:
     """Plan and run, in rounds while a round compacts something (:data:`MAX_ROUNDS`);
     never raises an ``Exception`` (the outcome says what happened). ``executor``
-    rewrites the groups (default: threads of this process)."""
+    rewrites the groups (default: threads of this process, a failing group reported
+    while the others go on).
+
+    A group that fails is left out of the rest of the run and, for a backoff
+    (:data:`BACKOFF_S`), of the runs after it in this process; a failure after rewrite
+    commits landed keeps them in the outcome (``compacted``, with the ``error``)."""
     started = time.monotonic()
+    uri = table.storage.uri
     out = AutoCompaction(
         status="below_threshold", trigger_version=trigger_version, mode=mode,
         partitions=len(partitions),
     )  # fmt: skip
+    run_with = _KeepGoing() if executor is None else executor
+
+    def failure(error: str, failed: int = 0) -> None:
+        nonlocal out
+        landed = out.status == "compacted"
+        log.warning(
+            "auto-compaction after version %d failed%s (the data commit stays; the next "
+            "commit to these partitions tries again): %s",
+            trigger_version,
+            f" after landing version(s) {list(out.versions)}" if landed else "",
+            error,
+        )
+        out = dataclasses.replace(
+            out,
+            status="compacted" if landed else "failed",
+            failed_groups=out.failed_groups + failed,
+            error=error,
+        )
+
     try:
         failpoint("auto-compact:start")
         pausepoint("auto-compact:start")
         for _ in range(MAX_ROUNDS):
-            prepared = _prepare(table, partitions, trigger_version, mode, out.bytes_rewritten)
+            avoid = _backoff.avoided(uri)
+            prepared = _prepare(
+                table, partitions, trigger_version, mode, out.bytes_rewritten, avoid
+            )
             if prepared is None:
                 break
-            report = run_prepared(prepared, executor)
+            by_id = {g.group_id: g for g in prepared.plan.groups}
+            try:
+                report = run_prepared(prepared, run_with)
+            except MaintenanceFailedError as e:  # every group of the round failed
+                for gid in e.failed_groups:
+                    if gid in by_id:
+                        _backoff.failed(uri, by_id[gid].paths)
+                failure(next(iter(e.failed_groups.values()), str(e)), len(e.failed_groups))
+                continue  # the next round plans without them
+            for gid in report.failed_groups:
+                if gid in by_id:
+                    _backoff.failed(uri, by_id[gid].paths)
+            if report.failed_groups:
+                cause = next(iter(report.failed_groups.values()))
+                out = dataclasses.replace(
+                    out, failed_groups=out.failed_groups + len(report.failed_groups),
+                    error=cause,
+                )  # fmt: skip
             abandoned = out.abandoned_groups + len(report.abandoned_groups)
             if not report.commits:
-                if out.status != "compacted":
+                if out.status == "below_threshold":
                     out = dataclasses.replace(
                         out, status="lost", abandoned_groups=abandoned,
                         error="every group was claimed or changed by a concurrent run or "
@@ -395,11 +551,12 @@ def _run_once(
                 out,
                 status="compacted",
                 version=report.commits[-1],
+                versions=(*out.versions, *report.commits),
                 files_removed=out.files_removed + report.compacted_file_count,
                 files_added=out.files_added + report.output_file_count,
                 bytes_rewritten=out.bytes_rewritten + report.rewritten_bytes,
                 abandoned_groups=abandoned,
-                error=None,
+                error=out.error if out.failed_groups else None,
             )
     except CommitConflictError as e:  # e.g. the metadata changed under the plan
         log.warning(
@@ -407,16 +564,14 @@ def _run_once(
             trigger_version,
             e,
         )
-        out = dataclasses.replace(out, status="lost", error=f"{type(e).__name__}: {e}")
-    except Exception as e:  # noqa: BLE001 - the data commit landed: report, never raise
-        log.warning(
-            "auto-compaction after version %d failed (the data commit stays; the next "
-            "commit to these partitions tries again): %s: %s",
-            trigger_version,
-            type(e).__name__,
-            e,
+        landed = out.status == "compacted"
+        out = dataclasses.replace(
+            out, status="compacted" if landed else "lost", error=f"{type(e).__name__}: {e}"
         )
-        out = dataclasses.replace(out, status="failed", error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - the data commit landed: report, never raise
+        failure(f"{type(e).__name__}: {e}")
+    if out.status == "compacted" and mode == "async":
+        _manifest(table)
     return dataclasses.replace(out, duration_s=time.monotonic() - started)
 
 
@@ -432,6 +587,8 @@ class _Background:
         self.partitions: dict[Partition, dict[str, str | None]] = {}
         self.waiting: list[tuple[int, Future[AutoCompaction]]] = []
         self.running = False
+        self.worker: Worker | None = None
+        """The worker process the runs go to (``lakelog.auto_compact.worker=process``)."""
 
     def submit(
         self,
@@ -448,16 +605,30 @@ class _Background:
             start, self.running = not self.running, True
         if start:
             storage = table.storage
-            threads.spawn("lakelog-auto-compact", lambda: self.drain(storage, executor))
+            process = (
+                executor is None
+                and get_str(table.properties, "lakelog.auto_compact.worker") == "process"
+                and shareable(storage)
+            )
+            threads.spawn(
+                "lakelog-auto-compact", lambda: self.drain(storage, executor, process=process)
+            )
         return future
 
-    def drain(self, storage: Storage, executor: RewriteExecutor | None = None) -> None:
+    def drain(
+        self, storage: Storage, executor: RewriteExecutor | None = None, *, process: bool = False
+    ) -> None:
         table: Table | None = None
         error: Exception | None = None
-        try:  # its own handle: the writer's cached snapshot stays the writer's
-            table = load_table(storage)
-        except Exception as e:  # noqa: BLE001 - reported to every waiter below
-            error = e
+        if process:  # the runs go to the worker: this thread only waits on its pipe
+            if self.worker is None:
+                self.worker = Worker(storage)
+                _workers.append(self.worker)
+        else:
+            try:  # its own handle: the writer's cached snapshot stays the writer's
+                table = load_table(storage)
+            except Exception as e:  # noqa: BLE001 - reported to every waiter below
+                error = e
         while True:
             with self.lock:
                 if not self.waiting:
@@ -467,14 +638,37 @@ class _Background:
                 waiting, self.waiting = self.waiting, []
             trigger = max(t for t, _ in waiting)
             try:
-                if table is None:
+                if process and self.worker is not None:
+                    try:
+                        out = self.worker.run(parts, trigger)
+                    except OSError as e:  # no process could be started here: a thread
+                        log.warning("auto-compaction runs on a thread: no worker: %s", e)
+                        process = False
+                        try:
+                            table = load_table(storage)
+                        except Exception as opened:  # noqa: BLE001 - reported below
+                            error = opened
+                        out = (
+                            run_once(table, parts, trigger, "async", executor)
+                            if table is not None
+                            else AutoCompaction(
+                                status="failed", trigger_version=trigger, mode="async",
+                                error=f"{type(error).__name__}: {error}",
+                            )
+                        )  # fmt: skip
+                    if out.status == "failed":
+                        log.warning(
+                            "auto-compaction after version %d failed (the data commit "
+                            "stays): %s", trigger, out.error,
+                        )  # fmt: skip
+                elif table is None:
                     log.warning("auto-compaction could not open %s: %s", storage.uri, error)
                     out = AutoCompaction(
                         status="failed", trigger_version=trigger, mode="async",
                         error=f"{type(error).__name__}: {error}",
                     )  # fmt: skip
                 else:
-                    out = _run_once(table, parts, trigger, "async", executor)
+                    out = run_once(table, parts, trigger, "async", executor)
             except BaseException as e:  # an interrupt: no waiter hangs, the next commit restarts
                 with self.lock:
                     self.running = False
@@ -495,6 +689,15 @@ class _Background:
 
 _backgrounds: dict[str, _Background] = {}
 _backgrounds_lock = threading.Lock()
+_workers: list[Worker] = []
+
+
+@atexit.register
+def _close_workers() -> None:
+    """At exit (after the background drains, which threading joins first): end the
+    worker processes once their run under way is over."""
+    while _workers:
+        _workers.pop().close()
 
 
 def _submit_async(
@@ -542,7 +745,7 @@ def run_auto_compaction(
     chosen = mode if mode is not None else AutoSettings.of(table.properties).mode
     if chosen == "async":
         return _submit_async(table, partitions, landed.version, executor)
-    return _run_once(table, partitions, landed.version, "inline", executor)
+    return run_once(table, partitions, landed.version, "inline", executor)
 
 
 def attach_auto_compaction(table: Table, result: R) -> R:

@@ -11,7 +11,8 @@ what it committed).
 What rewriting a group means is the caller's: a :data:`GroupRunner`
 (compaction's bin-packed rewrite, clustering's sort). If a group fails, the
 run stops: running groups are told to stop (their next read raises), every
-uncommitted output is deleted, and the error propagates (commits already made
+uncommitted output is deleted, the run's claim is released (an error; a kill leaves
+it to expire with the lease, resumable) and the error propagates (commits already made
 with partial progress stay).
 
 :func:`execute_groups` is the whole step for a plan made now or loaded from
@@ -27,6 +28,7 @@ Crash and pause points (:mod:`lakelog._failpoints`) for tests:
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -312,6 +314,14 @@ def run_groups(
                 if r.group_id not in consumed:
                     leftovers.append(r)
             delete_outputs(table.storage, leftovers)
+            if claim is not None and isinstance(sys.exc_info()[1], Exception):
+                # an error, not a kill or an interrupt: end the claim now, as a Spark run
+                # does, instead of leaving it pending until the lease expires
+                landed = [r.group_id for r in outcome.committed]
+                try:
+                    release_rest(table, claim, landed, operation=operation)
+                except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+                    pass  # the claim expires with the lease instead
             raise
     outcome.paced_seconds = bucket.waited_seconds if bucket is not None else 0.0
     if claim is not None:
@@ -371,6 +381,7 @@ def execute_groups(
     progress: ProgressCallback | None = None,
     read_snapshot: Snapshot | None = None,
     plan_id: str | None = None,
+    on_failure: Callable[[FileGroup, Exception], None] | None = None,
 ) -> RunOutcome:
     """Execute ``plan`` on ``table``: its live groups, under one writer lease (claimed on
     the log first where the table takes claims; ``plan_id`` resumes that pending plan).
@@ -378,7 +389,8 @@ def execute_groups(
     ``make_runner`` receives the lease id (output names carry it) and returns the
     group runner. ``read_snapshot`` (the snapshot the plan was just made from)
     skips the staleness check; without it, stale groups are reported as abandoned
-    instead of being rewritten in vain.
+    instead of being rewritten in vain. ``on_failure``: as for :func:`run_groups` (a
+    group that raises is handed to it and the others go on).
     """
     check_plan_table(table, plan)
     stale: list[str] = []
@@ -403,6 +415,7 @@ def execute_groups(
                 groups=todo,
                 lease=lease,
                 plan_id=plan_id,
+                on_failure=on_failure,
             )
     outcome.abandoned[:0] = stale
     return outcome

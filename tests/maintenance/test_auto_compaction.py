@@ -5,6 +5,7 @@ compacts, loses a race or fails, async mode, clustering, and what never triggers
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -15,9 +16,10 @@ from _races import race_at
 from conftest import Backend
 
 import lakelog
-from lakelog import threads
+from lakelog import threads, transaction
 from lakelog.errors import InvalidArgumentError
-from lakelog.log.commits import read_commit
+from lakelog.log.commits import list_log, read_commit
+from lakelog.maintenance import auto
 from lakelog.maintenance.auto import AUTO_OPERATIONS, run_auto_compaction, size_tier
 from lakelog.transaction import CommitResult
 
@@ -181,16 +183,20 @@ def test_async_mode_reports_through_the_result(
     assert [d.trigger_version for d in done] == [r.version for r in results]
     assert t.refresh().snapshot().num_files == 2
     assert len(_ids(t)) == 30
-    # an async run that fails says so through wait() and in the log
+    # an async run that fails says so through wait() and in the log; the run after it
+    # does not plan the failed group again at once (its files wait out a backoff)
     lost = next(f for f in t.snapshot().files() if f.partition["p"] == "1").path
     t.append(_batch(3, [1]))
-    t.append(_batch(4, [1]))
+    fourth = t.append(_batch(4, [1]))
     t.storage.delete([lost])
     with caplog.at_level(logging.WARNING, logger="lakelog"):
         result = t.append(_batch(5, [1]))
-        assert result.auto_compaction is not None
-        failed = result.auto_compaction.wait(60)
-    assert failed.status == "failed" and lost in (failed.error or "")
+        ends = [r.auto_compaction.wait(60) for r in (fourth, result) if r.auto_compaction]
+    failed = [e for e in ends if e.status == "failed"]
+    assert len(failed) == 1 and lost in (failed[0].error or ""), ends
+    assert failed[0].failed_groups == 1
+    if ends[0].status == "failed":  # the run after the failure left the group alone
+        assert ends[1].status == "below_threshold", ends
     assert "auto-compaction after version" in caplog.text
     assert read_commit(t.storage, result.version).header.operation == "APPEND"
 
@@ -260,3 +266,121 @@ def test_async_runs_draw_from_the_one_thread_budget(tmp_path: Path) -> None:
     future = threads.spawn("lakelog-test", lambda: seen.append(threading.current_thread().name))
     future.result(10)
     assert seen and seen[0].startswith("lakelog-test")
+
+
+def _damaged(where: Path, parts: list[int], **props: str) -> tuple[lakelog.Table, str]:
+    """A table (min_files 3) with two commits into ``parts``, then the first file of
+    partition 1 deleted from storage behind the log's back: its rewrite fails."""
+    t = _table(where, min_files=3, **props)
+    t.append(_batch(0, parts))
+    t.append(_batch(1, parts))
+    lost = next(f for f in t.snapshot().files() if f.partition["p"] == "1").path
+    t.storage.delete([lost])
+    return t, lost
+
+
+def test_a_failing_group_is_not_planned_again_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t, lost = _damaged(tmp_path / "a", [1])
+    first = t.append(_batch(2, [1])).auto_compaction
+    assert first is not None and first.status == "failed" and first.failed_groups == 1
+    assert lost in (first.error or "")
+    # the next commits to the partition leave the failed group's files alone for the
+    # backoff: only the new files are candidates, below the threshold
+    for seq in (3, 4):
+        after = t.append(_batch(seq, [1])).auto_compaction
+        assert after is not None and after.status == "below_threshold", after
+    # without a backoff the same group is planned (and fails) on every commit
+    monkeypatch.setattr(auto, "BACKOFF_S", 0.0)
+    u, _ = _damaged(tmp_path / "b", [1])
+    for seq in (2, 3):
+        again = u.append(_batch(seq, [1])).auto_compaction
+        assert again is not None and again.status == "failed", again
+
+
+def test_a_failure_beside_landed_work_reports_both(tmp_path: Path) -> None:
+    # one commit into partitions 1 (damaged) and 2: partition 2's group lands, 1's fails
+    t, lost = _damaged(tmp_path, [1, 2])
+    result = t.append(_batch(2, [1, 2]))
+    auto_ = result.auto_compaction
+    assert auto_ is not None and auto_.status == "compacted", auto_
+    assert auto_.failed_groups == 1 and lost in (auto_.error or "")
+    assert auto_.versions == (auto_.version,) and auto_.files_removed == 3
+    landed = read_commit(t.storage, auto_.versions[0]).header
+    assert landed.operation == "AUTO COMPACT"
+    snap = t.refresh().snapshot()
+    assert len([f for f in snap.files() if f.partition["p"] == "2"]) == 1
+    assert t.plans() == []  # the failed group's claim was released, not left to expire
+
+
+def test_an_embedded_failure_releases_its_claim(tmp_path: Path) -> None:
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, partition_by=["p"])
+    for seq in range(3):
+        t.append(_batch(seq, [1]))
+    lost = t.snapshot().files()[0].path
+    t.storage.delete([lost])
+    with pytest.raises(Exception, match=lost.rsplit("/", 1)[-1]):
+        t.compact()
+    # the run's claim is ended by a RELEASE commit at once (as a Spark run does), not
+    # left pending until its lease expires
+    assert t.refresh().plans() == []
+    ops = [h.operation for h in t.history()]
+    assert ops[:2] == ["RELEASE", "CLAIM"], ops
+
+
+@pytest.mark.parametrize("rival", ["compact", "append"])
+def test_a_commit_that_loses_to_a_rewrite_rebases_without_backing_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rival: str
+) -> None:
+    # an ingest beside an auto-compaction loses races to its claim and rewrite commits;
+    # those change no data, so the ingest rebases and puts again at once. Against
+    # another data writer it still backs off.
+    t = lakelog.create_table(str(tmp_path / "t"), SCHEMA, partition_by=["p"])
+    for seq in range(3):
+        t.append(_batch(seq, [1]))
+    other = lakelog.open_table(t.uri)
+    slept: list[float] = []
+    real_sleep = transaction.time.sleep
+
+    def spy(seconds: float) -> None:  # records the commit's pauses, still sleeps
+        if sys._getframe(1).f_code.co_name == "pause":  # the commit's backoff
+            slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(transaction.time, "sleep", spy)
+
+    def win() -> None:
+        if rival == "compact":
+            assert other.compact().version is not None
+        else:
+            other.append(_batch(9, [2]))
+
+    result = race_at(
+        monkeypatch, "commit:before-put:APPEND", tmp_path / "gate",
+        lambda: t.append(_batch(3, [1])), win,
+    )  # fmt: skip
+    assert result.attempts == 2
+    assert (slept == []) is (rival == "compact"), slept
+    assert len(_ids(t)) == 20 + (5 if rival == "append" else 0)
+
+
+def test_an_async_run_that_compacts_leaves_a_manifest_at_its_rewrite(tmp_path: Path) -> None:
+    t = _table(tmp_path, min_files=3, **{"lakelog.auto_compact.mode": "async"})
+    ends = [t.append(_batch(seq, [1])).auto_compaction for seq in range(3)]
+    done = [e.wait(60) for e in ends if e is not None]
+    (compacted,) = [d for d in done if d.status == "compacted"]
+    assert compacted.version in list_log(t.storage).manifests
+
+
+def test_async_runs_on_a_thread_where_no_worker_process_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    t = _table(tmp_path, min_files=2, **{"lakelog.auto_compact.mode": "async"})
+    with caplog.at_level(logging.WARNING, logger="lakelog"):
+        ends = [t.append(_batch(seq, [1])).auto_compaction for seq in range(2)]
+        done = [e.wait(60) for e in ends if e is not None]
+    assert done[-1].status == "compacted", done
+    assert "runs on a thread" in caplog.text
+    assert t.refresh().snapshot().num_files == 1

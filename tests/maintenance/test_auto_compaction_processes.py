@@ -204,8 +204,9 @@ def test_an_async_run_finishes_before_its_process_exits(tmp_path: Path) -> None:
             "lakelog.auto_compact.mode": "async",
         },
     )
-    t.append(_batch(0))
-    t.append(_batch(1))
+    for seq in range(2):  # this process's own async runs end first (below the threshold)
+        auto = t.append(_batch(seq)).auto_compaction
+        assert auto is not None and auto.wait(60).status == "below_threshold"
     child = spawn(ONE_APPEND, t.uri, "2")  # appends, then exits without waiting
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err[-3000:]
@@ -216,3 +217,54 @@ def test_an_async_run_finishes_before_its_process_exits(tmp_path: Path) -> None:
     assert autos[0].parameters["mode"] == "async"
     assert t.refresh().snapshot().num_files == 1 and t.plans() == []
     assert len(_ids(t)) == 15
+
+
+ASYNC_APPEND = r"""
+import json, sys
+import pyarrow as pa
+import lakelog
+uri, seq = sys.argv[1], int(sys.argv[2])
+t = lakelog.open_table(uri)
+ids = [seq * 100 + i for i in range(5)]
+r = t.append(pa.table({"p": [1] * 5, "id": ids, "v": [1.0] * 5}, schema=t.schema))
+end = r.auto_compaction.wait(120)
+print(json.dumps([r.version, end.status, end.error]))
+"""
+
+
+def test_the_async_worker_killed_mid_compaction_leaves_data_and_a_resumable_claim(
+    tmp_path: Path,
+) -> None:
+    t = lakelog.create_table(
+        str(tmp_path / "t"),
+        SCHEMA,
+        partition_by=["p"],
+        properties={
+            "lakelog.auto_compact": "true",
+            "lakelog.auto_compact.min_files": "3",
+            "lakelog.auto_compact.mode": "async",
+            "lakelog.auto_compact.worker": "process",
+        },
+    )
+    for seq in range(2):
+        auto = t.append(_batch(seq)).auto_compaction
+        assert auto is not None and auto.wait(60).status == "below_threshold"
+    # the writer appends; its worker process (which inherits the crash point, the writer
+    # never rewrites) is SIGKILLed once it has written the group, before its commit
+    child = spawn(ASYNC_APPEND, t.uri, "2", LAKELOG_CRASH_AT="rewrite:group-written")
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err[-3000:]  # the writer itself is fine
+    version, status, error = json.loads(out.strip().splitlines()[-1])
+    assert status == "failed" and "signal 9" in error, error
+    t.refresh()
+    assert read_commit(t.storage, version).header.operation == "APPEND"
+    assert read_commit(t.storage, t.version).header.operation == "CLAIM"
+    assert set(_ids(t)) == {s * 100 + i for s in range(3) for i in range(5)}
+    (plan,) = t.plans()
+    assert plan.operation == "AUTO COMPACT" and not plan.running  # its holder is dead
+    report = t.resume(plan.plan_id)
+    assert report.version is not None and report.compacted_file_count == 3
+    assert t.plans() == []
+    ids = _ids(t)
+    assert set(ids) == {s * 100 + i for s in range(3) for i in range(5)}
+    assert max(ids.values()) == 1 and t.snapshot().num_files == 1

@@ -16,7 +16,7 @@ import pytest
 
 import lakelog
 from lakelog.errors import InvalidArgumentError
-from lakelog.log.commits import read_commit
+from lakelog.log.commits import list_log, read_commit
 
 SCHEMA = pa.schema([("p", pa.string()), ("a", pa.int64()), ("b", pa.int64())])
 
@@ -283,3 +283,17 @@ def test_commits_piling_up_without_a_manifest_get_one(tmp_path: Path) -> None:
     t.maintain(dry_run=False)
     assert list_log(t.storage).manifests == (t.version,)
     assert t.maintain().actions == []
+
+
+def test_a_round_that_rewrites_ends_with_a_manifest(tmp_path: Path) -> None:
+    # cold opens then start from the manifest instead of replaying the rewrite's removes
+    t = small_files(str(tmp_path / "t"))
+    report = t.maintain(dry_run=False)
+    assert [a.status for a in report.actions] == ["done", "done"]
+    latest = t.refresh().version
+    assert latest in list_log(t.storage).manifests
+    # a dry run writes nothing
+    u = small_files(str(tmp_path / "u"))
+    before = list_log(u.storage).manifests
+    u.maintain()
+    assert list_log(u.storage).manifests == before

@@ -14,6 +14,7 @@ from lakelog.maintenance.maintain.model import (
     choose,
     compact_candidate,
     purge_candidate,
+    query_file_budget,
 )
 
 TARGET = 128 << 20
@@ -132,3 +133,52 @@ def test_choose_keeps_rank_order_and_never_exceeds_the_budget(
                 spent += c.rewrite_bytes
             else:
                 assert spent + c.rewrite_bytes > budget
+
+
+def _stream_stats(partitions: int, big: int, small: list[int]) -> TableStats:
+    """Partitions that each hold an earlier run's output of ``big`` bytes and new small
+    files of ``small`` bytes, as a stream of micro-batches leaves them."""
+    parts = tuple(
+        PartitionStats(
+            partition={"p": str(i)},
+            files=(
+                FileStat(size=big, rows=1000, path=f"{i}/big"),
+                *(FileStat(size=s, rows=40, path=f"{i}/s{j}") for j, s in enumerate(small)),
+            ),
+        )
+        for i in range(partitions)
+    )
+    return TableStats(
+        name="t",
+        target_file_size=TARGET,
+        min_file_size=SMALL,
+        min_input_files=2,
+        purge_ratio=0.2,
+        partitions=parts,
+    )
+
+
+def test_the_snowball_rule_leaves_an_earlier_output_until_new_files_add_up() -> None:
+    # one partition: a 60 KiB output and three 1.3 KiB batches; a query over it is far
+    # within budget, so the batches are merged together and the output is left alone
+    stats = _stream_stats(1, 60 << 10, [1330, 1340, 1350])
+    (c,) = candidates(stats)
+    assert c.kind == "compact" and "0/big" not in c.paths and len(c.paths) == 3
+    # once the new files add up to a third of it, it joins the rewrite
+    stats = _stream_stats(1, 11 << 10, [1330, 1340, 1350])
+    (c,) = candidates(stats)
+    assert "0/big" in c.paths and len(c.paths) == 4
+
+
+def test_the_query_budget_compacts_fully_just_enough_partitions() -> None:
+    # 20 partitions of (output + 3 batches): the snowball rule alone would leave 40 files;
+    # the budget for a query within 1.3x of 20 fully compacted files is about 30.8
+    stats = _stream_stats(20, 60 << 10, [1330, 1340, 1350])
+    budget = query_file_budget(stats)
+    assert 30 < budget < 31
+    chosen = [c for c in candidates(stats) if c.kind == "compact"]
+    assert len(chosen) == 20
+    full = [c for c in chosen if any(p.endswith("/big") for p in c.paths)]
+    files_after = 20 * 2 - len(full)
+    assert files_after <= budget < files_after + 1  # no more full rewrites than needed
+    assert all(c.figures["full"] for c in full)

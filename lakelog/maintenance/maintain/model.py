@@ -15,11 +15,23 @@ action (a plan, a commit). Opening a file costs a query ``O`` (:data:`OPEN_COST`
   written by clustering, not counted for ``purge``), the ``n`` smallest, ``R`` their
   bytes, ``T`` the target file size; ``benefit = O * (n - R / T)`` (files a full scan of
   the partition stops opening), ``rewrite_bytes = R``, and ``n`` (at least
-  ``max(2, min_input_files)``) the one with the best score. Taking the smallest first
-  keeps a partition's one large output of an earlier run out of the rewrite once copying
-  it costs more than the file it saves (the snowball auto-compaction's tiers avoid too).
-  Adding a small file no larger than the smallest, or no smaller than the largest, never
-  lowers the score.
+  ``max(2, min_input_files)``) the one with the best score among the prefixes whose
+  largest file is at most ``SIZE_RATIO`` (3) times the others together: the **snowball
+  rule**. An earlier run's output joins a rewrite only once the new small files add up
+  to a third of it, so each time a byte is rewritten its file has grown by a third or
+  more since: a byte is rewritten ``O(log N)`` times over ``N`` batches, never once per
+  round. Adding a small file no larger than the smallest, or no smaller than the
+  largest, never lowers the score.
+
+  **The query budget.** A full scan is expected to cost ``Q + O * files + bytes``
+  (``Q``, :data:`QUERY_FIXED_COST`, what a query pays whatever the files: 16 opens);
+  the same rows fully compacted, ``Q + O * c + bytes`` with ``c`` the partitions'
+  files at the target size. While the files after the snowball-rule compactions exceed
+  ``rho * c + (rho - 1) * (Q + bytes) / O`` (``rho``,
+  ``lakelog.maintain.query_cost_ratio``, 1.3), the partitions where merging *all* small
+  files saves a file for the fewest extra bytes are compacted fully instead, until the
+  table is within the budget: the snowball rule bounds the bytes rewritten, the budget
+  bounds what a query pays, and only the budget can make a byte be rewritten sooner.
 * ``purge`` (per partition): the files whose deletion vector marks at least
   ``purge_ratio`` of their rows; ``benefit = sum(size * deleted / rows)`` (bytes of
   deleted rows every scan stops reading), ``rewrite_bytes = sum(size)``.
@@ -71,6 +83,8 @@ __all__ = [
     "MIN_CLUSTER_GAIN",
     "MIN_SCORE",
     "OPEN_COST",
+    "QUERY_FIXED_COST",
+    "SIZE_RATIO",
     "Candidate",
     "ClusteringStats",
     "FileStat",
@@ -78,6 +92,8 @@ __all__ = [
     "TableStats",
     "candidates",
     "choose",
+    "compact_candidate",
+    "query_file_budget",
     "rank",
 ]
 
@@ -92,6 +108,13 @@ MIN_SCORE = 0.05
 """Lowest score at which a rewrite is worth its bytes."""
 MIN_CLUSTER_GAIN = 0.05
 """Lowest drop in the expected fraction of bytes read that makes clustering a candidate."""
+SIZE_RATIO = 3.0
+"""The snowball rule: a compaction takes a larger file with smaller ones only while it is
+at most this many times their bytes together."""
+QUERY_FIXED_COST = 16 * OPEN_COST
+"""Bytes-equivalent a query pays whatever the files (opening the table, planning): 16
+file opens. ``benchmarks/bench_streaming_maintenance.py`` measured about 20 opens of a
+small local file on a quiet machine and about 5 on a busy one (docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +167,9 @@ class TableStats:
     expirable_log_files: int = 0
     vacuum_files: int = 0
     vacuum_bytes: int = 0
+    query_cost_ratio: float = 1.3
+    """``lakelog.maintain.query_cost_ratio``: a full scan's expected cost allowed over
+    the same rows fully compacted before compaction ignores the snowball rule."""
 
 
 @dataclass(frozen=True)
@@ -192,8 +218,9 @@ def _heavy(f: FileStat, ratio: float) -> bool:
     return f.deleted > 0 and f.rows > 0 and f.deleted >= f.rows * ratio
 
 
-def compact_candidate(stats: TableStats, part: PartitionStats) -> Candidate | None:
-    small = sorted(
+def _small(stats: TableStats, part: PartitionStats) -> list[FileStat]:
+    """The partition's compaction candidates, smallest first."""
+    return sorted(
         (
             f
             for f in part.files
@@ -201,20 +228,40 @@ def compact_candidate(stats: TableStats, part: PartitionStats) -> Candidate | No
         ),
         key=lambda f: (f.size, f.path),
     )
+
+
+def compact_candidate(
+    stats: TableStats, part: PartitionStats, *, full: bool = False
+) -> Candidate | None:
+    """The partition's compaction: the ``n`` smallest small files with the best score,
+    where a prefix longer than ``min_input_files`` is eligible only if its largest file
+    is at most :data:`SIZE_RATIO` times the others together (the snowball rule);
+    ``full``: all of them, whatever their sizes (the query budget asks for it)."""
+    small = _small(stats, part)
     need = max(2, stats.min_input_files)
     best: tuple[float, int, int] | None = None  # score, files, bytes
     rewrite = 0
     for k, f in enumerate(small, 1):
-        rewrite += f.size
+        before, rewrite = rewrite, rewrite + f.size
         if k < need or rewrite <= 0:
+            continue
+        if full and k < len(small):
+            continue
+        if not full and k > need and f.size > SIZE_RATIO * before:
             continue
         score = _score(OPEN_COST * (k - rewrite / stats.target_file_size), rewrite)
         if best is None or score > best[0]:
             best = (score, k, rewrite)
-    if best is None or best[0] < MIN_SCORE:
+    if best is None or (best[0] < MIN_SCORE and not full):
         return None
     score, n, rewrite = best
     saved = n - rewrite / stats.target_file_size
+    why = (
+        f"; the table's files over the query budget ({stats.query_cost_ratio:g}x a fully "
+        "compacted table's query cost)"
+        if full
+        else ""
+    )
     return Candidate(
         kind="compact",
         table=stats.name,
@@ -223,10 +270,60 @@ def compact_candidate(stats: TableStats, part: PartitionStats) -> Candidate | No
         rewrite_bytes=rewrite,
         benefit=OPEN_COST * saved,
         reason=f"{n} files below {_mb(stats.min_file_size)} ({_mb(rewrite)}): "
-        f"a scan opens {saved:.1f} fewer files",
-        figures={"small_files": n, "files_saved": round(saved, 3)},
+        f"a scan opens {saved:.1f} fewer files{why}",
+        figures={"small_files": n, "files_saved": round(saved, 3), "full": full},
         paths=tuple(f.path for f in small[:n]),
     )
+
+
+def _files_after(stats: TableStats, part: PartitionStats, c: Candidate | None) -> int:
+    """The partition's live files after ``c`` (its outputs at the target size)."""
+    if c is None:
+        return len(part.files)
+    n = len(c.paths)
+    return len(part.files) - n + max(1, math.ceil(c.rewrite_bytes / stats.target_file_size))
+
+
+def query_file_budget(stats: TableStats) -> float:
+    """The most live files at which a full scan's expected cost stays within
+    ``query_cost_ratio`` of the same rows fully compacted (see the module doc)."""
+    total = sum(f.size for p in stats.partitions for f in p.files)
+    compacted = sum(
+        max(1, math.ceil(sum(f.size for f in p.files) / stats.target_file_size))
+        for p in stats.partitions
+        if p.files
+    )
+    rho = stats.query_cost_ratio
+    return rho * compacted + (rho - 1) * (QUERY_FIXED_COST + total) / OPEN_COST
+
+
+def _compact_candidates(stats: TableStats) -> list[Candidate]:
+    """Each partition's compaction by the snowball rule; then, while the table's files
+    after them exceed :func:`query_file_budget`, full compactions of the partitions
+    where one saves a file for the fewest bytes."""
+    chosen: dict[int, Candidate | None] = {
+        i: compact_candidate(stats, part) for i, part in enumerate(stats.partitions)
+    }
+    after = sum(_files_after(stats, p, chosen[i]) for i, p in enumerate(stats.partitions))
+    budget = query_file_budget(stats)
+    if after > budget:
+        fuller: list[tuple[float, int, Candidate]] = []
+        for i, part in enumerate(stats.partitions):
+            c = compact_candidate(stats, part, full=True)
+            if c is None:
+                continue
+            gained = _files_after(stats, part, chosen[i]) - _files_after(stats, part, c)
+            if gained > 0:
+                was = chosen[i]
+                extra = c.rewrite_bytes - (0 if was is None else was.rewrite_bytes)
+                fuller.append((extra / gained, i, c))
+        for _, i, c in sorted(fuller, key=lambda x: (x[0], x[1])):
+            if after <= budget:
+                break
+            part = stats.partitions[i]
+            after -= _files_after(stats, part, chosen[i]) - _files_after(stats, part, c)
+            chosen[i] = c
+    return [c for c in chosen.values() if c is not None]
 
 
 def purge_candidate(stats: TableStats, part: PartitionStats) -> Candidate | None:
@@ -349,11 +446,9 @@ def table_candidates(stats: TableStats) -> list[Candidate]:
 def candidates(stats: TableStats) -> list[Candidate]:
     """Every action the model proposes for one table, ranked."""
     out: list[Candidate] = []
+    if stats.clustering is None:
+        out.extend(_compact_candidates(stats))
     for part in stats.partitions:
-        if stats.clustering is None:
-            c = compact_candidate(stats, part)
-            if c is not None:
-                out.append(c)
         p = purge_candidate(stats, part)
         if p is not None:
             out.append(p)

@@ -17,7 +17,9 @@ runs them in rank order, each through the operation that already exists:
 * ``expire`` and ``vacuum``: ``expire_snapshots`` and ``vacuum`` with the table's
   retention settings.
 
-A rewrite's or expiry's commit records why, in its parameters:
+A round that rewrote a table ends with a manifest at its latest version, so that cold
+opens do not replay the rewrite's commit. A rewrite's or expiry's commit records why,
+in its parameters:
 ``maintain: {kind, score, reason}``, so ``history`` says why it happened. The model's
 estimate chooses an action; the plan's own figures bound what it rewrites: a plan's
 groups beyond what is left of the budget are not run. Over several tables, a table whose
@@ -273,6 +275,8 @@ def maintain_tables(
             done = [ActionResult(b, "failed", error=error) for b in batch]
         remaining -= sum(r.rewritten_bytes for r in done)
         results.extend(done)
+    if not dry_run:
+        _manifest_after_rewrites(by_name, results)
     return MaintainReport(
         dry_run=dry_run,
         budget_bytes=budget_bytes,
@@ -282,6 +286,26 @@ def maintain_tables(
         unread=unread,
         duration_s=time.monotonic() - started,
     )
+
+
+REWRITES = ("compact", "purge", "cluster")
+
+
+def _manifest_after_rewrites(tables: dict[str, Table], results: Sequence[ActionResult]) -> None:
+    """A manifest at the latest version of each table a rewrite of this round changed:
+    until the next one, every cold open (each query on a fresh handle) replays the
+    rewrite's commit, one remove per file it merged (on a streaming table, a round's
+    rewrite cost a query a quarter more than the same files after a manifest). Never
+    fails the round."""
+    names = {r.candidate.table for r in results if r.kind in REWRITES and r.status == "done"}
+    for name in sorted(names):
+        try:
+            snap = tables[name].snapshot()
+            write_checkpoint(
+                snap, leaf_files=get_int(snap.properties, "lakelog.manifest.leaf_files")
+            )
+        except LakelogError as e:
+            log.warning("maintain: no manifest after the rewrites of %s: %s", name, e)
 
 
 def maintain_table(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError
 from ...log.commits import list_log
-from ...properties import get_int
+from ...properties import get_float, get_int
 from ..cleanup.expire import expire_snapshots
 from ..cleanup.vacuum import vacuum
 from ..clustering.layout import clustering_report
@@ -99,4 +99,5 @@ def table_stats(table: Table, *, name: str | None = None) -> TableStats:
         expirable_log_files=expired.num_log_files,
         vacuum_files=vacuum_files,
         vacuum_bytes=vacuum_bytes,
+        query_cost_ratio=get_float(snap.properties, "lakelog.maintain.query_cost_ratio"),
     )
