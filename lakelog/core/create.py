@@ -22,6 +22,7 @@ from ..errors import (
     SchemaMismatchError,
     TableExistsError,
 )
+from ..io.guards import check_declared, constraints_of, guards_of, with_constraints
 from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import check_data_columns, check_schema, duplicate_columns, to_reader
 from ..leases import Lease
@@ -114,7 +115,7 @@ def create_with_files(
     md = Metadata(
         table_id=uuid.uuid4().hex,
         # column ids are the table's own: never taken from a schema copied from another
-        schema=encode_schema(mapping.strip(schema).remove_metadata()),
+        schema=encode_schema(_table_schema(schema)),
         partition_by=parts,
         properties=props,
         created_ms=int(time.time() * 1000),
@@ -142,6 +143,17 @@ def create_with_files(
         ) from e
     record_created(storage)
     return txn.landed_snapshot or load_snapshot(storage)
+
+
+def _table_schema(schema: pa.Schema) -> pa.Schema:
+    """A new table's schema: without column ids (the table's own) and schema metadata,
+    but with the CHECK constraints it declares, checked."""
+    out = mapping.strip(schema).remove_metadata()
+    constraints = constraints_of(schema)
+    if constraints:
+        out = with_constraints(out, constraints)
+    check_declared(out)
+    return out
 
 
 def write_new_table(
@@ -202,6 +214,12 @@ def write_new_table(
             if mode == "error":
                 raise
         snap = load_snapshot(storage)  # created concurrently: commit on top of it
+        if guards_of(snap.schema):
+            raise TableExistsError(
+                f"expected no table at {storage.uri}, found one created concurrently with "
+                f"constraints, generated or identity columns, which these rows were not "
+                f"written under; write again (mode='append')."
+            )
         check_schema(schema, snap.schema)
         if tuple(snap.partition_by) != parts:
             raise SchemaMismatchError(

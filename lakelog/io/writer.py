@@ -33,6 +33,7 @@ from ..log.actions import AddFile
 from ..partitioning import check_partition_dir, partition_dir, partition_string
 from ..stats import stats_from_metadata
 from ..storage import Storage
+from .guards import check_rows, guards_of
 
 __all__ = [
     "BLOOM_TYPES",
@@ -427,7 +428,8 @@ def write_files(
     prefix: str = "part",
     lease_id: str | None = None,
 ) -> list[AddFile]:
-    """Write conforming batches (full table schema) as data files.
+    """Write conforming batches (full table schema) as data files, each checked first
+    against the rules ``schema`` holds (:func:`~lakelog.io.guards.check_rows`).
 
     On error every file this call wrote is deleted before the error
     propagates, so a failed write leaves nothing behind it can know of. A
@@ -436,8 +438,11 @@ def write_files(
     """
     file_schema = pa.schema([f for f in schema if f.name not in partition_by])
     writers: dict[tuple[tuple[str, str | None], ...], RollingWriter] = {}
+    guards = guards_of(schema)
     try:
         for batch in batches:
+            if guards:  # the table's rules, before any row of the batch is written
+                check_rows(batch, guards)
             # a writer per new partition first (its folder name checked), then write
             todo: list[tuple[RollingWriter, pa.RecordBatch]] = []
             for values, part in split_partitions(batch, partition_by):

@@ -33,6 +33,7 @@ __all__ = [
     "CLAIMS",
     "COLUMN_MAPPING",
     "COMMITS",
+    "CONSTRAINTS",
     "CURRENT",
     "DELETION_VECTORS",
     "FEATURES",
@@ -123,6 +124,12 @@ COLUMN_MAPPING: Final = Feature(
     "column ids and physical names: renamed columns, nested fields that evolve",
     "Column ids, renames and nested fields",
 )
+CONSTRAINTS: Final = Feature(
+    "constraints",
+    9,
+    "NOT NULL at any depth, CHECK constraints, generated and identity columns",
+    "Constraints, generated and identity columns",
+)
 
 FEATURES: Final[tuple[Feature, ...]] = (
     COMMITS,
@@ -134,6 +141,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     DELETION_VECTORS,
     CHANGE_DATA_FEED,
     COLUMN_MAPPING,
+    CONSTRAINTS,
 )
 """Every feature, by the version that introduced it."""
 
@@ -221,14 +229,20 @@ def metadata_version(
     deletion_vectors: bool,
     change_data_feed: bool = False,
     column_mapping: bool = False,
+    constraints: bool = False,
 ) -> int:
     """The version a ``metadata`` action declares: the one it was given
     (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on, to
     :data:`CHANGE_DATA_FEED` when it turns the change data feed on and to
     :data:`COLUMN_MAPPING` when its schema has column ids, so older readers refuse the
     table from then on (instead of missing vectors or change files, or reading renamed
-    columns by their old names). Turning the first two off again keeps the version."""
+    columns by their old names), and to :data:`CONSTRAINTS` when its schema holds a
+    constraint, a generated or identity column (so older writers refuse the table
+    instead of writing rows it forbids). Turning any of them off again keeps the
+    version."""
     need = declared
+    if constraints:
+        need = max(need, CONSTRAINTS.version)
     if column_mapping:
         need = max(need, COLUMN_MAPPING.version)
     if deletion_vectors:
