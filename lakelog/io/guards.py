@@ -47,6 +47,7 @@ __all__ = [
     "declares_guards",
     "generate_missing",
     "guards_of",
+    "identity_of",
     "marks_of",
     "nested_not_null",
     "sample_row",
