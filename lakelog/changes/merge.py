@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
 from ..filters import FileStatsColumns
+from ..io.guards import refuse_given_identity
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log import mapping
@@ -382,6 +383,7 @@ class MergeChange(RowChange):
         self.partition_by = partition_by
         self.options = options
         reader = to_reader(source)
+        refuse_given_identity(reader.schema.names, schema, where="the merge's source")
         check_schema(reader.schema, schema)
         table = pa.Table.from_batches(
             [conform(b, schema) for b in reader if b.num_rows], schema=schema

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -50,6 +50,7 @@ __all__ = [
     "identity_of",
     "marks_of",
     "nested_not_null",
+    "refuse_given_identity",
     "sample_row",
     "with_constraints",
     "with_generated",
@@ -557,3 +558,16 @@ def check_declared(schema: pa.Schema) -> None:
                     f"expected {what} {name!r} ({expr.text}) to read no identity or "
                     f"generated column, found {bad}"
                 )
+
+
+def refuse_given_identity(columns: Iterable[str], schema: pa.Schema, *, where: str) -> None:
+    """Refuse values given (``where``: by what) for a GENERATED ALWAYS identity column."""
+    given = [c for c in columns if (i := guards_of(schema).identity.get(c)) and i.always]
+    if given:
+        raise ConstraintViolationError(
+            f"expected no values for {given[0]!r}, which is GENERATED ALWAYS AS IDENTITY, "
+            f"found them in {where}; leave the column out. Nothing was written.",
+            constraint="IDENTITY",
+            column=given[0],
+            row="",
+        )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..errors import SchemaMismatchError
-from ..io.guards import check_rows, guards_of
+from ..io.guards import check_rows, guards_of, refuse_given_identity
 from ..io.schema import conform
 from .errors import carry
 
@@ -31,6 +31,7 @@ def filled_columns(schema: pa.Schema, given: Sequence[str]) -> list[str]:
     guard computes them); refuses a write to a table with identity columns, whose
     values only the embedded writers give out."""
     guards = guards_of(schema)
+    refuse_given_identity(given, schema, where="the DataFrame")
     missing = [c for c in guards.identity if c not in given]
     if missing:
         raise SchemaMismatchError(

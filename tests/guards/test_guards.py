@@ -325,3 +325,12 @@ def test_a_check_on_an_identity_column_is_refused(tmp_path: Path) -> None:
         )
     with pytest.raises(InvalidArgumentError, match="expected an integer column"):
         lakelog.create_table(str(tmp_path / "t"), IDS, identity={"v": {}})
+
+
+def test_update_and_merge_refuse_values_for_an_always_identity_column(tmp_path: Path) -> None:
+    t = lakelog.create_table(str(tmp_path / "t"), IDS, identity={"id": {}})
+    t.append(pa.table({"v": ["a"]}))
+    v = t.version
+    _refused(lambda: t.update("v = 'a'", set={"id": 7}), "GENERATED ALWAYS", "set=")
+    _refused(lambda: t.merge(pa.table({"id": [1], "v": ["b"]}), on="id"), "merge's source")
+    assert t.refresh().version == v
