@@ -213,7 +213,7 @@ def _cast(t: pa.DataType) -> Callable[..., Value]:
     def run(x: Value) -> Value:
         if pa.types.is_date32(t) and pa.types.is_timestamp(x.type):
             # CAST(ts AS DATE): the date of the timestamp (in UTC for an aware one)
-            return pc.cast(pc.floor_temporal(x, unit="day"), t)
+            return pc.cast(pc.cast(x, pa.timestamp(x.type.unit)), t)
         return pc.cast(x, t)
 
     return run

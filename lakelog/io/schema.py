@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from ..errors import ConstraintViolationError, InvalidArgumentError, SchemaMismatchError
 from .guards import (
+    COMPUTED_KEY,
     GENERATION_KEY,
     check_nested_nulls,
     generate_missing,
@@ -635,14 +636,25 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     non-nullable are a :class:`SchemaMismatchError` (Parquet refuses to write them).
     """
     names = set(batch.schema.names)
-    if len(names) < len(schema) and any(
-        f.metadata and GENERATION_KEY in f.metadata for f in schema if f.name not in names
-    ):
-        # a generated column the batch lacks is computed, not null (docs/constraints.md)
+    computed: list[str] = []
+    if len(names) < len(schema):
+        computed = [
+            f.name
+            for f in schema
+            if f.name not in names and f.metadata and GENERATION_KEY in f.metadata
+        ]
+    if computed:
+        # a generated column the batch lacks is computed, not null (docs/constraints.md);
+        # the batch says which, so the writer's check does not compute them again
         batch = generate_missing(batch, schema)
         names = set(batch.schema.names)
+        schema = schema.with_metadata(
+            {**(schema.metadata or {}), COMPUTED_KEY: ",".join(computed).encode()}
+        )
     _check_nulls(batch, schema)
     if batch.schema.equals(schema, check_metadata=False):
+        if batch.schema.metadata and COMPUTED_KEY in batch.schema.metadata and not computed:
+            return batch.replace_schema_metadata(schema.metadata)  # (only lakelog says it)
         return batch
     arrays = []
     for field in schema:

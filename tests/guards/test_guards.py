@@ -334,3 +334,10 @@ def test_update_and_merge_refuse_values_for_an_always_identity_column(tmp_path: 
     _refused(lambda: t.update("v = 'a'", set={"id": 7}), "GENERATED ALWAYS", "set=")
     _refused(lambda: t.merge(pa.table({"id": [1], "v": ["b"]}), on="id"), "merge's source")
     assert t.refresh().version == v
+
+
+def test_a_batch_cannot_skip_the_generated_check_by_its_own_metadata(tmp_path: Path) -> None:
+    t = lakelog.create_table(str(tmp_path / "t"), EVENTS, generated={"day": "CAST(ts AS DATE)"})
+    wrong = pa.table({"ts": [TS], "amount": [1.0], "day": [dt.date(2020, 1, 1)]}, schema=EVENTS)
+    wrong = wrong.replace_schema_metadata({"lakelog.computed_columns": "day"})
+    _refused(lambda: t.append(wrong), "'day'")
