@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from . import core
 from .errors import InvalidArgumentError, LogGapError, TableNotFoundError
-from .io.guards import constraints_of, declare
+from .io.guards import constraints_of, guards_of
 from .io.writer import WriteOptions
 from .leases import Lease
 from .log.actions import Action, AddFile, AppTransaction, Commit, CommitHeader, Metadata
@@ -525,6 +525,13 @@ class Table:
     def constraints(self) -> dict[str, str]:
         """The table's CHECK constraints (name to SQL text), as of the cached snapshot."""
         return constraints_of(self.snapshot().schema)
+
+    @property
+    def computed_columns(self) -> tuple[str, ...]:
+        """The generated and identity columns: what lakelog writes when a write lacks
+        them (docs/constraints.md)."""
+        guards = guards_of(self.snapshot().schema)
+        return tuple(c for c in self.schema.names if c in guards.generated or c in guards.identity)
 
     def add_constraint(self, name: str, expr: str | pc.Expression) -> CommitResult:
         """Add the CHECK constraint ``name``, after reading every live row (one file at a
@@ -1071,10 +1078,9 @@ def create_table(
     Raises:
         TableExistsError: a table is already there.
     """
-    if constraints or generated or identity:
-        if not isinstance(schema, pa.Schema):
-            raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
-        schema = declare(schema, generated=generated, identity=identity, constraints=constraints)
+    schema = core.declare_rules(
+        schema, constraints=constraints, generated=generated, identity=identity
+    )
     storage = _storage(uri, storage_options, single_writer)
     if cluster_by is not None:
         properties = {

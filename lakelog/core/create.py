@@ -22,7 +22,7 @@ from ..errors import (
     SchemaMismatchError,
     TableExistsError,
 )
-from ..io.guards import check_declared, constraints_of, guards_of, with_constraints
+from ..io.guards import check_declared, constraints_of, declare, guards_of, with_constraints
 from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import check_data_columns, check_schema, duplicate_columns, to_reader
 from ..leases import Lease
@@ -40,7 +40,7 @@ from .properties import validate_properties_for
 from .staged import staged
 from .write import write_options_from, write_rows
 
-__all__ = ["OPEN_HINT", "create_with_files", "write_new_table"]
+__all__ = ["OPEN_HINT", "create_with_files", "declare_rules", "write_new_table"]
 
 OPEN_HINT = "open it with lakelog.open_table()"
 
@@ -143,6 +143,21 @@ def create_with_files(
         ) from e
     record_created(storage)
     return txn.landed_snapshot or load_snapshot(storage)
+
+
+def declare_rules(
+    schema: pa.Schema,
+    *,
+    constraints: Mapping[str, str] | None = None,
+    generated: Mapping[str, str] | None = None,
+    identity: Mapping[str, Mapping[str, Any]] | None = None,
+) -> pa.Schema:
+    """A new table's ``schema`` with its rules declared (docs/constraints.md), checked."""
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
+    if not (constraints or generated or identity):
+        return schema
+    return declare(schema, generated=generated, identity=identity, constraints=constraints)
 
 
 def _table_schema(schema: pa.Schema) -> pa.Schema:

@@ -683,9 +683,10 @@ def _check_nulls(batch: pa.RecordBatch, schema: pa.Schema) -> None:
         if field.name not in names:
             if identity_of(field) is not None:
                 raise SchemaMismatchError(
-                    f"expected values for identity column {field.name!r} from this write "
-                    f"path, found none generated; write through append, overwrite, merge "
-                    f"or Spark's write (they number the rows). Nothing was written."
+                    f"expected values for identity column {field.name!r}, found none: this "
+                    f"write path does not give them out; write the rows with append or "
+                    f"overwrite (they number them), or give the values (a BY DEFAULT "
+                    f"column). Nothing was written."
                 )
             if not field.nullable:
                 raise SchemaMismatchError(

@@ -266,6 +266,7 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
                 partition_by=plan.partition_by,
                 properties=dict(plan.properties),
                 location=plan.location,
+                **plan.rules(),
             )
         return NONE
     if isinstance(plan, p.Insert):
