@@ -111,3 +111,32 @@ def test_spark_write_to_a_table_with_an_identity_column_is_refused(
     with pytest.raises(SchemaMismatchError, match="identity columns"):
         lspark.write(spark.createDataFrame([("a",)], "v string"), t.uri)
     assert t.refresh().version == 0
+
+
+def test_spark_sql_insert_computes_a_generated_column_and_refuses_a_violation(
+    spark: Any, tmp_path: Path
+) -> None:
+    from lakelog.spark import sql as spark_sql
+
+    catalog = lakelog.connect_catalog(f"sqlite:///{tmp_path}/c.db", warehouse=str(tmp_path / "wh"))
+    spark_sql(spark, "CREATE NAMESPACE shop", catalog=catalog)
+    spark_sql(
+        spark,
+        "CREATE TABLE shop.pay (ts TIMESTAMP, day DATE GENERATED ALWAYS AS (CAST(ts AS DATE)),"
+        " amount DOUBLE, CONSTRAINT positive CHECK (amount > 0)) USING lakelog",
+        catalog=catalog,
+    )
+    spark_sql(
+        spark,
+        "INSERT INTO shop.pay (ts, amount) VALUES (TIMESTAMP '2026-03-04 10:00:00', 5.0D)",
+        catalog=catalog,
+    )
+    rows = catalog.load_table("shop.pay").snapshot().to_arrow()
+    assert rows["day"].to_pylist() == [dt.date(2026, 3, 4)]
+    with pytest.raises(ConstraintViolationError, match="'positive'"):
+        spark_sql(
+            spark,
+            "INSERT INTO shop.pay (ts, amount) VALUES (TIMESTAMP '2026-03-04 10:00:00', -5.0D)",
+            catalog=catalog,
+        )
+    assert catalog.load_table("shop.pay").version == 1
