@@ -31,6 +31,7 @@ __all__ = [
     "NoSuchNamespaceError",
     "NoSuchTableError",
     "SchemaMismatchError",
+    "ConstraintViolationError",
     "SparkEnvironmentError",
     "SqlError",
     "SqlSyntaxError",
@@ -132,6 +133,25 @@ class AppVersionCommittedError(CommitConflictError):
 
 class SchemaMismatchError(LakelogError):
     """Data does not match the table schema."""
+
+
+class ConstraintViolationError(SchemaMismatchError, InvalidArgumentError):
+    """Rows break one of the table's rules (docs/constraints.md): a NOT NULL field, a
+    CHECK constraint, a generated column's expression or an identity column's. Nothing
+    of the write that met them was committed.
+
+    Attributes:
+        constraint: the rule's name (a CHECK constraint's own name; ``"NOT NULL"``,
+            ``"GENERATED"`` or ``"IDENTITY"`` for the others).
+        column: the column (a nested field as ``a.b``) it is about.
+        row: one offending row, as text.
+    """
+
+    def __init__(self, message: str, *, constraint: str, column: str, row: str) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+        self.column = column
+        self.row = row
 
 
 class VersionNotFoundError(LakelogError):

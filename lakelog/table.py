@@ -7,9 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import core
 from .errors import InvalidArgumentError, LogGapError, TableNotFoundError
+from .io.guards import constraints_of, guards_of
 from .io.writer import WriteOptions
 from .leases import Lease
 from .log.actions import Action, AddFile, AppTransaction, Commit, CommitHeader, Metadata
@@ -559,6 +561,60 @@ class Table:
         """
         return core.unset_properties(self, keys, missing_ok=missing_ok)
 
+    # -- constraints (see lakelog.changes.constraints, docs/constraints.md) -----------
+    @property
+    def constraints(self) -> dict[str, str]:
+        """The table's CHECK constraints (name to SQL text), as of the cached snapshot."""
+        return constraints_of(self.snapshot().schema)
+
+    @property
+    def computed_columns(self) -> tuple[str, ...]:
+        """The generated and identity columns: what lakelog writes when a write lacks
+        them (docs/constraints.md)."""
+        guards = guards_of(self.snapshot().schema)
+        return tuple(c for c in self.schema.names if c in guards.generated or c in guards.identity)
+
+    def add_constraint(self, name: str, expr: str | pc.Expression) -> CommitResult:
+        """Add the CHECK constraint ``name``, after reading every live row (one file at a
+        time) and finding none that breaks it; from then on every write refuses rows
+        for which ``expr`` is false (null passes, as in SQL). A metadata commit.
+
+        Args:
+            name: the constraint's name (letters, digits, ``_``).
+            expr: a boolean SQL expression over the columns (``"amount >= 0 AND
+                currency IN ('EUR', 'USD')"``) or a pyarrow Expression.
+
+        Raises:
+            ConstraintViolationError: a live row breaks it (nothing is committed).
+        """
+        from .changes.constraints import add_constraint
+
+        return add_constraint(self, name, expr)
+
+    def drop_constraint(self, name: str, *, missing_ok: bool = False) -> CommitResult:
+        """Drop the CHECK constraint ``name`` (a metadata commit).
+
+        Args:
+            name: the constraint (case-insensitive).
+            missing_ok: commit nothing (``skipped``) when there is no such constraint
+                instead of refusing; default False.
+        """
+        from .changes.constraints import drop_constraint
+
+        return drop_constraint(self, name, missing_ok=missing_ok)
+
+    def set_not_null(self, column: str) -> CommitResult:
+        """Declare ``column`` NOT NULL (a nested field as ``"s.x"``, a list's element
+        ``"tags[]"``, a map's value ``"m{}"``), after reading every live row and finding
+        no null there. A metadata commit.
+
+        Raises:
+            ConstraintViolationError: a live row holds a null there.
+        """
+        from .changes.constraints import set_not_null
+
+        return set_not_null(self, column)
+
     # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
         """Add nullable columns after the existing ones, or nullable fields at the end
@@ -1027,8 +1083,14 @@ def create_table(
     single_writer: bool = False,
     cluster_by: Sequence[str] | None = None,
     cluster_curve: Literal["hilbert", "zorder", "linear"] = "hilbert",
+    constraints: Mapping[str, str] | None = None,
+    generated: Mapping[str, str] | None = None,
+    identity: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Table:
     """Create an empty table.
+
+    Its rules (docs/constraints.md): a non-nullable field of ``schema``, at any depth,
+    is NOT NULL; ``constraints``, ``generated`` and ``identity`` declare the rest.
 
     Args:
         uri: where the table's root goes (a path or an fsspec URL).
@@ -1042,6 +1104,14 @@ def create_table(
             :meth:`Table.set_clustering`); default None, none.
         cluster_curve: the clustering over ``cluster_by``: ``"hilbert"`` (default) or
             ``"zorder"`` curves, or ``"linear"``, a sort.
+        constraints: CHECK constraints, name to SQL text (``{"positive": "amount >
+            0"}``); default none.
+        generated: generated columns, column to the SQL text of its expression
+            (``{"day": "CAST(ts AS DATE)"}``): computed when a write lacks the column,
+            checked when it gives it; default none.
+        identity: identity columns, column to its options ``start`` (default 1),
+            ``step`` (default 1) and ``always`` (default True: given values are
+            refused; False: BY DEFAULT, given values are kept); default none.
 
     Returns:
         The table, at version 0.
@@ -1049,6 +1119,9 @@ def create_table(
     Raises:
         TableExistsError: a table is already there.
     """
+    schema = core.declare_rules(
+        schema, constraints=constraints, generated=generated, identity=identity
+    )
     storage = _storage(uri, storage_options, single_writer)
     if cluster_by is not None:
         properties = {

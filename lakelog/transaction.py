@@ -74,6 +74,7 @@ from .errors import (
     LogGapError,
 )
 from .hooks import HOOKS, LARGE_COMMIT_BYTES, AutoCompaction, Landed, PostCommitHook, run_hooks
+from .io.guards import declares_guards, marks_of, with_marks, without_marks
 from .log import mapping
 from .log.actions import (
     Action,
@@ -280,8 +281,20 @@ def same_shape(a: Metadata, b: Metadata) -> bool:
         a.table_id == b.table_id
         and a.partition_by == b.partition_by
         and a.format_version == b.format_version
-        and (a.schema == b.schema or a.arrow_schema().equals(b.arrow_schema()))
+        and (
+            a.schema == b.schema
+            or without_marks(a.arrow_schema()).equals(
+                without_marks(b.arrow_schema()), check_metadata=True
+            )
+        )
     )
+
+
+def marks_only(a: Metadata, b: Metadata) -> bool:
+    """Whether two metadata actions differ at most by identity high-water marks (a
+    write that gave out identity values, format.md "Constraints, generated and identity
+    columns"): nothing a writer depends on but the marks themselves."""
+    return a.properties == b.properties and same_shape(a, b)
 
 
 def _metadata_conflict(
@@ -295,6 +308,8 @@ def _metadata_conflict(
     """The conflict a winning metadata change at ``v`` makes, or None: a data append
     rebases over a change of properties alone, since its files do not depend on them."""
     refresh = "Refresh the table (table.refresh()) and write again."
+    if read_metadata is not None and kind != "metadata" and marks_only(winner, read_metadata):
+        return None  # identity values given out: the marks are carried (_carry_marks)
     if read_metadata is None or not _data_append(kind, actions):
         return CommitConflictError(
             f"expected no concurrent table change, found a metadata/schema change in "
@@ -632,6 +647,8 @@ class Transaction:
         before = {id(a) for a in self.actions}
         if self.rebase is not None:
             self.actions = self.rebase(new, self.actions)
+        if self.read_snapshot is not None:
+            self.actions = _carry_marks(self.actions, new, self.read_snapshot.metadata, self.rebase)
         check_conflicts(
             kind=self.kind,
             actions=self.actions,
@@ -838,6 +855,7 @@ def _declare_vectors(actions: Sequence[Action], read: Snapshot | None) -> list[A
             change_data_feed=get_bool(a.properties, "lakelog.change_data_feed"),
             column_mapping=get_bool(a.properties, "lakelog.column_mapping"),
             partition_specs=bool(a.partition_specs),
+            constraints=declares_guards(a.arrow_schema()),
         )
         out.append(
             a
@@ -879,3 +897,45 @@ def _check_views(actions: Sequence[Action], read: Snapshot | None) -> None:
         from .interop.delta.view import check_view_metadata
 
         check_view_metadata(list(actions), None if read is None else read.schema)
+
+
+def _carry_marks(
+    actions: list[Action], winners: Sequence[Commit], read: Metadata, rebase: Rebase | None
+) -> list[Action]:
+    """``actions`` with identity high-water marks that winners advanced carried into
+    their ``metadata`` action, so no mark ever goes back. A transaction that gave out
+    identity values itself must have moved them past the winners' marks in its rebase
+    callback (which then says the marks it is based on in ``identity_base``); if it did
+    not, its values may repeat a winner's: a conflict, never a duplicate."""
+    latest = None
+    for commit in winners:
+        for a in commit.actions:
+            if isinstance(a, Metadata):
+                latest = a
+    if latest is None or not any(isinstance(a, Metadata) for a in actions):
+        return actions
+    won = marks_of(latest.arrow_schema())
+    base = {**marks_of(read.arrow_schema()), **dict(getattr(rebase, "identity_base", {}))}
+    out: list[Action] = []
+    for a in actions:
+        if not isinstance(a, Metadata):
+            out.append(a)
+            continue
+        schema = a.arrow_schema()
+        mine = marks_of(schema)
+        carried: dict[str, int] = {}
+        for column, w in won.items():
+            if column not in mine or w is None or w == base.get(column):
+                continue
+            if mine[column] == base.get(column):
+                carried[column] = w
+                continue
+            raise CommitConflictError(
+                f"expected identity column {column!r} to be given out from mark "
+                f"{base.get(column)}, found it moved to {w} by a concurrent write; write "
+                f"again (the values are given out anew).",
+            )
+        if carried:
+            a = msgspec.structs.replace(a, schema=encode_schema(with_marks(schema, carried)))
+        out.append(a)
+    return out

@@ -31,7 +31,7 @@ from sqlalchemy import delete, exc, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from .._failpoints import failpoint
-from ..core import create_with_files, table_of
+from ..core import create_with_files, declare_rules, table_of
 from ..core import load_table as load_at
 from ..errors import (
     CatalogError,
@@ -292,6 +292,9 @@ class Catalog:
         partition_by: Sequence[str] = (),
         properties: Mapping[str, Any] | None = None,
         location: str | None = None,
+        constraints: Mapping[str, str] | None = None,
+        generated: Mapping[str, str] | None = None,
+        identity: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Table:
         """Create a lakelog table and register it as ``name`` (``namespace.table``).
 
@@ -304,6 +307,10 @@ class Catalog:
             location: where the table goes; default ``<warehouse>/<namespace>/<table>``
                 (when a renamed table still holds that folder: ``<table>-<8 hex digits>``
                 beside it).
+            constraints: CHECK constraints, name to SQL text; default none.
+            generated: generated columns, column to SQL text; default none.
+            identity: identity columns, column to ``start``/``step``/``always``; default
+                none (all three as :func:`lakelog.create_table` takes them).
 
         Returns:
             The table, at version 0.
@@ -317,6 +324,9 @@ class Catalog:
         ns, tb = split_name(name)
         if not isinstance(schema, pa.Schema):
             raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
+        schema = declare_rules(
+            schema, constraints=constraints, generated=generated, identity=identity
+        )
         props = {**self.default_properties(), **validate_properties(properties or {})}
         loc = self._location_for(ns, tb, location)
         storage = Storage(loc, self._storage_options)

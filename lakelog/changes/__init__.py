@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import write_options_from
 from ..errors import InvalidArgumentError
+from ..io.guards import refuse_given_identity
 from .clauses import (
     MergeClause,
     TextReader,
@@ -86,6 +87,8 @@ def update_rows(
     """Set columns of the rows matching ``where`` (see :meth:`lakelog.Table.update`)."""
     dry = _dry_run(dry_run)
     snap = table.snapshot()
+    if isinstance(assignments, Mapping):
+        refuse_given_identity(assignments, snap.schema, where="the update's set=")
     change = UpdateChange(Where(where, snap.schema, operation="UPDATE"), snap.schema, assignments)
     return run_change(table, change, snap, dry_run=dry)
 

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
 from ..filters import FileStatsColumns
+from ..io.guards import refuse_given_identity
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log import mapping
@@ -406,6 +407,7 @@ class MergeChange(RowChange):
         }
         reader = to_reader(source)
         given = reader.schema
+        refuse_given_identity(given.names, schema, where="the merge's source")
         if all(isinstance(f, str) for f in self.forms.values()):
             check_schema(given, schema)  # the string forms: the table's columns exactly
         own, others, missing = source_columns(given, schema, self.keys)

@@ -20,7 +20,7 @@ Imports only below it (storage, log, io, transaction); ``Table`` only for type h
 """
 
 from .commit import Committed, commit, commit_files, commit_history
-from .create import OPEN_HINT, create_with_files, write_new_table
+from .create import OPEN_HINT, create_with_files, declare_rules, write_new_table
 from .handle import load_table, table_of, use_table_class
 from .partitions import set_partitioning
 from .properties import set_properties, unset_properties, validate_properties_for
@@ -64,6 +64,7 @@ __all__ = [
     "commit_files",
     "commit_history",
     "create_with_files",
+    "declare_rules",
     "evolved_metadata",
     "landed_first",
     "load_table",

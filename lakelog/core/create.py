@@ -22,6 +22,7 @@ from ..errors import (
     SchemaMismatchError,
     TableExistsError,
 )
+from ..io.guards import check_declared, constraints_of, declare, guards_of, with_constraints
 from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import check_data_columns, check_schema, duplicate_columns, to_reader
 from ..leases import Lease
@@ -39,7 +40,7 @@ from .properties import validate_properties_for
 from .staged import staged
 from .write import write_options_from, write_rows
 
-__all__ = ["OPEN_HINT", "create_with_files", "write_new_table"]
+__all__ = ["OPEN_HINT", "create_with_files", "declare_rules", "write_new_table"]
 
 OPEN_HINT = "open it with lakelog.open_table()"
 
@@ -114,7 +115,7 @@ def create_with_files(
     md = Metadata(
         table_id=uuid.uuid4().hex,
         # column ids are the table's own: never taken from a schema copied from another
-        schema=encode_schema(mapping.strip(schema).remove_metadata()),
+        schema=encode_schema(_table_schema(schema)),
         partition_by=parts,
         properties=props,
         created_ms=int(time.time() * 1000),
@@ -143,6 +144,32 @@ def create_with_files(
         ) from e
     record_created(storage)
     return txn.landed_snapshot or load_snapshot(storage)
+
+
+def declare_rules(
+    schema: pa.Schema,
+    *,
+    constraints: Mapping[str, str] | None = None,
+    generated: Mapping[str, str] | None = None,
+    identity: Mapping[str, Mapping[str, Any]] | None = None,
+) -> pa.Schema:
+    """A new table's ``schema`` with its rules declared (docs/constraints.md), checked."""
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
+    if not (constraints or generated or identity):
+        return schema
+    return declare(schema, generated=generated, identity=identity, constraints=constraints)
+
+
+def _table_schema(schema: pa.Schema) -> pa.Schema:
+    """A new table's schema: without column ids (the table's own) and schema metadata,
+    but with the CHECK constraints it declares, checked."""
+    out = mapping.strip(schema).remove_metadata()
+    constraints = constraints_of(schema)
+    if constraints:
+        out = with_constraints(out, constraints)
+    check_declared(out)
+    return out
 
 
 def write_new_table(
@@ -204,6 +231,12 @@ def write_new_table(
             if mode == "error":
                 raise
         snap = load_snapshot(storage)  # created concurrently: commit on top of it
+        if guards_of(snap.schema):
+            raise TableExistsError(
+                f"expected no table at {storage.uri}, found one created concurrently with "
+                f"constraints, generated or identity columns, which these rows were not "
+                f"written under; write again (mode='append')."
+            )
         check_schema(schema, snap.schema)
         if (tuple(snap.partition_by), snap.metadata.partition_specs[-1:]) != (parts, specs):
             raise SchemaMismatchError(

@@ -25,15 +25,16 @@ from ..io.parquet_settings import parquet_options
 from ..io.schema import conform, to_reader
 from ..io.writer import WriteOptions, check_codec, write_files
 from ..leases import Lease
-from ..log.actions import Action, AddFile
+from ..log.actions import Action, AddFile, Metadata
 from ..log.snapshot import Snapshot
 from ..partitioning import partition_string
 from ..properties import get_int, get_str
 from ..storage import Storage
 from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
 from ..transforms import PartitionSpec, parse_field
+from .identity import IdentityWrite
 from .schema import SchemaMode, check_schema_mode, plan_write
-from .staged import staged
+from .staged import Staged, staged
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -44,7 +45,9 @@ __all__ = [
     "check_overwrite_where",
     "check_write_mode",
     "check_write_to",
+    "identity_write",
     "landed_first",
+    "numbered",
     "overwrite",
     "partition_scope",
     "write_options_from",
@@ -92,6 +95,7 @@ def write_rows(
     options: WriteOptions,
     lease_id: str,
     spec: PartitionSpec | None = None,
+    identity: IdentityWrite | None = None,
 ) -> list[AddFile]:
     """Write ``data`` as files of ``schema``, converted to it batch by batch. The caller
     checked the data's schema against ``schema`` (:func:`~.schema.plan_write`). Partial
@@ -105,11 +109,16 @@ def write_rows(
         options: how the files are written (:func:`write_options_from`).
         lease_id: the writer lease's id, carried by every file.
         spec: the table's current spec of transforms (format version 8); default none.
+        identity: numbers the rows of a table with identity columns; default None.
 
     Returns:
         The ``add`` actions of the files written.
     """
-    batches = (conform(b, schema) for b in to_reader(data) if b.num_rows)
+    if identity:
+        fill = identity.fill
+        batches = (conform(fill(b), schema) for b in to_reader(data) if b.num_rows)
+    else:
+        batches = (conform(b, schema) for b in to_reader(data) if b.num_rows)
     return write_files(
         storage,
         batches,
@@ -159,19 +168,25 @@ def append(
             with files.before_commit():
                 reader = to_reader(data)
                 plan = plan_write(snap, reader.schema, schema_mode)
+                options = write_options_from(snap.properties)
+                identity = identity_write(
+                    storage, snap, plan.schema, options=options, lease=lease, files=files
+                )
                 adds = files.add(
                     write_rows(
                         storage,
                         reader,
                         schema=plan.schema,
                         partition_by=snap.partition_by,
-                        options=write_options_from(snap.properties),
+                        options=options,
                         lease_id=lease.lease_id,
                         spec=snap.partition_spec,
+                        identity=identity,
                     )
                 )
                 failpoint("append:before-commit")
-                actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+                metadata = numbered(identity, plan.metadata, snap)
+                actions: list[Action] = [metadata] if metadata is not None else []
                 actions += adds
                 parameters = plan.parameters()
                 if app is not None:
@@ -189,9 +204,42 @@ def append(
                     "num_bytes": sum(a.size_bytes for a in adds),
                 },
                 lease=lease,
+                rebase=identity,
             )
     except AppVersionCommittedError as e:  # the same batch landed first; files deleted
         return landed_first(storage, e, operation="APPEND")
+
+
+def identity_write(
+    storage: Storage,
+    snapshot: Snapshot,
+    schema: pa.Schema,
+    *,
+    options: WriteOptions,
+    lease: Lease,
+    files: Staged,
+) -> IdentityWrite | None:
+    """The identity numbering of a write of ``schema`` on ``snapshot``, or None when the
+    table has no identity column."""
+    identity = IdentityWrite(
+        storage,
+        schema,
+        partition_by=snapshot.partition_by,
+        options=options,
+        lease_id=lease.lease_id,
+        files=files,
+    )
+    return identity if identity else None
+
+
+def numbered(
+    identity: IdentityWrite | None, metadata: Metadata | None, snapshot: Snapshot
+) -> Metadata | None:
+    """The ``metadata`` action a write commits: ``metadata`` (a schema change, or None),
+    with the identity marks of the values the write gave out."""
+    if identity is None:
+        return metadata
+    return identity.metadata(metadata or snapshot.metadata) or metadata
 
 
 def landed_first(
@@ -267,15 +315,20 @@ def overwrite(
         with files.before_commit():
             reader = to_reader(data)
             plan = plan_write(snap, reader.schema, schema_mode)
+            options = write_options_from(snap.properties)
+            identity = identity_write(
+                storage, snap, plan.schema, options=options, lease=lease, files=files
+            )
             adds = files.add(
                 write_rows(
                     storage,
                     reader,
                     schema=plan.schema,
                     partition_by=snap.partition_by,
-                    options=write_options_from(snap.properties),
+                    options=options,
                     lease_id=lease.lease_id,
                     spec=snap.partition_spec,
+                    identity=identity,
                 )
             )
             if scope is not None:
@@ -293,7 +346,8 @@ def overwrite(
                 for f in snap.files()
                 if scope is None or {k: f.partition.get(k) for k in parts} in scope
             ]
-            actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+            metadata = numbered(identity, plan.metadata, snap)
+            actions: list[Action] = [metadata] if metadata is not None else []
             actions += [f.to_remove(deletion_ms=now) for f in replaced]
             actions.extend(adds)
             parameters = {"partitions": scope} if scope is not None else {}
@@ -310,6 +364,7 @@ def overwrite(
             },
             replaced_partitions=scope,
             lease=lease,
+            rebase=identity,
         )
 
 

@@ -38,18 +38,23 @@ from ..core import OPEN_HINT, create_with_files, table_of
 from ..errors import (
     AdoptedFilesMissingError,
     CommitConflictError,
+    ConstraintViolationError,
     InvalidArgumentError,
     SchemaMismatchError,
     TableExistsError,
 )
+from ..io.guards import check_rows, guards_of
 from ..io.parquet_settings import check_parquet_properties
+from ..io.schema import conform
 from ..leases import Lease
 from ..log import mapping
 from ..log.actions import Action, AddFile, Commit
 from ..log.commits import list_log
+from ..log.snapshot import Snapshot
 from ..partitioning import check_partition_columns
 from ..paths import bad_data_path
 from ..properties import get_float, validate_properties
+from ..scan.rows import read_rows
 from ..storage import FileInfo, Storage
 from ..transaction import CommitResult
 from .footers import (
@@ -355,6 +360,7 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
         check_no_partition_columns(footers, parts)
         check_against_table(footers, snap.file_schema)
         adds = add_actions(footers, partitions)
+        check_adopted_rows(storage, adds, snap)
         lease.confirm_adopted(_vacuumable(infos, snap.properties))
         return table.commit(
             adds,
@@ -365,6 +371,33 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
             rebase=_RefuseAddedTwice({a.path for a in adds}),
             lease=lease,
         )
+
+
+def check_adopted_rows(storage: Storage, adds: Sequence[AddFile], snap: Snapshot) -> None:
+    """Refuse files to adopt whose rows break the table's rules (docs/constraints.md),
+    reading them one batch at a time; only for a table that has rules."""
+    guards = guards_of(snap.schema)
+    if not guards and all(f.nullable for f in snap.schema):
+        return
+    always = sorted(c for c, i in guards.identity.items() if i.always)
+    if always:
+        raise InvalidArgumentError(
+            f"expected a table without GENERATED ALWAYS identity columns to adopt files "
+            f"into, found {always}: their values are given out by lakelog only. Append "
+            f"the files' rows without those columns instead (table.append). Nothing was "
+            f"committed."
+        )
+    for add in adds:
+        for batch in read_rows(storage, add, snap.schema, snap.partition_by):
+            try:
+                check_rows(conform(batch, snap.schema), guards)
+            except ConstraintViolationError as e:
+                raise ConstraintViolationError(
+                    f"{e} (in file {add.path!r} to adopt: nothing was committed)",
+                    constraint=e.constraint,
+                    column=e.column,
+                    row=e.row,
+                ) from None
 
 
 def _vacuumable(infos: Sequence[FileInfo], properties: Mapping[str, str]) -> list[str]:

@@ -11,8 +11,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeAlias
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..errors import InvalidArgumentError, SchemaMismatchError
+from ..errors import ConstraintViolationError, InvalidArgumentError, SchemaMismatchError
+from .guards import (
+    COMPUTED_KEY,
+    GENERATION_KEY,
+    check_nested_nulls,
+    generate_missing,
+    identity_of,
+    nested_not_null,
+    sample_row,
+)
 
 __all__ = [
     "DROPPED_KEY",
@@ -445,7 +455,8 @@ def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
     data_names = set(data_schema.names)
     for field in table_schema:
         if field.name not in data_names:
-            problems.append(f"missing column {field.name!r} ({field.type})")
+            if not _written_by_lakelog(field):
+                problems.append(f"missing column {field.name!r} ({field.type})")
             continue
         got = data_schema.field(field.name).type
         if not _fits(got, field.type):
@@ -460,6 +471,14 @@ def check_schema(data_schema: pa.Schema, table_schema: pa.Schema) -> None:
             + f". Table schema: {_describe(table_schema)}. Cast or select the columns "
             "to match before writing."
         )
+
+
+def _written_by_lakelog(field: pa.Field) -> bool:
+    """Whether a writer fills ``field`` when the data lacks it: a generated or an
+    identity column (docs/constraints.md)."""
+    return bool(field.metadata) and (
+        GENERATION_KEY in field.metadata or identity_of(field) is not None
+    )
 
 
 def merge_schema(
@@ -483,7 +502,7 @@ def merge_schema(
     changed = False
     for field in table_schema:
         if field.name not in data_schema.names:
-            if not field.nullable:
+            if not field.nullable and not _written_by_lakelog(field):
                 problems.append(
                     f"missing column {field.name!r}, which is non-nullable ({field.type})"
                 )
@@ -616,18 +635,44 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     Nulls in a column that the table's schema or the batch's own schema declares
     non-nullable are a :class:`SchemaMismatchError` (Parquet refuses to write them).
     """
+    names = set(batch.schema.names)
+    computed: list[str] = []
+    if len(names) < len(schema):
+        computed = [
+            f.name
+            for f in schema
+            if f.name not in names and f.metadata and GENERATION_KEY in f.metadata
+        ]
+    if computed:
+        # a generated column the batch lacks is computed, not null (docs/constraints.md);
+        # the batch says which, so the writer's check does not compute them again
+        batch = generate_missing(batch, schema)
+        names = set(batch.schema.names)
+        schema = schema.with_metadata(
+            {**(schema.metadata or {}), COMPUTED_KEY: ",".join(computed).encode()}
+        )
     _check_nulls(batch, schema)
     if batch.schema.equals(schema, check_metadata=False):
+        if batch.schema.metadata and COMPUTED_KEY in batch.schema.metadata and not computed:
+            return batch.replace_schema_metadata(schema.metadata)  # (only lakelog says it)
         return batch
     arrays = []
-    names = set(batch.schema.names)
     for field in schema:
         if field.name not in names:  # a nullable column the batch lacks: nulls
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
         col = batch.column(field.name)
         if col.type != field.type:
-            col = col.cast(field.type)
+            if nested_not_null(field.type):  # before the cast, which would say it badly
+                check_nested_nulls(batch, field.name, field.type)
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SchemaMismatchError(
+                    f"expected column {field.name!r} to convert to the table's {field.type}, "
+                    f"found {col.type} that does not: {str(e).splitlines()[0]}. Nothing was "
+                    f"written."
+                ) from None
         arrays.append(col)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -636,6 +681,13 @@ def _check_nulls(batch: pa.RecordBatch, schema: pa.Schema) -> None:
     names = set(batch.schema.names)
     for field in schema:
         if field.name not in names:
+            if identity_of(field) is not None:
+                raise SchemaMismatchError(
+                    f"expected values for identity column {field.name!r}, found none: this "
+                    f"write path does not give them out; write the rows with append or "
+                    f"overwrite (they number them), or give the values (a BY DEFAULT "
+                    f"column). Nothing was written."
+                )
             if not field.nullable:
                 raise SchemaMismatchError(
                     f"expected column {field.name!r}, which the table's schema declares "
@@ -646,13 +698,18 @@ def _check_nulls(batch: pa.RecordBatch, schema: pa.Schema) -> None:
         own = batch.schema.field(field.name)
         if field.nullable and own.nullable:
             continue
-        nulls = batch.column(field.name).null_count
+        column = batch.column(field.name)
+        nulls = column.null_count
         if nulls:
             whose = "the data's own" if not own.nullable else "the table's"
-            raise SchemaMismatchError(
+            row = sample_row(batch, int(pc.index(column.is_null(), True).as_py()))
+            raise ConstraintViolationError(
                 f"expected no nulls in column {field.name!r}, which {whose} schema declares "
-                f"non-nullable, found {nulls} null(s); fill or drop them (or declare the "
-                f"column nullable) before writing. Nothing was written."
+                f"non-nullable, found {nulls} null(s), e.g. row {row}; fill or drop them (or "
+                f"declare the column nullable) before writing. Nothing was written.",
+                constraint="NOT NULL",
+                column=field.name,
+                row=row,
             )
 
 

@@ -34,6 +34,7 @@ from ..partitioning import check_partition_dir, partition_dir, partition_string
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transforms import PartitionSpec
+from .guards import check_rows, guards_of
 
 __all__ = [
     "BLOOM_TYPES",
@@ -521,8 +522,10 @@ def write_files(
     lease_id: str | None = None,
     spec: PartitionSpec | None = None,
 ) -> list[AddFile]:
-    """Write conforming batches (full table schema) as data files; with a ``spec`` of
-    transforms (format version 8), split by its values, recorded in each file's tags.
+    """Write conforming batches (full table schema) as data files, each checked first
+    against the rules ``schema`` holds (:func:`~lakelog.io.guards.check_rows`); with a
+    ``spec`` of transforms (format version 8), split by its values, recorded in each
+    file's tags.
 
     On error every file this call wrote is deleted before the error
     propagates, so a failed write leaves nothing behind it can know of. A
@@ -531,8 +534,11 @@ def write_files(
     """
     file_schema = pa.schema([f for f in schema if f.name not in partition_by])
     writers: dict[tuple[tuple[str, str | None], ...], RollingWriter] = {}
+    guards = guards_of(schema)
     try:
         for batch in batches:
+            if guards:  # the table's rules, before any row of the batch is written
+                check_rows(batch, guards)
             # a writer per new partition first (its folder name checked), then write
             todo: list[tuple[RollingWriter, pa.RecordBatch]] = []
             for values, tags, part in _split(batch, partition_by, spec):

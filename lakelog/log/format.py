@@ -33,6 +33,7 @@ __all__ = [
     "CLAIMS",
     "COLUMN_MAPPING",
     "COMMITS",
+    "CONSTRAINTS",
     "CURRENT",
     "DELETION_VECTORS",
     "FEATURES",
@@ -131,6 +132,12 @@ PARTITION_TRANSFORMS: Final = Feature(
     "and their evolution",
     "Partition transforms and evolution",
 )
+CONSTRAINTS: Final = Feature(
+    "constraints",
+    9,
+    "NOT NULL at any depth, CHECK constraints, generated and identity columns",
+    "Constraints, generated and identity columns",
+)
 
 FEATURES: Final[tuple[Feature, ...]] = (
     COMMITS,
@@ -143,6 +150,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     CHANGE_DATA_FEED,
     COLUMN_MAPPING,
     PARTITION_TRANSFORMS,
+    CONSTRAINTS,
 )
 """Every feature, by the version that introduced it."""
 
@@ -231,18 +239,23 @@ def metadata_version(
     change_data_feed: bool = False,
     column_mapping: bool = False,
     partition_specs: bool = False,
+    constraints: bool = False,
 ) -> int:
     """The version a ``metadata`` action declares: the one it was given
     (``declared``), raised to :data:`DELETION_VECTORS` when it turns them on, to
     :data:`CHANGE_DATA_FEED` when it turns the change data feed on and to
     :data:`COLUMN_MAPPING` when its schema has column ids, so older readers refuse the
     table from then on (instead of missing vectors or change files, or reading renamed
-    columns by their old names), and to :data:`PARTITION_TRANSFORMS` when it has partition
-    specs (older readers would miss that data files hold every column). Turning the first
-    two off again keeps the version."""
+    columns by their old names), to :data:`PARTITION_TRANSFORMS` when it has partition
+    specs (older readers would miss that data files hold every column), and to
+    :data:`CONSTRAINTS` when its schema holds a constraint, a generated or identity
+    column (so older writers refuse the table instead of writing rows it forbids).
+    Turning any of them off again keeps the version."""
     need = declared
     if partition_specs:
         need = max(need, PARTITION_TRANSFORMS.version)
+    if constraints:
+        need = max(need, CONSTRAINTS.version)
     if column_mapping:
         need = max(need, COLUMN_MAPPING.version)
     if deletion_vectors:

@@ -52,6 +52,7 @@ from pyspark.sql.datasource import (
 from ..changes.predicate import Where
 from ..core import WritePlan, write_options_from
 from ..errors import InvalidArgumentError, SchemaMismatchError, TableNotFoundError
+from ..io.guards import refuse_given_identity
 from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import conform
 from ..io.writer import write_files
@@ -235,9 +236,14 @@ def write_task_files(
     by the batch writer and the streaming sink (:mod:`lakelog.spark.streaming`). ``spec``:
     the table's current spec of transforms (format version 8), whose values split the
     rows into files."""
+
+    def checked(b: pa.RecordBatch) -> pa.RecordBatch:
+        refuse_given_identity(b.schema.names, schema, where="the DataFrame")
+        return conform(b, schema)
+
     return write_files(
         storage,
-        (conform(b, schema) for b in batches if b.num_rows),
+        (checked(b) for b in batches if b.num_rows),
         schema=schema,
         partition_by=partition_by,
         options=write_options_from(properties),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..errors import SchemaMismatchError
+from ..io.guards import GENERATION_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -233,7 +234,8 @@ def check_dataframe_schema(df_schema: StructType, table_schema: pa.Schema) -> No
             continue
         got = found.get(field.name)
         if got is None:
-            problems.append(f"missing column {field.name!r} ({field.type})")
+            if not (field.metadata and GENERATION_KEY in field.metadata):  # computed
+                problems.append(f"missing column {field.name!r} ({field.type})")
             continue
         want = to_spark_type(field.type)
         if _strip(got) != _strip(want):

@@ -13,12 +13,14 @@ unchanged.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError, SchemaMismatchError, SqlError, UnsupportedStatementError
 from ..sql import default_catalog, parse
+from .errors import lakelog_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,6 +67,9 @@ def sql(spark: SparkSession, statement: str, *, catalog: Catalog | None = None) 
         with sql_words():
             return _statement(spark, statement, cat)
     except PySparkException as e:  # a job of the statement failed (e.g. a bad CAST)
+        carried = lakelog_error(e)  # a lakelog error raised in a task (a constraint)
+        if carried is not None:
+            raise carried from None
         raise SqlError(
             f"expected a statement Spark runs, found Spark's error: {_first(e)}"
         ) from None
@@ -279,13 +284,14 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
                 partition_by=plan.partition_by,
                 properties=dict(plan.properties),
                 location=plan.location,
+                **plan.rules(),
             )
         return NONE
     if isinstance(plan, p.Insert):
         table = cat.load_table(plan.name)
         uri = table.uri
         df = _positional(views.query(plan.query), plan.columns or table.schema.names, plan.name)
-        df = _conform(df, table.schema)
+        df = _conform(df, table.schema, computed=table.computed_columns)
         if plan.mode == "replace_where":
             result: Any = write(df, uri, mode="overwrite", replace_where=plan.where)
         else:
@@ -345,10 +351,13 @@ def _positional(df: DataFrame, names: tuple[str, ...] | list[str], table: str) -
     return df.toDF(*names)
 
 
-def _conform(df: DataFrame, schema: pa.Schema, *, complete: bool = True) -> DataFrame:
+def _conform(
+    df: DataFrame, schema: pa.Schema, *, complete: bool = True, computed: Sequence[str] = ()
+) -> DataFrame:
     """The rows with the table's types (Delta casts on INSERT and MERGE: a literal ``1.0``
     is a DECIMAL to Spark); with ``complete``, the table's columns the rows lack as
-    nulls, in the table's order."""
+    nulls, in the table's order, but for the generated and identity columns
+    ``computed``, which the write fills."""
     from pyspark.sql import functions as F
 
     from .schema import to_spark_type
@@ -362,7 +371,7 @@ def _conform(df: DataFrame, schema: pa.Schema, *, complete: bool = True) -> Data
     for f in schema:
         if f.name in df.columns:
             cols.append(F.col(f"`{f.name}`").cast(to_spark_type(f.type)).alias(f.name))
-        elif complete:
+        elif complete and f.name not in computed:
             cols.append(F.lit(None).cast(to_spark_type(f.type)).alias(f.name))
     extra = [F.col(f"`{c}`") for c in df.columns if c not in schema.names]
     return df.select(*cols, *extra)

@@ -58,6 +58,7 @@ from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transaction import CommitResult, skipped_result
 from .columns import conformed, physical_columns
+from .guards import filled_columns, guarded
 from .modes import (
     PARTITION_OVERWRITE_CONF,
     Mode,
@@ -283,7 +284,10 @@ def write_dataframe(
                 f"found {list(spec.partition_by)}; omit partition_by when writing to an "
                 f"existing table."
             )
-        frame, plan = _aligned(df, snap, spec.schema_mode)
+        filled = filled_columns(snap.schema, df.columns)
+        frame, plan = _aligned(df, snap, spec.schema_mode, filled)
+        # the table's rules, checked in the tasks that write the rows (spark/guards.py)
+        frame = guarded(frame, plan.schema, filled)
         parts, props = snap.partition_by, snap.properties
     else:
         created = to_arrow_schema(df.schema)
@@ -363,13 +367,26 @@ def write_dataframe(
             discard_staging(storage, staging)
 
 
-def _aligned(df: DataFrame, snap: Snapshot, schema_mode: SchemaMode) -> tuple[DataFrame, WritePlan]:
+def _aligned(
+    df: DataFrame, snap: Snapshot, schema_mode: SchemaMode, filled: Sequence[str] = ()
+) -> tuple[DataFrame, WritePlan]:
     """``df`` as the columns of the schema it is written with, in order (:func:`dataframe_plan`):
-    a column cast where the table's type is wider, nulls for a column it lacks."""
+    a column cast where the table's type is wider, nulls for a column it lacks (and for
+    the generated columns ``filled``, which the guard computes)."""
+    from pyspark.sql import functions as F
+
     plan = dataframe_plan(df.schema, snap, schema_mode)
     if schema_mode == "strict":
-        return df.select(*columns_of(plan.schema.names)), plan
-    from pyspark.sql import functions as F
+        if not filled:
+            return df.select(*columns_of(plan.schema.names)), plan
+        return df.select(
+            *[
+                F.lit(None).cast(to_spark_type(f.type)).alias(f.name)
+                if f.name in filled
+                else columns_of([f.name])[0]
+                for f in plan.schema
+            ]
+        ), plan
 
     given = {f.name: f.dataType for f in df.schema.fields}
     columns = []

@@ -7,6 +7,7 @@ tables' own operations (``append``, ``overwrite``, ``delete``, ``update``, ``mer
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -156,6 +157,7 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
                 partition_by=plan.partition_by,
                 properties=dict(plan.properties),
                 location=plan.location,
+                **plan.rules(),
             )
         return NONE
     if isinstance(plan, p.Insert):
@@ -164,7 +166,7 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
             query(plan.query, catalog, con), plan.columns or table.schema.names, plan.name
         )
         if plan.columns:
-            rows = _complete(rows, table.schema)
+            rows = _complete(rows, table.schema, table.computed_columns)
         rows = conform(rows, table.schema, f"INSERT INTO {plan.name}")
         if plan.mode == "replace_where":
             table.overwrite(rows, where=plan.where)
@@ -210,9 +212,10 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
     raise unsupported(f"the statement {type(plan).__name__}")
 
 
-def _complete(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Columns an INSERT did not list, as nulls."""
+def _complete(rows: pa.Table, schema: pa.Schema, computed: Sequence[str] = ()) -> pa.Table:
+    """Columns an INSERT did not list, as nulls (the table's generated and identity
+    columns, ``computed``, are left out: the write computes them)."""
     for f in schema:
-        if f.name not in rows.column_names:
+        if f.name not in rows.column_names and f.name not in computed:
             rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
-    return rows.select(schema.names)
+    return rows.select([n for n in schema.names if n in rows.column_names])

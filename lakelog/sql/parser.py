@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import sqlglot
@@ -226,25 +226,79 @@ def arrow_type(kind: exp.DataType, column: str) -> pa.DataType:
 
 
 def _schema(defs: Sequence[exp.Expression], clause: str) -> pa.Schema:
+    return _columns(defs, clause)[0]
+
+
+def _rule_text(e: exp.Expression) -> str:
+    """The SQL text of a rule's expression as lakelog reads it (Spark's parser reads a
+    CAST as a TRY_CAST: written back as the CAST it was)."""
+    plain = e.transform(
+        lambda n: exp.Cast(this=n.this, to=n.args["to"]) if isinstance(n, exp.TryCast) else n
+    )
+    return plain.sql(DIALECT)
+
+
+def _rule_int(value: exp.Expression | None, default: int, what: str) -> int:
+    if value is None:
+        return default
+    ok = isinstance(value, exp.Literal) and not value.is_string
+    neg = isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal)
+    if not (ok or neg):
+        raise SqlSyntaxError(f"expected an integer for {what}, found {value.sql(DIALECT)!r}")
+    return int(value.sql(DIALECT))
+
+
+def _columns(defs: Sequence[exp.Expression], clause: str) -> tuple[pa.Schema, Rules]:
+    """The columns of a column list, and the rules it declares (NOT NULL is the field's
+    nullability; CHECK constraints, generated and identity columns the rest)."""
     fields = []
+    checks: list[tuple[str, str]] = []
+    generated: list[tuple[str, str]] = []
+    identity: list[tuple[str, int, int, bool]] = []
     for d in defs:
+        if isinstance(d, exp.Constraint):
+            for c in d.expressions:
+                if not isinstance(c, exp.CheckColumnConstraint):
+                    raise unsupported(f"the constraint {d.sql(DIALECT)!r} in {clause}",
+                                      "lakelog keeps CHECK constraints and NOT NULL")  # fmt: skip
+                checks.append((d.name, _rule_text(c.this)))
+            continue
         if not isinstance(d, exp.ColumnDef) or d.args.get("kind") is None:
             raise SqlSyntaxError(
                 f"expected column definitions 'name TYPE' in {clause}, found {d.sql(DIALECT)!r}"
             )
+        nullable = True
         for c in d.constraints:
-            if not isinstance(c.kind, exp.NotNullColumnConstraint):
-                raise unsupported(
-                    f"{c.sql(DIALECT)!r} on column {d.name!r} in {clause}",
-                    "lakelog keeps a column's name, type and NOT NULL; drop the rest",
-                )
+            kind = c.kind
+            if isinstance(kind, exp.NotNullColumnConstraint):
+                nullable = False
+            elif isinstance(kind, exp.ComputedColumnConstraint):
+                generated.append((d.name, _rule_text(kind.this)))
+            elif isinstance(kind, exp.GeneratedAsIdentityColumnConstraint):
+                if kind.args.get("expression") is not None:
+                    generated.append((d.name, _rule_text(kind.args["expression"])))
+                    continue
+                start = _rule_int(kind.args.get("start"), 1, f"the START WITH of {d.name!r}")
+                step = _rule_int(kind.args.get("increment"), 1, f"the INCREMENT BY of {d.name!r}")
+                identity.append((d.name, start, step, bool(kind.this)))
+            elif isinstance(kind, exp.CheckColumnConstraint):
+                checks.append((f"{d.name}_check", _rule_text(kind.this)))
+            else:
+                raise unsupported(f"the column constraint {c.sql(DIALECT)!r} of {d.name!r}",
+                                  "lakelog keeps NOT NULL, CHECK, GENERATED ALWAYS AS (...) "
+                                  "and GENERATED ... AS IDENTITY")  # fmt: skip
         if d.args.get("position") is not None:
             raise unsupported(
                 f"{d.args['position'].sql(DIALECT)} in {clause}", "new columns go at the end"
             )
-        nullable = not any(isinstance(c.kind, exp.NotNullColumnConstraint) for c in d.constraints)
         fields.append(pa.field(d.name, arrow_type(d.args["kind"], d.name), nullable=nullable))
-    return pa.schema(fields)
+    return pa.schema(fields), Rules(tuple(checks), tuple(generated), tuple(identity))
+
+
+class Rules(NamedTuple):
+    constraints: tuple[tuple[str, str], ...]
+    generated: tuple[tuple[str, str], ...]
+    identity: tuple[tuple[str, int, int, bool], ...]
 
 
 def _literal(value: exp.Expression, clause: str) -> str:
@@ -321,8 +375,9 @@ def _create(tree: exp.Create) -> p.Plan:
         raise unsupported("CREATE OR REPLACE TABLE", "DROP TABLE, then CREATE TABLE")
     target = tree.this
     schema: pa.Schema | None = None
+    rules = Rules((), (), ())
     if isinstance(target, exp.Schema):
-        schema = _schema(target.expressions, "CREATE TABLE")
+        schema, rules = _columns(target.expressions, "CREATE TABLE")
         target = target.this
     name = table_name(target, "CREATE TABLE")
     using: str | None = None
@@ -375,7 +430,7 @@ def _create(tree: exp.Create) -> p.Plan:
         raise SqlSyntaxError(
             f"expected columns, AS SELECT or LOCATION in CREATE TABLE {name}, found none"
         )
-    return p.CreateTable(name, schema, parts, props, exists, location, q)
+    return p.CreateTable(name, schema, parts, props, exists, location, q, *rules)
 
 
 def _drop(tree: exp.Drop) -> p.Plan:

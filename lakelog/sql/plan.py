@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
@@ -99,6 +100,22 @@ class CreateTable:
     if_not_exists: bool = False
     location: str | None = None
     query: Query | None = None
+    constraints: tuple[tuple[str, str], ...] = ()
+    """``CONSTRAINT name CHECK (expr)``: name and SQL text."""
+    generated: tuple[tuple[str, str], ...] = ()
+    """``col TYPE GENERATED ALWAYS AS (expr)``: column and SQL text."""
+    identity: tuple[tuple[str, int, int, bool], ...] = ()
+    """``col BIGINT GENERATED ALWAYS|BY DEFAULT AS IDENTITY``: column, start, step,
+    always."""
+
+    def rules(self) -> dict[str, Any]:
+        """The keywords of ``create_table`` that declare the rules."""
+        return {
+            "constraints": dict(self.constraints) or None,
+            "generated": dict(self.generated) or None,
+            "identity": {c: {"start": s, "step": i, "always": a} for c, s, i, a in self.identity}
+            or None,
+        }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from ... import __about__
 from ...errors import DeltaViewError
+from ...io.guards import constraints_of
 from ...log import mapping
 from ...log.actions import (
     Action,
@@ -174,6 +175,8 @@ def metadata_action(md: Metadata, *, deletion_vectors: bool = False) -> dict[str
         configuration[CDF_FLAG] = flag
     if deletion_vectors:
         configuration[ENABLE_FLAG] = "true"
+    for name, text in constraints_of(md.arrow_schema()).items():  # Delta's CHECK
+        configuration[f"delta.constraints.{name.lower()}"] = text
     schema = view_schema(md.arrow_schema())
     if mapping.is_mapped(schema):  # Delta column mapping, name mode (format.md)
         configuration["delta.columnMapping.mode"] = "name"

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import DeltaViewError
+from ...io.guards import GENERATION_KEY, guards_of, identity_of
 from ...log import mapping
 
 __all__ = [
@@ -115,7 +116,38 @@ def _field(f: pa.Field) -> dict[str, Any]:
             "delta.columnMapping.id": cid,
             "delta.columnMapping.physicalName": mapping.physical_name(f),
         }
+    meta.update(_rule_metadata(f))
     return {"name": f.name, "type": delta_type(f.type), "nullable": f.nullable, "metadata": meta}
+
+
+def _rule_metadata(f: pa.Field) -> dict[str, Any]:
+    """Delta's own field metadata for a generated or identity column (format.md,
+    "Constraints, generated and identity columns"): Delta readers and writers see them."""
+    out: dict[str, Any] = {}
+    text = (f.metadata or {}).get(GENERATION_KEY)
+    if text is not None:
+        out["delta.generationExpression"] = text.decode()
+    ident = identity_of(f)
+    if ident is not None:
+        out["delta.identity.start"] = ident.start
+        out["delta.identity.step"] = ident.step
+        out["delta.identity.allowExplicitInsert"] = not ident.always
+        if ident.mark is not None:
+            out["delta.identity.highWaterMark"] = ident.mark
+    return out
+
+
+def rule_features(schema: pa.Schema) -> list[str]:
+    """The Delta writer features the rules of ``schema`` need."""
+    guards = guards_of(schema)
+    out = []
+    if guards.checks:
+        out.append("checkConstraints")
+    if guards.generated:
+        out.append("generatedColumns")
+    if guards.identity:
+        out.append("identityColumns")
+    return out
 
 
 def _problems(schema: pa.Schema) -> list[str]:
@@ -188,7 +220,7 @@ def delta_protocol(
     with writer features, the table-features form of legacy writer version 4.
     ``deletion_vectors``: files of the view may carry a ``deletionVector``, which needs
     reader version 3 with the reader (and writer) feature ``deletionVectors``."""
-    writer = [VIEW_FEATURE]
+    writer = [*rule_features(schema), VIEW_FEATURE]
     if change_data_feed:
         writer.insert(0, CDF_FEATURE)
     reader = []
