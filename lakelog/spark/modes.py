@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from ..core import (
     commit,
     create_with_files,
     landed_first,
+    overwrite_removes,
     plan_write,
     staged,
     table_of,
@@ -408,10 +408,7 @@ def _dynamic_scope(
             {c: partition_string(v) for c, v in zip(parts, typed, strict=True)},
         ):
             scope[tuple(spelling.items())] = spelling
-    now = int(time.time() * 1000)
-    removes: list[Action] = [
-        f.to_remove(deletion_ms=now) for f in snap.files() if key(f.partition) in keys
-    ]
+    removes: list[Action] = [*overwrite_removes(snap, lambda f: key(f.partition) in keys)]
     return list(scope.values()), removes
 
 
@@ -573,8 +570,7 @@ def _commit(
             scope, removes = _dynamic_scope(snap, adds)
             header.update(partition_overwrite="dynamic", partitions=scope)
         else:
-            now = int(time.time() * 1000)
-            removes = [f.to_remove(deletion_ms=now) for f in snap.files()]
+            removes = [*overwrite_removes(snap)]
         actions += removes
         metrics["num_removed_files"] = len(removes)
     actions += adds
