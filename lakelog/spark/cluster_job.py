@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from ..errors import CorruptLogError, LakelogError
@@ -60,18 +59,32 @@ from ..maintenance.clustering.spec import (
 )
 from ..maintenance.groups import FileGroup, GroupResult
 from ..maintenance.sources import dictionary_columns, file_schema_of, read_group
+from ..partitioning import STAGING_DIR
 from ..storage import Storage
 from .columns import logical_columns, spark_physical_schema
 from .deleted import drop_deleted, scan_layers
 from .read import columns_of, session_conf, spark_url
+from .runner import partition_values, run_payloads
 from .schema import check_dataframe_schema, output_timestamp_type, to_spark_schema
-from .tasks import StagedFile, TaskOutcome, decode_added, finalize_staged_file, key_function
-from .write import STAGING_DIR, discard_staging
+from .tasks import (
+    StagedFile,
+    TaskOutcome,
+    decode_added,
+    discard_staging,
+    finalize_staged_file,
+    key_function,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["KEY_SAMPLE_ROWS", "cluster_large_group", "is_large", "large_path_problem"]
+__all__ = [
+    "KEY_SAMPLE_ROWS",
+    "cluster_large_group",
+    "is_large",
+    "large_path_problem",
+    "partition_values",  # lakelog.spark.runner's, where the Spark merge routes its tasks
+]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -196,47 +209,6 @@ def _group_rows(
     return out
 
 
-def spark_hash_int(values: npt.NDArray[np.int32], seed: int = 42) -> npt.NDArray[np.int32]:
-    """Spark's ``hash()`` of ``int`` values (Murmur3 x86 32-bit, ``hashInt``), vectorized.
-
-    Spark's hash partitioning sends a row to partition ``pmod(hash(value), n)``
-    with this function and seed 42.
-    """
-    with np.errstate(over="ignore"):
-        k = values.astype(np.int32).view(np.uint32) * np.uint32(0xCC9E2D51)
-        k = (k << np.uint32(15)) | (k >> np.uint32(17))
-        k = k * np.uint32(0x1B873593)
-        h = np.uint32(seed) ^ k
-        h = (h << np.uint32(13)) | (h >> np.uint32(19))
-        h = h * np.uint32(5) + np.uint32(0xE6546B64)
-        h = h ^ np.uint32(4)
-        h = h ^ (h >> np.uint32(16))
-        h = h * np.uint32(0x85EBCA6B)
-        h = h ^ (h >> np.uint32(13))
-        h = h * np.uint32(0xC2B2AE35)
-        h = h ^ (h >> np.uint32(16))
-    out: npt.NDArray[np.int32] = h.view(np.int32)
-    return out
-
-
-def partition_values(n: int) -> npt.NDArray[np.int32]:
-    """For each ``i < n``, the smallest ``int`` that Spark's ``repartition(n, col)`` sends to
-    partition ``i``: partitioning on it puts each output file in a task of its own,
-    without the sampling pass of a range partitioning (which would compute the keys twice).
-    """
-    found = np.full(n, -1, dtype=np.int64)
-    start, size = 0, max(1024, 16 * n)
-    while (found < 0).any():
-        values = np.arange(start, start + size, dtype=np.int32)
-        target = np.mod(spark_hash_int(values).astype(np.int64), n)
-        first = np.unique(target, return_index=True)
-        for t, i in zip(*first, strict=True):
-            if found[t] < 0:
-                found[t] = values[i]
-        start += size
-    return found.astype(np.int32)
-
-
 def cluster_large_group(
     spark: SparkSession,
     storage: Storage,
@@ -257,8 +229,6 @@ def cluster_large_group(
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.functions import arrow_udf
-
-    from .runner import run_payloads
 
     started = time.time()
     file_schema = file_schema_of(schema, partition_by)

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from ..filters import PartitionFilterLike
     from ..table import Table
 
-__all__ = ["SparkExecutor", "compact", "optimize"]
+__all__ = ["SparkExecutor", "compact", "default_concurrency", "optimize"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -89,7 +89,7 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
     return load_table(storage)
 
 
-def _default_concurrency(spark: SparkSession) -> int:
+def default_concurrency(spark: SparkSession) -> int:
     """Groups run at once unless told otherwise: the session's parallelism."""
     return default_parallelism(spark)
 
@@ -356,7 +356,7 @@ def compact(
     )
     table = _open(uri, storage_options)
     prepared = prepare_compaction(
-        table, options, execution, dry_run=dry_run, default_concurrency=_default_concurrency(spark)
+        table, options, execution, dry_run=dry_run, default_concurrency=default_concurrency(spark)
     )
     return run_prepared(prepared, SparkExecutor(spark))
 
@@ -447,6 +447,6 @@ def optimize(
     )
     table = _open(uri, storage_options)
     prepared = prepare_clustering(
-        table, options, execution, dry_run=dry_run, default_concurrency=_default_concurrency(spark)
+        table, options, execution, dry_run=dry_run, default_concurrency=default_concurrency(spark)
     )
     return run_prepared(prepared, SparkExecutor(spark))

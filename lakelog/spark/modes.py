@@ -69,7 +69,13 @@ from ..partitioning import partition_string
 from ..properties import get_bool
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, check_app_versions
-from .schema import _strip, check_dataframe_schema, to_arrow_type, to_spark_schema, to_spark_type
+from .schema import (
+    check_dataframe_schema,
+    strip_nullability,
+    to_arrow_type,
+    to_spark_schema,
+    to_spark_type,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -216,7 +222,8 @@ def dataframe_plan(df_schema: StructType, snap: Snapshot, schema_mode: SchemaMod
     table = snap.schema
     fields = []
     for f in df_schema.fields:
-        if f.name in table.names and _reads_as(table.field(f.name).type) == _strip(f.dataType):
+        given = strip_nullability(f.dataType)
+        if f.name in table.names and _reads_as(table.field(f.name).type) == given:
             fields.append(table.field(f.name))  # the table's type Spark reads as this one
         else:
             fields.append(pa.field(f.name, to_arrow_type(f.dataType)))
@@ -225,7 +232,7 @@ def dataframe_plan(df_schema: StructType, snap: Snapshot, schema_mode: SchemaMod
 
 def _reads_as(t: pa.DataType) -> DataType | None:
     try:
-        return _strip(to_spark_type(t))
+        return strip_nullability(to_spark_type(t))
     except SchemaMismatchError:
         return None
 

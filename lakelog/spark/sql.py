@@ -179,8 +179,7 @@ class _Views:
 
     def query(self, q: p.Query, *, keep: bool = False) -> DataFrame:
         from ..sql.run import resolve, timestamp
-        from .feed import read_changes
-        from .read import read
+        from .read import read, read_changes
 
         found = resolve(self.cat, [r.name for r in q.tables] + [c.name for c in q.changes])
         views: dict[p.TableRef | p.ChangesRef, str] = {}
