@@ -56,7 +56,7 @@ from ..maintenance.options import (
     ClusteringOptions,
     CompactionOptions,
     ExecutionOptions,
-    with_keywords,
+    from_arguments,
 )
 from ..maintenance.pipeline import Executed, Prepared, run_prepared
 from ..maintenance.report import MaintenanceReport
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from ..filters import PartitionFilterLike
     from ..table import Table
 
-__all__ = ["SparkExecutor", "compact", "default_concurrency", "optimize"]
+__all__ = ["SparkExecutor", "compact", "default_concurrency", "optimize", "run_rewrite"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -337,28 +337,8 @@ def compact(
     Returns:
         The run's report (the plan's figures when ``dry_run``).
     """
-    options = with_keywords(
-        options or CompactionOptions(),
-        target_file_size=target_file_size,
-        target_rows=target_rows,
-        min_file_size=min_file_size,
-        min_input_files=min_input_files,
-        partition_filter=partition_filter,
-        compression=compression,
-        row_group_size=row_group_size,
-    )
-    execution = with_keywords(
-        execution or ExecutionOptions(),
-        argument="execution",
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-    )
-    table = _open(uri, storage_options)
-    prepared = prepare_compaction(
-        table, options, execution, dry_run=dry_run, default_concurrency=default_concurrency(spark)
-    )
-    return run_prepared(prepared, SparkExecutor(spark))
+    request, run = from_arguments(CompactionOptions, options, execution, locals())
+    return run_rewrite(spark, uri, request, run, dry_run=dry_run, storage_options=storage_options)
 
 
 def optimize(
@@ -426,27 +406,35 @@ def optimize(
     Returns:
         The run's report (the plan's figures when ``dry_run``).
     """
-    options = with_keywords(
-        options or ClusteringOptions(),
-        zorder_by=zorder_by,
-        sort_by=sort_by,
-        curve=curve,
-        target_file_size=target_file_size,
-        partition_filter=partition_filter,
-        incremental=incremental,
-        max_group_bytes=max_group_bytes,
-        compression=compression,
-        row_group_size=row_group_size,
-    )
-    execution = with_keywords(
-        execution or ExecutionOptions(),
-        argument="execution",
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-    )
+    request, run = from_arguments(ClusteringOptions, options, execution, locals())
+    return run_rewrite(spark, uri, request, run, dry_run=dry_run, storage_options=storage_options)
+
+
+def run_rewrite(
+    spark: SparkSession,
+    uri: str,
+    options: CompactionOptions | ClusteringOptions,
+    execution: ExecutionOptions,
+    *,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> MaintenanceReport:
+    """The run behind :func:`compact` and :func:`optimize`, from the options objects alone:
+    plan with the embedded planner (compaction for :class:`~lakelog.CompactionOptions`,
+    clustering for :class:`~lakelog.ClusteringOptions`), execute the groups as Spark
+    jobs (:class:`SparkExecutor`), commit as the embedded run does."""
     table = _open(uri, storage_options)
-    prepared = prepare_clustering(
-        table, options, execution, dry_run=dry_run, default_concurrency=default_concurrency(spark)
+    concurrency = default_concurrency(spark)
+    if isinstance(options, CompactionOptions):
+        return run_prepared(
+            prepare_compaction(
+                table, options, execution, dry_run=dry_run, default_concurrency=concurrency
+            ),
+            SparkExecutor(spark),
+        )
+    return run_prepared(
+        prepare_clustering(
+            table, options, execution, dry_run=dry_run, default_concurrency=concurrency
+        ),
+        SparkExecutor(spark),
     )
-    return run_prepared(prepared, SparkExecutor(spark))

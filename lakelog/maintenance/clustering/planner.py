@@ -32,13 +32,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ...errors import InvalidArgumentError, UnsupportedFormatError
 from ...io.parquet_settings import parquet_options
 from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
 from ...properties import get_float, get_int, get_str
-from ..groups import FileGroup
+from ..groups import FileGroup, SavedPlan
 from ..options import ClusteringOptions
 from .sort import KEY_MAX, Segment
 from .spec import TAG_TIER, ClusterSpec, is_clustered, key_range
@@ -92,12 +91,17 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Page index, bloom filters and page size of the output (lakelog.parquet.*)."""
 
 
-class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
+class ClusterPlan(SavedPlan, frozen=True, kw_only=True):
     """What an optimize run rewrites, decided from the snapshot at ``read_version``.
 
     Like a compaction plan it carries every source file whole, and round-trips to
     JSON (:meth:`to_json`), so it can be saved and executed later or elsewhere.
     """
+
+    KIND = "optimize"
+    FORMAT = CLUSTER_PLAN_FORMAT
+    NOUN = "clustering plan"
+    OTHER_KIND_HINT = "; run compaction plans with `lakelog compact --plan`."
 
     plan_format: int = CLUSTER_PLAN_FORMAT
     kind: str = "optimize"
@@ -112,7 +116,7 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_file_count: int
     snapshot_total_bytes: int
     groups: tuple[FileGroup, ...] = ()
-    segments: dict[str, tuple[Segment, ...]] = {}
+    segments: dict[str, tuple[Segment, ...]] = msgspec.field(default_factory=dict)
     fresh_bytes: int = 0
     full_groups: tuple[str, ...] = ()
     partition_filter: str | None = None
@@ -140,38 +144,6 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def cluster_spec(self, schema: pa.Schema) -> ClusterSpec:
         return ClusterSpec.from_json(json.loads(self.spec), schema)
-
-    def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> ClusterPlan:
-        """Load a plan saved with :meth:`to_json`."""
-        try:
-            probe = msgspec.json.decode(text, type=_PlanProbe)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise InvalidArgumentError(
-                f"expected a clustering plan saved by lakelog (JSON), found undecodable "
-                f"content: {e}. Save plans with ClusterPlan.to_json() or "
-                f"`lakelog optimize --plan-out`."
-            ) from e
-        if probe.plan_format > CLUSTER_PLAN_FORMAT:
-            raise UnsupportedFormatError(
-                f"expected clustering plan format <= {CLUSTER_PLAN_FORMAT}, found "
-                f"{probe.plan_format}; the plan was made by a newer lakelog. Upgrade lakelog "
-                f"or plan again with this one."
-            )
-        if probe.kind != "optimize":
-            raise InvalidArgumentError(
-                f"expected a clustering plan (kind 'optimize'), found kind {probe.kind!r}; "
-                f"run compaction plans with `lakelog compact --plan`."
-            )
-        try:
-            return msgspec.json.decode(text, type=cls)
-        except msgspec.ValidationError as e:
-            raise InvalidArgumentError(
-                f"expected a complete clustering plan, found an invalid one: {e}"
-            ) from e
 
     def describe(self, *, files: bool = False) -> str:
         """A human summary; ``files=True`` also lists every source file."""
@@ -202,11 +174,6 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __str__(self) -> str:
         return self.describe()
-
-
-class _PlanProbe(msgspec.Struct):
-    plan_format: int = CLUSTER_PLAN_FORMAT
-    kind: str = "optimize"
 
 
 def group_id(files: Sequence[DataFile]) -> str:

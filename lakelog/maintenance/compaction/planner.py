@@ -25,7 +25,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import InvalidArgumentError, UnsupportedFormatError
+from ...errors import InvalidArgumentError
 from ...io.parquet_settings import parquet_options
 from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile, decode_schema, encode_schema
@@ -34,7 +34,7 @@ from ...log.snapshot import Snapshot
 from ...partitioning import partition_dir
 from ...properties import get_float, get_int, get_str
 from ..clustering.spec import TAG_SPEC
-from ..groups import FileGroup
+from ..groups import FileGroup, SavedPlan
 from ..options import CompactionOptions, with_keywords
 from ..partition_filter import partition_matcher
 
@@ -72,8 +72,13 @@ class CompactionSettings(msgspec.Struct, frozen=True, kw_only=True):
     whatever its size (``lakelog.deletion_vectors.purge_ratio``)."""
 
 
-class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """What a compaction will rewrite, decided from the snapshot at ``read_version``."""
+class CompactionPlan(SavedPlan, frozen=True, kw_only=True):
+    """What a compaction will rewrite, decided from the snapshot at ``read_version``;
+    saved and loaded as JSON (:class:`~lakelog.maintenance.groups.SavedPlan`)."""
+
+    KIND = "compact"
+    FORMAT = PLAN_FORMAT
+    NOUN = "compaction plan"
 
     plan_format: int = PLAN_FORMAT
     kind: str = "compact"
@@ -118,37 +123,6 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
             f"{' ...' if len(self.groups) > 5 else ''}), found {group_id!r}"
         )
 
-    # -- persistence -------------------------------------------------------------
-    def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> CompactionPlan:
-        """Load a plan saved with :meth:`to_json`."""
-        try:
-            probe = msgspec.json.decode(text, type=_PlanProbe)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise InvalidArgumentError(
-                f"expected a compaction plan saved by lakelog (JSON), found undecodable "
-                f"content: {e}. Save plans with CompactionPlan.to_json() or "
-                f"`lakelog compact --plan-out`."
-            ) from e
-        if probe.plan_format > PLAN_FORMAT:
-            raise UnsupportedFormatError(
-                f"expected plan format <= {PLAN_FORMAT}, found {probe.plan_format}; the plan "
-                f"was made by a newer lakelog. Upgrade lakelog or plan again with this one."
-            )
-        if probe.kind != "compact":
-            raise InvalidArgumentError(
-                f"expected a compaction plan (kind 'compact'), found kind {probe.kind!r}"
-            )
-        try:
-            return msgspec.json.decode(text, type=cls)
-        except msgspec.ValidationError as e:
-            raise InvalidArgumentError(
-                f"expected a complete compaction plan, found an invalid one: {e}"
-            ) from e
-
     # -- description -------------------------------------------------------------
     def describe(self, *, files: bool = False) -> str:
         """A human summary; ``files=True`` also lists every source file."""
@@ -187,11 +161,6 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __str__(self) -> str:
         return self.describe()
-
-
-class _PlanProbe(msgspec.Struct):
-    plan_format: int = PLAN_FORMAT
-    kind: str = "compact"
 
 
 def _human(n: int) -> str:
