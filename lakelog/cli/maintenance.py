@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ProgressBar",
+    "add_output_args",
+    "add_partition_arg",
+    "add_target_file_size_arg",
     "compaction_options_of",
     "execution_of",
     "partition_filter_of",
@@ -77,12 +80,7 @@ def register(sub: Any) -> None:
     )
     add_table_args(p)
     g = p.add_argument_group("planning")
-    g.add_argument(
-        "--target-file-size",
-        type=size_arg,
-        metavar="SIZE",
-        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
-    )
+    add_target_file_size_arg(g)
     g.add_argument(
         "--target-rows",
         type=count_arg,
@@ -102,6 +100,24 @@ def register(sub: Any) -> None:
         metavar="N",
         help="rewrite groups of at least N files (default: lakelog.compaction.min_input_files, 2)",
     )
+    add_partition_arg(g)
+    add_output_args(g)
+    add_run_args(p, verb="rewritten")
+    p.set_defaults(func=cmd_compact)
+
+
+def add_target_file_size_arg(g: Any) -> None:
+    """``--target-file-size``, of every rewrite command."""
+    g.add_argument(
+        "--target-file-size",
+        type=size_arg,
+        metavar="SIZE",
+        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
+    )
+
+
+def add_partition_arg(g: Any) -> None:
+    """``--partition COL=VALUE`` (read by :func:`partition_filter_of`)."""
     g.add_argument(
         "--partition",
         action="append",
@@ -109,6 +125,10 @@ def register(sub: Any) -> None:
         metavar="COL=VALUE",
         help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
     )
+
+
+def add_output_args(g: Any) -> None:
+    """``--compression`` and ``--row-group-size`` of the new files of a rewrite."""
     g.add_argument(
         "--compression",
         metavar="CODEC",
@@ -120,8 +140,6 @@ def register(sub: Any) -> None:
         metavar="ROWS",
         help="rows per row group of the new files",
     )
-    add_run_args(p, verb="rewritten")
-    p.set_defaults(func=cmd_compact)
 
 
 def partition_filter_of(table: Table, pairs: list[str]) -> list[Any] | None:
