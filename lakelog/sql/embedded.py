@@ -19,8 +19,11 @@ from .run import (
     NONE,
     check_plan,
     conform,
+    create_table,
+    create_without_rows,
+    dml,
     metrics,
-    partition_filter,
+    optimize_call,
     resolve,
     run_catalog,
     sql_words,
@@ -94,17 +97,6 @@ def _name() -> str:
     return f"lakelog_sql_{uuid.uuid4().hex[:12]}"
 
 
-def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -> pa.Table:
-    return pa.table(
-        {
-            "num_affected_rows": pa.array([affected], pa.int64()),
-            "num_updated_rows": pa.array([updated], pa.int64()),
-            "num_deleted_rows": pa.array([deleted], pa.int64()),
-            "num_inserted_rows": pa.array([inserted], pa.int64()),
-        }
-    )
-
-
 def positional(rows: pa.Table, names: tuple[str, ...] | list[str], table: str) -> pa.Table:
     """INSERT's rows by position, named as the table's columns."""
     if rows.num_columns != len(names):
@@ -125,24 +117,9 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
             return NONE
         if plan.query is not None:
             rows = query(plan.query, catalog, con)
-            table = catalog.create_table(
-                plan.name,
-                rows.schema,
-                partition_by=plan.partition_by,
-                properties=dict(plan.properties),
-                location=plan.location,
-            )
-            table.append(rows)
-        elif plan.schema is None:
-            catalog.register_table(plan.name, plan.location or "")
+            create_table(catalog, plan, rows.schema).append(rows)
         else:
-            catalog.create_table(
-                plan.name,
-                plan.schema,
-                partition_by=plan.partition_by,
-                properties=dict(plan.properties),
-                location=plan.location,
-            )
+            create_without_rows(catalog, plan)
         return NONE
     if isinstance(plan, p.Insert):
         table = catalog.load_table(plan.name)
@@ -158,14 +135,14 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
             table.overwrite(rows)
         else:
             table.append(rows)
-        return _dml(rows.num_rows, inserted=rows.num_rows)
+        return dml(rows.num_rows, inserted=rows.num_rows)
     if isinstance(plan, p.Delete):
         r = catalog.load_table(plan.name).delete(plan.where or "true")
-        return _dml(r.deleted_rows, deleted=r.deleted_rows)
+        return dml(r.deleted_rows, deleted=r.deleted_rows)
     if isinstance(plan, p.Update):
         values = {c: set_value(v, "UPDATE ... SET") for c, v in plan.set}
         r = catalog.load_table(plan.name).update(plan.where or "true", set=values)
-        return _dml(r.updated_rows, updated=r.updated_rows)
+        return dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
         if (
             isinstance(plan.when_matched, tuple)
@@ -186,17 +163,11 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
             when_not_matched_by_source=plan.by_source,  # type: ignore[arg-type]
         )
         affected = m.updated_rows + m.deleted_rows + m.inserted_rows
-        return _dml(affected, m.updated_rows, m.deleted_rows, m.inserted_rows)
+        return dml(affected, m.updated_rows, m.deleted_rows, m.inserted_rows)
     if isinstance(plan, p.Optimize):
         table = catalog.load_table(plan.name)
-        if plan.zorder_by:
-            report: Any = table.optimize(
-                zorder_by=list(plan.zorder_by),
-                incremental=False,
-                partition_filter=partition_filter(table, plan.where),
-            )
-        else:
-            report = table.compact(partition_filter=partition_filter(table, plan.where))
+        name, keywords = optimize_call(table, plan)
+        report = table.optimize(**keywords) if name == "optimize" else table.compact(**keywords)
         return metrics(report)
     raise unsupported(f"the statement {type(plan).__name__}")
 
