@@ -15,7 +15,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidArgumentError, UnsupportedFormatError
+from ..errors import CorruptLogError, InvalidArgumentError, UnsupportedFormatError
 from ..log.actions import AddFile, DataFile
 from ..log.files import vectors_of
 from ..log.format import DELETION_VECTORS
@@ -27,6 +27,7 @@ __all__ = [
     "RewritePlan",
     "SavedPlan",
     "changed_sources",
+    "check_group_rows",
     "stale_groups",
 ]
 
@@ -68,6 +69,40 @@ class GroupResult(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float = 0.0
     spilled_runs: int = 0
     """Sorted runs a clustering rewrite spilled to disk (0 when it sorted in memory)."""
+
+    @classmethod
+    def of(
+        cls,
+        group: FileGroup,
+        added: Sequence[AddFile],
+        *,
+        duration_s: float,
+        spilled_runs: int = 0,
+    ) -> GroupResult:
+        """The result of rewriting ``group`` into ``added`` (checked with
+        :func:`check_group_rows` first)."""
+        return cls(
+            group_id=group.group_id,
+            added=tuple(added),
+            bytes_read=group.total_bytes,
+            bytes_written=sum(a.size_bytes for a in added),
+            num_rows=sum(a.num_rows for a in added),
+            duration_s=duration_s,
+            spilled_runs=spilled_runs,
+        )
+
+
+def check_group_rows(group: FileGroup, added: Sequence[AddFile], *, where: str = "") -> None:
+    """The files a rewrite wrote hold exactly the group's rows, as the log records them;
+    otherwise a source file does not match the log and nothing may be committed.
+    ``where``: where the rows were counted, for the message (e.g. after a Spark job)."""
+    got = sum(a.num_rows for a in added)
+    if got != group.num_rows:
+        raise CorruptLogError(
+            f"expected {group.num_rows} rows from the {len(group.files)} files of group "
+            f"{group.group_id} (as the log records), found {got}{where}; a data file does not "
+            f"match the log. Nothing was committed; check the files with `lakelog files`."
+        )
 
 
 class RewritePlan(Protocol):

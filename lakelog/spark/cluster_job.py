@@ -57,7 +57,7 @@ from ..maintenance.clustering.spec import (
     encoded_row_bytes,
     sized_segments,
 )
-from ..maintenance.groups import FileGroup, GroupResult
+from ..maintenance.groups import FileGroup, GroupResult, check_group_rows
 from ..maintenance.sources import dictionary_columns, file_schema_of, read_group
 from ..partitioning import STAGING_DIR
 from ..storage import FileInfo, Storage
@@ -279,20 +279,13 @@ def cluster_large_group(
             len(items),
             time.time() - sorted_at,
         )
-        _check_rows(group, added)
+        check_group_rows(group, added, where=" after the Spark job")
     except BaseException:
         storage.delete([a.path for a in added])
         raise
     finally:
         discard_staging(storage, staging)
-    result = GroupResult(
-        group_id=group.group_id,
-        added=tuple(added),
-        bytes_read=group.total_bytes,
-        bytes_written=sum(a.size_bytes for a in added),
-        num_rows=sum(a.num_rows for a in added),
-        duration_s=time.time() - started,
-    )
+    result = GroupResult.of(group, added, duration_s=time.time() - started)
     return TaskOutcome(
         result=result, started=started, finished=time.time(), host="driver", mode="spark-job"
     )
@@ -395,14 +388,3 @@ def _staged_files(storage: Storage, staging: str, file_col: str) -> Iterator[tup
                 f"{parts[0]!r}; nothing was committed."
             )
         yield int(parts[0].split("=", 1)[1]), info
-
-
-def _check_rows(group: FileGroup, added: Sequence[AddFile]) -> None:
-    """The clustered files hold exactly the group's rows (as the log records them)."""
-    got = sum(a.num_rows for a in added)
-    if got != group.num_rows:
-        raise CorruptLogError(
-            f"expected {group.num_rows} rows from the {len(group.files)} files of group "
-            f"{group.group_id} (as the log records), found {got} after the Spark job; a "
-            f"data file does not match the log. Nothing was committed."
-        )
