@@ -14,7 +14,6 @@ from ..errors import InvalidArgumentError
 from ..maintenance.clustering.planner import ClusterPlan
 from ..maintenance.clustering.run import CLUSTERING, prepare_clustering
 from ..maintenance.options import ClusteringOptions
-from ..maintenance.pipeline import prepare_plan
 from ..maintenance.report import MaintenanceReport
 from .common import (
     add_run_args,
@@ -29,11 +28,8 @@ from .maintenance import (
     add_output_args,
     add_partition_arg,
     add_target_file_size_arg,
-    execution_of,
     partition_filter_of,
-    read_plan_file,
-    refuse_planning_options,
-    run_rewrite_command,
+    rewrite_command,
 )
 
 if TYPE_CHECKING:
@@ -188,16 +184,16 @@ def clustering_options_of(table: Table, args: argparse.Namespace) -> ClusteringO
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    table = open_from_args(args)
-    execution = execution_of(args)
-    if args.plan:
-        refuse_planning_options(args, _PLANNING_OPTIONS)
-        plan = ClusterPlan.from_json(read_plan_file(args.plan))
-        prepared = prepare_plan(table, CLUSTERING, plan, execution, dry_run=args.dry_run)
-    else:
-        options = clustering_options_of(table, args)
-        prepared = prepare_clustering(table, options, execution, dry_run=args.dry_run)
-    return run_rewrite_command(args, prepared, show=_show)
+    return rewrite_command(
+        args,
+        CLUSTERING,
+        ClusterPlan,
+        planning_options=_PLANNING_OPTIONS,
+        plan_new=lambda table, args, execution: prepare_clustering(
+            table, clustering_options_of(table, args), execution, dry_run=args.dry_run
+        ),
+        show=_show,
+    )
 
 
 def _show(report: MaintenanceReport) -> None:
