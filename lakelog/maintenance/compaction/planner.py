@@ -37,6 +37,7 @@ from ..clustering.spec import TAG_SPEC
 from ..groups import FileGroup, SavedPlan
 from ..options import CompactionOptions, with_keywords
 from ..partition_filter import partition_matcher
+from ..report import human_bytes
 
 __all__ = [
     "PLAN_FORMAT",
@@ -129,18 +130,18 @@ class CompactionPlan(SavedPlan, frozen=True, kw_only=True):
         o = self.options
         bounds = []
         if o.target_file_size is not None:
-            bounds.append(f"target {_human(o.target_file_size)}")
+            bounds.append(f"target {human_bytes(o.target_file_size)}")
         if o.target_rows is not None:
             bounds.append(f"target {o.target_rows:,} rows")
         small = []
         if o.min_file_size is not None:
-            small.append(f"< {_human(o.min_file_size)}")
+            small.append(f"< {human_bytes(o.min_file_size)}")
         if o.min_rows is not None:
             small.append(f"< {o.min_rows:,} rows")
         lines = [
             f"compaction plan at version {self.read_version}: {len(self.groups)} groups, "
             f"{self.source_file_count} of {self.snapshot_file_count} files "
-            f"({_human(self.source_bytes)}) -> ~{self.estimated_output_files} files; "
+            f"({human_bytes(self.source_bytes)}) -> ~{self.estimated_output_files} files; "
             f"file count {self.snapshot_file_count} -> ~{self.estimated_after_file_count}",
             f"  {', '.join(bounds)}; candidates: files {' and '.join(small)} "
             f"({self.candidate_file_count} found); at least {o.min_input_files} files per "
@@ -152,24 +153,15 @@ class CompactionPlan(SavedPlan, frozen=True, kw_only=True):
             where = partition_dir(self.partition_by, g.partition) if self.partition_by else "-"
             lines.append(
                 f"  group {g.group_id}  partition {where}: {len(g.files)} files, "
-                f"{_human(g.total_bytes)}, {g.num_rows:,} rows -> ~{g.estimated_output_files} "
+                f"{human_bytes(g.total_bytes)}, {g.num_rows:,} rows -> ~{g.estimated_output_files} "
                 f"file{'s' if g.estimated_output_files != 1 else ''}"
             )
             if files:
-                lines.extend(f"    {f.path} ({_human(f.size_bytes)})" for f in g.files)
+                lines.extend(f"    {f.path} ({human_bytes(f.size_bytes)})" for f in g.files)
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.describe()
-
-
-def _human(n: int) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
 
 
 def resolve_options(snapshot: Snapshot, options: CompactionOptions) -> CompactionSettings:
