@@ -327,11 +327,7 @@ def _prepare(
         )
         if not cplan.groups:
             return None
-        kind_c: RewriteKind[ClusterPlan] = dataclasses.replace(
-            CLUSTERING,
-            operation=CLUSTER_OPERATION,
-            parameters=lambda p: {**CLUSTERING.parameters(p), **extra},
-        )
+        kind_c = _auto_kind(CLUSTERING, CLUSTER_OPERATION, extra)
         return dataclasses.replace(prepared, kind=kind_c, plan=cplan, execution=execution)
     plan = plan_compaction(
         snap,
@@ -346,12 +342,21 @@ def _prepare(
     plan = msgspec.structs.replace(plan, groups=_within(plan.groups, budget))
     if not plan.groups:
         return None
-    kind: RewriteKind[CompactionPlan] = dataclasses.replace(
-        COMPACTION,
-        operation=COMPACT_OPERATION,
-        parameters=lambda p: {**COMPACTION.parameters(p), **extra},
-    )
+    kind = _auto_kind(COMPACTION, COMPACT_OPERATION, extra)
     return Prepared(table=table, kind=kind, plan=plan, execution=execution, snapshot=snap)
+
+
+AutoPlan = TypeVar("AutoPlan", CompactionPlan, ClusterPlan)
+
+
+def _auto_kind(
+    kind: RewriteKind[AutoPlan], operation: str, extra: Mapping[str, Any]
+) -> RewriteKind[AutoPlan]:
+    """``kind`` as an automatic run commits it: its own operation, ``extra`` (the trigger
+    version, the mode) in the commit's parameters."""
+    return dataclasses.replace(
+        kind, operation=operation, parameters=lambda p: {**kind.parameters(p), **extra}
+    )
 
 
 MAX_ROUNDS = 8

@@ -363,11 +363,15 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
     return NONE
 
 
+def _close_names(given: str, known: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """The names of ``known`` close to ``given``, and the end of an error naming them."""
+    close = tuple(difflib.get_close_matches(given, known, n=3))
+    return close, f"; close names: {', '.join(close)}" if close else ""
+
+
 def check_namespace(catalog: Catalog, namespace: str) -> None:
     if not catalog.namespace_exists(namespace):
-        known = catalog.list_namespaces()
-        close = tuple(difflib.get_close_matches(namespace, known, n=3))
-        also = f"; close names: {', '.join(close)}" if close else ""
+        close, also = _close_names(namespace, catalog.list_namespaces())
         raise NoSuchNamespaceError(
             f"expected a namespace of the lakelog catalog, found {namespace!r}{also}",
             namespace=namespace,
@@ -388,9 +392,7 @@ def resolve(catalog: Catalog, names: list[str]) -> set[str]:
         if catalog.table_exists(name):
             found.add(name)
             continue
-        known = catalog.list_tables()
-        close = tuple(difflib.get_close_matches(name, known, n=3))
-        also = f"; close names: {', '.join(close)}" if close else ""
+        close, also = _close_names(name, catalog.list_tables())
         raise NoSuchTableError(
             f"expected a table of the lakelog catalog, found {name!r}{also}",
             name=name,
