@@ -308,29 +308,11 @@ def compact(
     Same options, defaults (from table properties) and report, except that
     ``max_concurrent_groups`` defaults to Spark's parallelism.
 
+    Every other argument is :meth:`lakelog.Table.compact`'s.
+
     Args:
         spark: the session whose tasks rewrite the groups.
         uri: the table's URI.
-        options: the planning options below as one :class:`lakelog.CompactionOptions`;
-            a keyword given beside it must agree with it where both set a field.
-        execution: ``max_concurrent_groups``, ``max_bytes_per_second`` and
-            ``partial_progress`` as one :class:`lakelog.ExecutionOptions` (same rule).
-        target_file_size: bytes of each new file; default ``lakelog.target_file_size``.
-        target_rows: pack and cut files by rows instead; default None.
-        min_file_size: files below this size are compacted; default
-            ``lakelog.compaction.min_file_size_ratio`` (75%) of ``target_file_size``.
-        min_input_files: fewest files worth a group; default
-            ``lakelog.compaction.min_input_files``.
-        partition_filter: DNF tuples or a pyarrow Expression over partition columns that
-            limits the work; default None, the whole table.
-        row_group_size: rows per Parquet row group; default ``lakelog.row_group_size``.
-        compression: Parquet codec of the new files; default ``lakelog.compression``.
-        max_concurrent_groups: groups rewritten at once; default
-            the session's default parallelism.
-        max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
-        partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
-            instead of once at the end; default False.
-        dry_run: only plan and report; nothing is written. Default False.
         storage_options: fsspec options, used on the driver and on every executor; default
             none.
 
@@ -373,33 +355,11 @@ def optimize(
     ``max_bytes_per_second`` paces the one-task groups (each task its share), not the
     Spark jobs of large groups.
 
+    Every other argument is :meth:`lakelog.Table.optimize`'s.
+
     Args:
         spark: the session whose tasks (or jobs) cluster the groups.
         uri: the table's URI.
-        options: the clustering options below as one :class:`lakelog.ClusteringOptions`;
-            a keyword given beside it must agree with it where both set a field.
-        execution: ``max_concurrent_groups``, ``max_bytes_per_second`` and
-            ``partial_progress`` as one :class:`lakelog.ExecutionOptions` (same rule).
-        zorder_by: columns of a space-filling curve; default None, the table's declared
-            clustering.
-        sort_by: columns of a linear sort instead; default None.
-        curve: ``"hilbert"`` (default) or ``"zorder"``.
-        target_file_size: bytes of each new file; default ``lakelog.target_file_size``.
-        partition_filter: DNF tuples or a pyarrow Expression over partition columns that
-            limits the work; default None, the whole table.
-        incremental: cluster new files into the existing key ranges within a rewrite
-            budget; False reclusters everything with fresh boundaries. Default True.
-        max_group_bytes: the largest group clustered in one task's memory; default
-            ``lakelog.clustering.max_group_bytes``.
-        row_group_size: rows per Parquet row group; default the smaller of
-            ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
-        compression: Parquet codec of the new files; default ``lakelog.compression``.
-        max_concurrent_groups: groups rewritten at once; default
-            the session's default parallelism.
-        max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
-        partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
-            instead of once at the end; default False.
-        dry_run: only plan and report; nothing is written. Default False.
         storage_options: fsspec options, used on the driver and on every executor; default
             none.
 

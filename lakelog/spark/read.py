@@ -576,21 +576,8 @@ def read(
     storage_options: Mapping[str, Any] | None = None,
 ) -> DataFrame:
     """A table (or one of its versions) as a Spark DataFrame (lazy: Spark reads the
-    files the log lists, never a folder listing, when an action runs).
-
-    Args:
-        spark: the session that reads.
-        uri: the table's URI.
-        version: the version to read; default None, the latest.
-        as_of: read the latest version committed at or before this datetime or ISO 8601
-            string; default None. Not with ``version``.
-        filter: a Spark SQL string or Column; the part lakelog understands
-            (comparisons, IN, IS NULL, AND/OR/NOT over columns and constants) prunes
-            files by partition values and statistics; default None, every row.
-        columns: the columns to return; default None, all of them.
-        storage_options: fsspec options for lakelog's access to the log; Spark reaches
-            the data files through its own Hadoop settings. Default none.
-    """
+    files the log lists, never a folder listing, when an action runs):
+    ``plan_read(...).to_dataframe()``, with the arguments of :func:`plan_read`."""
     plan = plan_read(
         spark,
         uri,
