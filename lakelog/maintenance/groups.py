@@ -9,7 +9,7 @@ sources for outputs. Groups of one plan never share a source file.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 import pyarrow as pa
@@ -150,6 +150,26 @@ class SavedPlan(msgspec.Struct, frozen=True, kw_only=True):
     """The plan in words, for errors: ``"compaction plan"``."""
     OTHER_KIND_HINT: ClassVar[str] = ""
     """What to do with a plan of another kind, appended to that error."""
+
+    if TYPE_CHECKING:  # fields of every plan (declared by each, in its own order)
+        groups: tuple[FileGroup, ...]
+        snapshot_file_count: int
+
+    @property
+    def source_file_count(self) -> int:
+        """Files the plan rewrites."""
+        return sum(len(g.files) for g in self.groups)
+
+    @property
+    def source_bytes(self) -> int:
+        """Bytes the plan rewrites."""
+        return sum(g.total_bytes for g in self.groups)
+
+    @property
+    def estimated_after_file_count(self) -> int:
+        """Live files once every group landed, as planned."""
+        out = sum(g.estimated_output_files for g in self.groups)
+        return self.snapshot_file_count - self.source_file_count + out
 
     def to_json(self) -> str:
         """The plan as JSON text, for :meth:`from_json` (here or elsewhere)."""

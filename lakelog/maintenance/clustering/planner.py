@@ -129,19 +129,6 @@ class ClusterPlan(SavedPlan, frozen=True, kw_only=True):
     def curve(self) -> str:
         return str(json.loads(self.spec)["curve"])
 
-    @property
-    def source_file_count(self) -> int:
-        return sum(len(g.files) for g in self.groups)
-
-    @property
-    def source_bytes(self) -> int:
-        return sum(g.total_bytes for g in self.groups)
-
-    @property
-    def estimated_after_file_count(self) -> int:
-        out = sum(g.estimated_output_files for g in self.groups)
-        return self.snapshot_file_count - self.source_file_count + out
-
     def cluster_spec(self, schema: pa.Schema) -> ClusterSpec:
         return ClusterSpec.from_json(json.loads(self.spec), schema)
 

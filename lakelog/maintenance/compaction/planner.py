@@ -100,20 +100,8 @@ class CompactionPlan(SavedPlan, frozen=True, kw_only=True):
         return decode_schema(self.schema)
 
     @property
-    def source_file_count(self) -> int:
-        return sum(len(g.files) for g in self.groups)
-
-    @property
-    def source_bytes(self) -> int:
-        return sum(g.total_bytes for g in self.groups)
-
-    @property
     def estimated_output_files(self) -> int:
         return sum(g.estimated_output_files for g in self.groups)
-
-    @property
-    def estimated_after_file_count(self) -> int:
-        return self.snapshot_file_count - self.source_file_count + self.estimated_output_files
 
     def group(self, group_id: str) -> FileGroup:
         for g in self.groups:
