@@ -183,10 +183,6 @@ PRIVATE_IMPORTS_PENDING = {("lakelog.changes.rename", "_commit_change")}
 """Private names still imported between modules, each to go with its package's next
 change (the schema changes' commit moves into the one retry rule)."""
 
-SPARK_LOG_READERS_PENDING = {"lakelog.spark.changes"}
-"""Spark modules that still build the log's file table themselves (the Spark merge's
-split reuses the embedded planner instead)."""
-
 
 def _imports_with_functions(path: Path) -> Iterator[tuple[str, list[str], int]]:
     """Every run-time import of a module, at its top or inside a function, each name of
@@ -253,19 +249,3 @@ def test_no_module_imports_another_modules_private_names(path: Path) -> None:
         if (module, n) not in PRIVATE_IMPORTS_PENDING
     ]
     assert not bad, f"{module} imports another module's private names: {bad}"
-
-
-@pytest.mark.parametrize("path", [p for p in _modules() if _top(_module(p)) == "spark"], ids=str)
-def test_spark_reads_the_logs_file_table_through_the_log(path: Path) -> None:
-    """Spark asks a snapshot (or a public function of the package that owns them) for
-    its files and their statistics; it does not rebuild the log's file table from add
-    actions (``lakelog.log.files``, ``lakelog.log.file_index``) itself."""
-    module = _module(path)
-    if module in SPARK_LOG_READERS_PENDING:
-        return
-    bad = [
-        f"line {line}: {target}"
-        for target, _, line in _imports_with_functions(path)
-        if target in {"lakelog.log.files", "lakelog.log.file_index"}
-    ]
-    assert not bad, f"{module} builds the log's file table itself: {bad}"
