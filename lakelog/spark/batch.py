@@ -35,6 +35,7 @@ from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result
 from .errors import carry
+from .feed import bins, spark_batches
 from .modes import (
     as_written,
     auto_compact_here,
@@ -56,7 +57,6 @@ __all__ = ["BatchReader", "BatchWriter", "TaskFiles", "decode_adds", "write_task
 _ADDS = msgspec.json.Decoder(list[AddFile])
 _FILES = msgspec.json.Encoder()
 _FILES_DEC = msgspec.json.Decoder(list[DataFile])
-_OPEN_COST = 4 << 20
 
 
 def decode_adds(data: bytes) -> list[AddFile]:
@@ -86,18 +86,9 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
         storage = Storage(self.uri, self.storage_options)
         snap = load_snapshot(storage, self.version)
         files = snap.files(getattr(self, "pruning", None))
-        limit = self.partition_bytes
-        bins: list[list[DataFile]] = []
-        size = limit
-        for f in files:  # consecutive files, as Spark bins its own file splits
-            cost = f.size_bytes + _OPEN_COST
-            if size + cost > limit and (not bins or bins[-1]):
-                bins.append([])
-                size = 0
-            bins[-1].append(f)
-            size += cost
+        groups = bins(files, self.partition_bytes, lambda f: f.size_bytes)
         # no files (all pruned): one empty partition, as Spark reads None otherwise
-        return [InputPartition(_FILES.encode(b)) for b in bins if b] or [
+        return [InputPartition(_FILES.encode(b)) for b in groups] or [
             InputPartition(_FILES.encode([]))
         ]
 
@@ -107,14 +98,10 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
         written read as nulls (:func:`lakelog.scan.rows.read_rows`)."""
         storage = Storage(self.uri, self.storage_options)
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
-        spark_types = [to_arrow_type(t) for t in (x.dataType for x in to_spark_schema(schema))]
+        spark_types = [to_arrow_type(x.dataType) for x in to_spark_schema(schema)]
         for f in _FILES_DEC.decode(partition.value):
-            for batch in read_rows(storage, f, schema, self.partition_by, version=self.version):
-                arrays = [
-                    col.cast(t) if col.type != t else col
-                    for col, t in zip(batch.columns, spark_types, strict=True)
-                ]
-                yield pa.RecordBatch.from_arrays(arrays, names=schema.names)
+            rows = read_rows(storage, f, schema, self.partition_by, version=self.version)
+            yield from spark_batches(rows, schema.names, spark_types)
 
 
 def write_task_files(

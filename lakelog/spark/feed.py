@@ -20,8 +20,8 @@ filter string: skips files and keeps matching rows), ``maxPartitionBytes``,
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,6 +44,7 @@ __all__ = [
     "FeedReader",
     "bins",
     "open_range",
+    "part_bytes",
     "options_schema",
     "snapshot_parts",
     "spark_batches",
@@ -51,6 +52,8 @@ __all__ = [
 
 CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 _OPEN_COST = 4 << 20
+
+T = TypeVar("T")
 
 
 # -- options (checked by lakelog.spark.options.read_options) ---------------------------
@@ -85,19 +88,25 @@ def options_schema(storage: Storage, opts: ReadOptions) -> pa.Schema:
 # -- reading ----------------------------------------------------------------------------
 
 
-def bins(parts: Sequence[ChangePart], limit: int) -> list[list[ChangePart]]:
-    """Consecutive parts in bins of about ``limit`` bytes (each file counting 4 MiB more
-    for opening it, as Spark bins its own file splits)."""
-    out: list[list[ChangePart]] = []
-    size = limit
-    for p in parts:
-        cost = p.file.size_bytes + _OPEN_COST
-        if size + cost > limit and (not out or out[-1]):
+def bins(items: Sequence[T], limit: int, size: Callable[[T], int]) -> list[list[T]]:
+    """Consecutive ``items`` (files, or parts of files: ``size`` gives each one's bytes) in
+    bins of about ``limit`` bytes, each file counting 4 MiB more for opening it, as Spark
+    bins its own file splits. Shared by every reader of the ``lakelog`` format."""
+    out: list[list[T]] = []
+    used = limit
+    for item in items:
+        cost = size(item) + _OPEN_COST
+        if used + cost > limit and (not out or out[-1]):
             out.append([])
-            size = 0
-        out[-1].append(p)
-        size += cost
+            used = 0
+        out[-1].append(item)
+        used += cost
     return out
+
+
+def part_bytes(part: ChangePart) -> int:
+    """A part's bytes for :func:`bins`: its file's."""
+    return part.file.size_bytes
 
 
 def spark_batches(
@@ -144,7 +153,9 @@ class FeedReader(DataSourceReader):  # type: ignore[misc]
         )
         limit = self.options.partition_bytes
         # no part: one empty partition, as Spark reads None otherwise
-        return [InputPartition(b) for b in bins(list(feed.parts()), limit)] or [InputPartition([])]
+        return [InputPartition(b) for b in bins(list(feed.parts()), limit, part_bytes)] or [
+            InputPartition([])
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         storage = Storage(self.uri, self.storage_options)
