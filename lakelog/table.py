@@ -805,17 +805,10 @@ class Table:
             partial_progress: commit every ``lakelog.compaction.groups_per_commit``
                 groups; default False, one commit.
         """
-        from .maintenance.options import ExecutionOptions, with_keywords
+        from .maintenance.options import execution_from_arguments
         from .maintenance.resume import resume_plan
 
-        execution = with_keywords(
-            execution or ExecutionOptions(),
-            argument="execution",
-            max_concurrent_groups=max_concurrent_groups,
-            max_bytes_per_second=max_bytes_per_second,
-            partial_progress=partial_progress,
-        )
-        return resume_plan(self, plan_id, execution)
+        return resume_plan(self, plan_id, execution_from_arguments(execution, locals()))
 
     def set_clustering(
         self,
@@ -914,28 +907,10 @@ class Table:
             dry_run: only plan; default False.
         """
         from .maintenance.clustering.run import optimize_table
-        from .maintenance.options import ClusteringOptions, ExecutionOptions, with_keywords
+        from .maintenance.options import ClusteringOptions, from_arguments
 
-        options = with_keywords(
-            options or ClusteringOptions(),
-            zorder_by=zorder_by,
-            sort_by=sort_by,
-            curve=curve,
-            target_file_size=target_file_size,
-            partition_filter=partition_filter,
-            incremental=incremental,
-            max_group_bytes=max_group_bytes,
-            compression=compression,
-            row_group_size=row_group_size,
-        )
-        execution = with_keywords(
-            execution or ExecutionOptions(),
-            argument="execution",
-            max_concurrent_groups=max_concurrent_groups,
-            max_bytes_per_second=max_bytes_per_second,
-            partial_progress=partial_progress,
-        )
-        return optimize_table(self, options, execution, dry_run=dry_run)
+        request, run = from_arguments(ClusteringOptions, options, execution, locals())
+        return optimize_table(self, request, run, dry_run=dry_run)
 
     def clustering_report(
         self,
@@ -1020,26 +995,10 @@ class Table:
             dry_run: only plan, write nothing; default False.
         """
         from .maintenance.compaction.run import compact_table
-        from .maintenance.options import CompactionOptions, ExecutionOptions, with_keywords
+        from .maintenance.options import CompactionOptions, from_arguments
 
-        options = with_keywords(
-            options or CompactionOptions(),
-            target_file_size=target_file_size,
-            target_rows=target_rows,
-            min_file_size=min_file_size,
-            min_input_files=min_input_files,
-            partition_filter=partition_filter,
-            compression=compression,
-            row_group_size=row_group_size,
-        )
-        execution = with_keywords(
-            execution or ExecutionOptions(),
-            argument="execution",
-            max_concurrent_groups=max_concurrent_groups,
-            max_bytes_per_second=max_bytes_per_second,
-            partial_progress=partial_progress,
-        )
-        return compact_table(self, options, execution, dry_run=dry_run)
+        request, run = from_arguments(CompactionOptions, options, execution, locals())
+        return compact_table(self, request, run, dry_run=dry_run)
 
     # -- adopting files and metadata tables (lakelog.interop.convert, lakelog.inspect) --
     def add_files(self, paths: Sequence[str] | str) -> CommitResult:

@@ -25,7 +25,7 @@ from .common import print_json, print_rows
 if TYPE_CHECKING:
     from ..catalog import Catalog
 
-__all__ = ["add_catalog_arg", "register", "table_uri"]
+__all__ = ["add_catalog_arg", "catalog_url", "cli_words", "register", "table_uri"]
 
 _DEFAULT_FILE = Path.home() / ".lakelog" / "catalog.db"
 
@@ -40,7 +40,7 @@ def add_catalog_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _catalog_url(args: argparse.Namespace, *, existing_only: bool) -> str | None:
+def catalog_url(args: argparse.Namespace, *, existing_only: bool) -> str | None:
     given = getattr(args, "catalog", None) or os.environ.get(CATALOG_ENV, "").strip()
     if given:
         return str(given)
@@ -56,10 +56,10 @@ def table_uri(args: argparse.Namespace) -> str:
     text = str(args.uri)
     if "://" in text or not looks_like_name(text) or os.path.exists(text):
         return text
-    url = _catalog_url(args, existing_only=True)
+    url = catalog_url(args, existing_only=True)
     if url is None:
         return text
-    with _cli_words(), connect_catalog(url) as catalog:
+    with cli_words(), connect_catalog(url) as catalog:
         return catalog.describe_table(text).location
 
 
@@ -77,7 +77,7 @@ _CALLS = [
 
 
 @contextlib.contextmanager
-def _cli_words() -> Iterator[None]:
+def cli_words() -> Iterator[None]:
     """Errors of catalog calls with the library's calls named as the commands that do
     them."""
     try:
@@ -146,8 +146,8 @@ def register(sub: Any) -> None:
 
 @contextlib.contextmanager
 def _open(args: argparse.Namespace) -> Iterator[Catalog]:
-    url = _catalog_url(args, existing_only=False)
-    with _cli_words(), connect_catalog(url) as catalog:
+    url = catalog_url(args, existing_only=False)
+    with cli_words(), connect_catalog(url) as catalog:
         yield catalog
 
 

@@ -14,12 +14,10 @@ from ..errors import InvalidArgumentError
 from ..maintenance.clustering.planner import ClusterPlan
 from ..maintenance.clustering.run import CLUSTERING, prepare_clustering
 from ..maintenance.options import ClusteringOptions
-from ..maintenance.pipeline import prepare_plan
 from ..maintenance.report import MaintenanceReport
 from .common import (
     add_run_args,
     add_table_args,
-    count_arg,
     human_bytes,
     open_from_args,
     print_json,
@@ -27,11 +25,11 @@ from .common import (
 )
 from .inspect import add_inspect_files_args, cmd_inspect_files
 from .maintenance import (
-    execution_of,
+    add_output_args,
+    add_partition_arg,
+    add_target_file_size_arg,
     partition_filter_of,
-    read_plan_file,
-    refuse_planning_options,
-    run_rewrite_command,
+    rewrite_command,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +46,21 @@ def _columns(text: str) -> list[str]:
 
 
 def register(sub: Any) -> None:
+    _register_optimize(sub)
+    _register_clustering(sub)
+    _register_inspect(sub)
+
+
+def _curve_arg(p: Any) -> None:
+    p.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder"),
+        default=None,
+        help="the curve over --zorder-by (default: hilbert)",
+    )
+
+
+def _register_optimize(sub: Any) -> None:
     p = sub.add_parser(
         "optimize",
         help="cluster rows by a space-filling curve (or sort them)",
@@ -63,18 +76,8 @@ def register(sub: Any) -> None:
     which = g.add_mutually_exclusive_group()
     which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
     which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
-    g.add_argument(
-        "--curve",
-        choices=("hilbert", "zorder"),
-        default=None,
-        help="the curve over --zorder-by (default: hilbert)",
-    )
-    g.add_argument(
-        "--target-file-size",
-        type=size_arg,
-        metavar="SIZE",
-        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
-    )
+    _curve_arg(g)
+    add_target_file_size_arg(g)
     g.add_argument(
         "--max-group-bytes",
         type=size_arg,
@@ -82,30 +85,14 @@ def register(sub: Any) -> None:
         help="sort a group in memory up to this size, above it in spilled runs (default: "
         "lakelog.clustering.max_group_bytes, 1 GiB)",
     )
-    g.add_argument(
-        "--compression",
-        default=None,
-        metavar="CODEC",
-        help="codec of the new files (default: lakelog.compression, zstd)",
-    )
-    g.add_argument(
-        "--row-group-size",
-        type=count_arg,
-        default=None,
-        metavar="ROWS",
-        help="rows per row group of the new files",
-    )
-    g.add_argument(
-        "--partition",
-        action="append",
-        default=[],
-        metavar="COL=VALUE",
-        help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
-    )
+    add_output_args(g)
+    add_partition_arg(g)
     g.add_argument("--full", action="store_true", help="recluster everything (fresh key ranges)")
     add_run_args(p, verb="clustered")
     p.set_defaults(func=cmd_optimize)
 
+
+def _register_clustering(sub: Any) -> None:
     p = sub.add_parser(
         "clustering",
         help="show or declare how the table is clustered",
@@ -119,14 +106,11 @@ def register(sub: Any) -> None:
     which.add_argument("--zorder-by", type=_columns, metavar="A,B", help="curve columns")
     which.add_argument("--sort-by", type=_columns, metavar="A,B", help="linear sort columns")
     which.add_argument("--none", action="store_true", help="declare no clustering")
-    p.add_argument(
-        "--curve",
-        choices=("hilbert", "zorder"),
-        default=None,
-        help="the curve over --zorder-by (default: hilbert)",
-    )
+    _curve_arg(p)
     p.set_defaults(func=cmd_clustering)
 
+
+def _register_inspect(sub: Any) -> None:
     p = sub.add_parser(
         "inspect",
         help="skipping inside files (page index, bloom filters, row groups), or with "
@@ -200,16 +184,16 @@ def clustering_options_of(table: Table, args: argparse.Namespace) -> ClusteringO
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    table = open_from_args(args)
-    execution = execution_of(args)
-    if args.plan:
-        refuse_planning_options(args, _PLANNING_OPTIONS)
-        plan = ClusterPlan.from_json(read_plan_file(args.plan))
-        prepared = prepare_plan(table, CLUSTERING, plan, execution, dry_run=args.dry_run)
-    else:
-        options = clustering_options_of(table, args)
-        prepared = prepare_clustering(table, options, execution, dry_run=args.dry_run)
-    return run_rewrite_command(args, prepared, show=_show)
+    return rewrite_command(
+        args,
+        CLUSTERING,
+        ClusterPlan,
+        planning_options=_PLANNING_OPTIONS,
+        plan_new=lambda table, args, execution: prepare_clustering(
+            table, clustering_options_of(table, args), execution, dry_run=args.dry_run
+        ),
+        show=_show,
+    )
 
 
 def _show(report: MaintenanceReport) -> None:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
+from ..maintenance.report import human_bytes as report_bytes
 from ..table import Table, open_table
 
 __all__ = [
@@ -255,12 +256,7 @@ def text_columns(table: pa.Table) -> pa.Table:
 def human_bytes(n: float | int | None) -> str:
     if n is None:
         return "-"
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(x) < 1024 or unit == "TiB":
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
+    return report_bytes(n)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)

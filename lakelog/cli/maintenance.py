@@ -15,16 +15,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
+from ..maintenance.clustering.planner import ClusterPlan
 from ..maintenance.compaction.planner import CompactionPlan
 from ..maintenance.compaction.run import COMPACTION, prepare_compaction
 from ..maintenance.executor import Progress
 from ..maintenance.options import CompactionOptions, ExecutionOptions
-from ..maintenance.pipeline import Prepared, prepare_plan, run_prepared
+from ..maintenance.pipeline import Prepared, RewriteKind, prepare_plan, run_prepared
 from ..maintenance.report import MaintenanceReport
 from ..partitioning import typed_partition_value
 from .common import (
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ProgressBar",
+    "add_output_args",
+    "add_partition_arg",
+    "add_target_file_size_arg",
     "compaction_options_of",
     "execution_of",
     "partition_filter_of",
@@ -50,6 +54,7 @@ __all__ = [
     "read_plan_file",
     "refuse_planning_options",
     "register",
+    "rewrite_command",
     "run_rewrite_command",
     "save_plan_file",
 ]
@@ -77,12 +82,7 @@ def register(sub: Any) -> None:
     )
     add_table_args(p)
     g = p.add_argument_group("planning")
-    g.add_argument(
-        "--target-file-size",
-        type=size_arg,
-        metavar="SIZE",
-        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
-    )
+    add_target_file_size_arg(g)
     g.add_argument(
         "--target-rows",
         type=count_arg,
@@ -102,6 +102,24 @@ def register(sub: Any) -> None:
         metavar="N",
         help="rewrite groups of at least N files (default: lakelog.compaction.min_input_files, 2)",
     )
+    add_partition_arg(g)
+    add_output_args(g)
+    add_run_args(p, verb="rewritten")
+    p.set_defaults(func=cmd_compact)
+
+
+def add_target_file_size_arg(g: Any) -> None:
+    """``--target-file-size``, of every rewrite command."""
+    g.add_argument(
+        "--target-file-size",
+        type=size_arg,
+        metavar="SIZE",
+        help="output file size, e.g. 128MiB (default: lakelog.target_file_size, 128 MiB)",
+    )
+
+
+def add_partition_arg(g: Any) -> None:
+    """``--partition COL=VALUE`` (read by :func:`partition_filter_of`)."""
     g.add_argument(
         "--partition",
         action="append",
@@ -109,6 +127,10 @@ def register(sub: Any) -> None:
         metavar="COL=VALUE",
         help="only these partitions (repeatable: one column's values are OR-ed, columns AND-ed)",
     )
+
+
+def add_output_args(g: Any) -> None:
+    """``--compression`` and ``--row-group-size`` of the new files of a rewrite."""
     g.add_argument(
         "--compression",
         metavar="CODEC",
@@ -120,8 +142,6 @@ def register(sub: Any) -> None:
         metavar="ROWS",
         help="rows per row group of the new files",
     )
-    add_run_args(p, verb="rewritten")
-    p.set_defaults(func=cmd_compact)
 
 
 def partition_filter_of(table: Table, pairs: list[str]) -> list[Any] | None:
@@ -276,14 +296,40 @@ def run_rewrite_command(
     return 0
 
 
-def cmd_compact(args: argparse.Namespace) -> int:
+Plan = TypeVar("Plan", CompactionPlan, ClusterPlan)
+
+
+def rewrite_command(
+    args: argparse.Namespace,
+    kind: RewriteKind[Plan],
+    plan_type: type[Plan],
+    *,
+    planning_options: Sequence[str],
+    plan_new: Callable[[Table, argparse.Namespace, ExecutionOptions], Prepared[Plan]],
+    show: Callable[[MaintenanceReport], None],
+) -> int:
+    """A rewrite command (``compact``, ``optimize``): run the saved plan ``--plan``
+    names (refusing planning flags beside it), or plan anew with ``plan_new``, then
+    :func:`run_rewrite_command`."""
     table = open_from_args(args)
     execution = execution_of(args)
     if args.plan:
-        refuse_planning_options(args, _PLANNING_OPTIONS)
-        plan = CompactionPlan.from_json(read_plan_file(args.plan))
-        prepared = prepare_plan(table, COMPACTION, plan, execution, dry_run=args.dry_run)
+        refuse_planning_options(args, planning_options)
+        plan = plan_type.from_json(read_plan_file(args.plan))
+        prepared = prepare_plan(table, kind, plan, execution, dry_run=args.dry_run)
     else:
-        options = compaction_options_of(table, args)
-        prepared = prepare_compaction(table, options, execution, dry_run=args.dry_run)
-    return run_rewrite_command(args, prepared, show=print)
+        prepared = plan_new(table, args, execution)
+    return run_rewrite_command(args, prepared, show=show)
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    return rewrite_command(
+        args,
+        COMPACTION,
+        CompactionPlan,
+        planning_options=_PLANNING_OPTIONS,
+        plan_new=lambda table, args, execution: prepare_compaction(
+            table, compaction_options_of(table, args), execution, dry_run=args.dry_run
+        ),
+        show=print,
+    )

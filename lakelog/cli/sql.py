@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from ..catalog import connect_catalog
-from .catalog import _catalog_url, _cli_words, add_catalog_arg
+from .catalog import add_catalog_arg, catalog_url, cli_words
 from .common import print_json, print_rows
 
 __all__ = ["register"]
@@ -32,8 +32,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from ..sql.embedded import execute
 
     check(args.statement)
-    url = _catalog_url(args, existing_only=False)
-    with _cli_words(), connect_catalog(url) as catalog:
+    url = catalog_url(args, existing_only=False)
+    with cli_words(), connect_catalog(url) as catalog:
         rows = execute(args.statement, catalog)
     records = rows.to_pylist()
     if args.json:

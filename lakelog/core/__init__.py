@@ -19,7 +19,7 @@ Imports only below it (storage, log, io, transaction); ``Table`` only for type h
 (the facade registers its class, :mod:`.handle`).
 """
 
-from .commit import Committed, commit, commit_files, commit_history
+from .commit import Committed, commit, commit_files, commit_history, overwrite_removes
 from .create import OPEN_HINT, create_with_files, declare_rules, write_new_table
 from .handle import load_table, table_of, use_table_class
 from .partitions import set_partitioning
@@ -70,6 +70,7 @@ __all__ = [
     "load_table",
     "not_landed",
     "overwrite",
+    "overwrite_removes",
     "partition_scope",
     "plan_write",
     "readd_dropped",

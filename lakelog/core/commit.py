@@ -3,25 +3,26 @@
 Every writer (the table's own writes, row-level changes, maintenance, the engines)
 commits through :func:`commit` (``Table.commit`` is it, keeping the table's cached
 snapshot up to date). :func:`commit_files` is the commit of data files already
-written; :func:`commit_history` reads the commits' headers back.
+written; :func:`overwrite_removes` builds every overwrite's remove actions;
+:func:`commit_history` reads the commits' headers back.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from ..errors import InvalidArgumentError
 from ..leases import Lease
-from ..log.actions import Action, AddFile, AppTransaction, CommitHeader
+from ..log.actions import Action, AddFile, AppTransaction, CommitHeader, DataFile, RemoveFile
 from ..log.commits import commit_path, decode_header, list_log
 from ..log.snapshot import Snapshot
 from ..storage import Storage
 from ..storage_check import ensure_put_if_absent
 from ..transaction import CommitResult, Kind, Rebase, Transaction, check_app_versions
 
-__all__ = ["Committed", "commit", "commit_files", "commit_history"]
+__all__ = ["Committed", "commit", "commit_files", "commit_history", "overwrite_removes"]
 
 
 class Committed(NamedTuple):
@@ -84,6 +85,19 @@ def commit(
     return Committed(result, txn.landed_snapshot)
 
 
+def overwrite_removes(
+    snapshot: Snapshot, replaced: Callable[[DataFile], bool] | None = None
+) -> list[RemoveFile]:
+    """The remove actions of an overwrite on ``snapshot``: one for every live file, or
+    for those ``replaced`` selects (a partition overwrite), all stamped with one
+    deletion time. Every overwrite (the table's, a commit of files already written,
+    Spark's static and dynamic ones) builds its removes here."""
+    now = int(time.time() * 1000)
+    return [
+        f.to_remove(deletion_ms=now) for f in snapshot.files() if replaced is None or replaced(f)
+    ]
+
+
 def commit_files(
     storage: Storage,
     snapshot: Snapshot,
@@ -120,10 +134,9 @@ def commit_files(
         actions.append(app)
     out_metrics = dict(metrics or {})
     if mode == "overwrite":
-        now = int(time.time() * 1000)
-        removed = snapshot.files()
-        actions = [f.to_remove(deletion_ms=now) for f in removed] + actions
-        out_metrics["num_removed_files"] = len(removed)
+        removes = overwrite_removes(snapshot)
+        actions = [*removes, *actions]
+        out_metrics["num_removed_files"] = len(removes)
     return commit(
         storage,
         snapshot,

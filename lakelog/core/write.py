@@ -8,7 +8,6 @@ not land leaves no file behind.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from ..properties import get_int, get_str
 from ..storage import Storage
 from ..transaction import CommitResult, app_commit, app_transaction, skipped_result
 from ..transforms import PartitionSpec, parse_field
+from .commit import overwrite_removes
 from .identity import IdentityWrite
 from .schema import SchemaMode, check_schema_mode, plan_write
 from .staged import Staged, staged
@@ -339,16 +339,16 @@ def overwrite(
                         f"rows for other partitions; include them in partitions= or filter "
                         f"the data."
                     )
-            now = int(time.time() * 1000)
             parts = snap.partition_by
-            replaced = [
-                f
-                for f in snap.files()
-                if scope is None or {k: f.partition.get(k) for k in parts} in scope
-            ]
+            replaced = overwrite_removes(
+                snap,
+                None
+                if scope is None
+                else lambda f: {k: f.partition.get(k) for k in parts} in scope,
+            )
             metadata = numbered(identity, plan.metadata, snap)
             actions: list[Action] = [metadata] if metadata is not None else []
-            actions += [f.to_remove(deletion_ms=now) for f in replaced]
+            actions += replaced
             actions.extend(adds)
             parameters = {"partitions": scope} if scope is not None else {}
         return table.commit(

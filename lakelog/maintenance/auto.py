@@ -352,11 +352,7 @@ def _prepare(
         )
         if not cplan.groups:
             return None
-        kind_c: RewriteKind[ClusterPlan] = dataclasses.replace(
-            CLUSTERING,
-            operation=CLUSTER_OPERATION,
-            parameters=lambda p: {**CLUSTERING.parameters(p), **extra},
-        )
+        kind_c = _auto_kind(CLUSTERING, CLUSTER_OPERATION, extra)
         return dataclasses.replace(prepared, kind=kind_c, plan=cplan, execution=execution)
     plan = plan_compaction(
         snap,
@@ -371,12 +367,21 @@ def _prepare(
     plan = msgspec.structs.replace(plan, groups=_within(plan.groups, budget))
     if not plan.groups:
         return None
-    kind: RewriteKind[CompactionPlan] = dataclasses.replace(
-        COMPACTION,
-        operation=COMPACT_OPERATION,
-        parameters=lambda p: {**COMPACTION.parameters(p), **extra},
-    )
+    kind = _auto_kind(COMPACTION, COMPACT_OPERATION, extra)
     return Prepared(table=table, kind=kind, plan=plan, execution=execution, snapshot=snap)
+
+
+AutoPlan = TypeVar("AutoPlan", CompactionPlan, ClusterPlan)
+
+
+def _auto_kind(
+    kind: RewriteKind[AutoPlan], operation: str, extra: Mapping[str, Any]
+) -> RewriteKind[AutoPlan]:
+    """``kind`` as an automatic run commits it: its own operation, ``extra`` (the trigger
+    version, the mode) in the commit's parameters."""
+    return dataclasses.replace(
+        kind, operation=operation, parameters=lambda p: {**kind.parameters(p), **extra}
+    )
 
 
 MAX_ROUNDS = 8
@@ -510,6 +515,7 @@ def run_once(
             error=error,
         )
 
+    round_paths: list[str] = []  # the files of the round that runs (backed off if it errors)
     try:
         failpoint("auto-compact:start")
         pausepoint("auto-compact:start")
@@ -521,6 +527,7 @@ def run_once(
             if prepared is None:
                 break
             by_id = {g.group_id: g for g in prepared.plan.groups}
+            round_paths = [p for g in prepared.plan.groups for p in g.paths]
             try:
                 report = run_prepared(prepared, run_with)
             except MaintenanceFailedError as e:  # every group of the round failed
@@ -569,6 +576,8 @@ def run_once(
             out, status="compacted" if landed else "lost", error=f"{type(e).__name__}: {e}"
         )
     except Exception as e:  # noqa: BLE001 - the data commit landed: report, never raise
+        if round_paths:  # the round's groups wait out a backoff, as a failed group does
+            _backoff.failed(uri, round_paths)
         failure(f"{type(e).__name__}: {e}")
     if out.status == "compacted" and mode == "async":
         _manifest(table)

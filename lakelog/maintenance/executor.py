@@ -28,9 +28,8 @@ Crash and pause points (:mod:`lakelog._failpoints`) for tests:
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from .._failpoints import failpoint, pausepoint
 from ..errors import DataFileMissingError, InvalidArgumentError, LakelogError, VersionExpiredError
 from ..leases import Lease
 from ..log.snapshot import Snapshot, load_snapshot
+from ..storage import Storage
 from ..transaction import CommitResult
 from .claims import Claim, claim_groups, claims_enabled, release_rest
 from .commit import commit_rewrite, delete_outputs
@@ -214,7 +214,6 @@ def run_groups(
     groups they land, and it releases the rest at the end. ``plan_id``: resume that
     pending plan instead of claiming a new one.
     """
-    groups_per_commit = execution.groups_per_commit
     rate = execution.max_bytes_per_second
     todo = sorted(plan.groups if groups is None else groups, key=lambda g: -g.total_bytes)
     bucket = TokenBucket(rate) if rate else None
@@ -239,8 +238,6 @@ def run_groups(
         failpoint("rewrite:claimed")
         pausepoint("rewrite:claimed")
     tracker = _Tracker(todo, progress, bucket)
-    pending: list[GroupResult] = []
-    consumed: set[str] = set()
 
     def commit_batch(batch: list[GroupResult]) -> None:
         pausepoint("rewrite:before-commit")
@@ -269,7 +266,53 @@ def run_groups(
         tracker.group_done(group, pacer.counted)
         return result
 
-    workers = max(1, min(execution.max_concurrent_groups, len(todo)))
+    try:
+        _run_and_commit(
+            todo,
+            run,
+            commit_batch,
+            outcome,
+            tracker,
+            storage=table.storage,
+            workers=max(1, min(execution.max_concurrent_groups, len(todo))),
+            groups_per_commit=execution.groups_per_commit,
+            on_failure=on_failure,
+            on_abort=on_abort,
+        )
+    except Exception:
+        if claim is not None:
+            # an error, not a kill or an interrupt: end the claim now, as a Spark run
+            # does, instead of leaving it pending until the lease expires
+            landed = [r.group_id for r in outcome.committed]
+            try:
+                release_rest(table, claim, landed, operation=operation)
+            except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+                pass  # the claim expires with the lease instead
+        raise
+    outcome.paced_seconds = bucket.waited_seconds if bucket is not None else 0.0
+    if claim is not None:
+        release_rest(table, claim, [r.group_id for r in outcome.committed], operation=operation)
+    return outcome
+
+
+def _run_and_commit(
+    todo: Sequence[FileGroup],
+    run: Callable[[FileGroup], GroupResult],
+    commit_batch: Callable[[list[GroupResult]], None],
+    outcome: RunOutcome,
+    tracker: _Tracker,
+    *,
+    storage: Storage,
+    workers: int,
+    groups_per_commit: int | None,
+    on_failure: Callable[[FileGroup, Exception], None] | None,
+    on_abort: Callable[[], None] | None,
+) -> None:
+    """Run ``todo`` in ``workers`` threads and commit the results as they come (every
+    ``groups_per_commit``, or once at the end). On any error the other groups are
+    cancelled, the outputs no commit took are deleted, and the error propagates."""
+    pending: list[GroupResult] = []
+    consumed: set[str] = set()
     with threads.pool("lakelog-rewrite", workers) as pool:
         futures: dict[Future[GroupResult], FileGroup] = {pool.submit(run, g): g for g in todo}
         try:
@@ -304,29 +347,28 @@ def run_groups(
             if on_abort is not None:
                 on_abort()
             wait(list(futures))
-            # a batch whose commit failed is not in ``pending``: commit_rewrite deleted its
-            # outputs (conflict) or must keep them (unknown outcome); the rest goes
-            leftovers = list(pending)
-            for fut in futures:
-                if fut.cancelled() or fut.exception() is not None:
-                    continue
-                r = fut.result()
-                if r.group_id not in consumed:
-                    leftovers.append(r)
-            delete_outputs(table.storage, leftovers)
-            if claim is not None and isinstance(sys.exc_info()[1], Exception):
-                # an error, not a kill or an interrupt: end the claim now, as a Spark run
-                # does, instead of leaving it pending until the lease expires
-                landed = [r.group_id for r in outcome.committed]
-                try:
-                    release_rest(table, claim, landed, operation=operation)
-                except Exception:  # noqa: BLE001 - the run's own error is the one to raise
-                    pass  # the claim expires with the lease instead
+            _delete_uncommitted(storage, futures, pending, consumed)
             raise
-    outcome.paced_seconds = bucket.waited_seconds if bucket is not None else 0.0
-    if claim is not None:
-        release_rest(table, claim, [r.group_id for r in outcome.committed], operation=operation)
-    return outcome
+
+
+def _delete_uncommitted(
+    storage: Storage,
+    futures: Iterable[Future[GroupResult]],
+    pending: Sequence[GroupResult],
+    consumed: set[str],
+) -> None:
+    """Delete the outputs of a stopped run that no commit took: those waiting for a
+    commit, and those of groups that finished after the run stopped. A batch whose
+    commit failed is not among them: ``commit_rewrite`` deleted its outputs (conflict)
+    or must keep them (unknown outcome)."""
+    leftovers = list(pending)
+    for fut in futures:
+        if fut.cancelled() or fut.exception() is not None:
+            continue
+        r = fut.result()
+        if r.group_id not in consumed:
+            leftovers.append(r)
+    delete_outputs(storage, leftovers)
 
 
 # -- a whole plan ------------------------------------------------------------------------

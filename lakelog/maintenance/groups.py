@@ -9,18 +9,27 @@ sources for outputs. Groups of one plan never share a source file.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import CorruptLogError, InvalidArgumentError, UnsupportedFormatError
 from ..log.actions import AddFile, DataFile
 from ..log.files import vectors_of
 from ..log.format import DELETION_VECTORS
 from ..log.snapshot import Snapshot
 
-__all__ = ["FileGroup", "GroupResult", "RewritePlan", "changed_sources", "stale_groups"]
+__all__ = [
+    "FileGroup",
+    "GroupResult",
+    "RewritePlan",
+    "SavedPlan",
+    "changed_sources",
+    "check_group_rows",
+    "stale_groups",
+]
 
 
 class FileGroup(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +70,40 @@ class GroupResult(msgspec.Struct, frozen=True, kw_only=True):
     spilled_runs: int = 0
     """Sorted runs a clustering rewrite spilled to disk (0 when it sorted in memory)."""
 
+    @classmethod
+    def of(
+        cls,
+        group: FileGroup,
+        added: Sequence[AddFile],
+        *,
+        duration_s: float,
+        spilled_runs: int = 0,
+    ) -> GroupResult:
+        """The result of rewriting ``group`` into ``added`` (checked with
+        :func:`check_group_rows` first)."""
+        return cls(
+            group_id=group.group_id,
+            added=tuple(added),
+            bytes_read=group.total_bytes,
+            bytes_written=sum(a.size_bytes for a in added),
+            num_rows=sum(a.num_rows for a in added),
+            duration_s=duration_s,
+            spilled_runs=spilled_runs,
+        )
+
+
+def check_group_rows(group: FileGroup, added: Sequence[AddFile], *, where: str = "") -> None:
+    """The files a rewrite wrote hold exactly the group's rows, as the log records them;
+    otherwise a source file does not match the log and nothing may be committed.
+    ``where``: where the rows were counted, for the message (e.g. after a Spark job)."""
+    got = sum(a.num_rows for a in added)
+    if got != group.num_rows:
+        raise CorruptLogError(
+            f"expected {group.num_rows} rows from the {len(group.files)} files of group "
+            f"{group.group_id} (as the log records), found {got}{where}; a data file does not "
+            f"match the log. Nothing was committed; check the files with `lakelog files`."
+        )
+
 
 class RewritePlan(Protocol):
     """What the executor, the commit and the report need of a plan (compaction or clustering)."""
@@ -83,6 +126,82 @@ class RewritePlan(Protocol):
     def source_file_count(self) -> int: ...
     @property
     def source_bytes(self) -> int: ...
+
+
+class _Probe(msgspec.Struct):
+    plan_format: int | None = None
+    kind: str | None = None
+
+
+P = TypeVar("P", bound="SavedPlan")
+
+
+class SavedPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """The base of the rewrite plans (compaction's and clustering's): saved as JSON with
+    :meth:`to_json` and loaded back with :meth:`from_json`, which checks first that the
+    text is a plan of this kind in a format this lakelog reads. Each plan names its kind
+    (the ``kind`` field), its newest format and its command in the class attributes."""
+
+    KIND: ClassVar[str]
+    """The plan's ``kind`` field: the operation that runs it."""
+    FORMAT: ClassVar[int]
+    """The plan format this library writes and the newest it reads."""
+    NOUN: ClassVar[str]
+    """The plan in words, for errors: ``"compaction plan"``."""
+    OTHER_KIND_HINT: ClassVar[str] = ""
+    """What to do with a plan of another kind, appended to that error."""
+
+    if TYPE_CHECKING:  # fields of every plan (declared by each, in its own order)
+        groups: tuple[FileGroup, ...]
+        snapshot_file_count: int
+
+    @property
+    def source_file_count(self) -> int:
+        """Files the plan rewrites."""
+        return sum(len(g.files) for g in self.groups)
+
+    @property
+    def source_bytes(self) -> int:
+        """Bytes the plan rewrites."""
+        return sum(g.total_bytes for g in self.groups)
+
+    @property
+    def estimated_after_file_count(self) -> int:
+        """Live files once every group landed, as planned."""
+        out = sum(g.estimated_output_files for g in self.groups)
+        return self.snapshot_file_count - self.source_file_count + out
+
+    def to_json(self) -> str:
+        """The plan as JSON text, for :meth:`from_json` (here or elsewhere)."""
+        return msgspec.json.encode(self).decode()
+
+    @classmethod
+    def from_json(cls: type[P], text: str | bytes) -> P:
+        """Load a plan saved with :meth:`to_json`."""
+        try:
+            probe = msgspec.json.decode(text, type=_Probe)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise InvalidArgumentError(
+                f"expected a {cls.NOUN} saved by lakelog (JSON), found undecodable content: "
+                f"{e}. Save plans with {cls.__name__}.to_json() or "
+                f"`lakelog {cls.KIND} --plan-out`."
+            ) from e
+        if probe.plan_format is not None and probe.plan_format > cls.FORMAT:
+            raise UnsupportedFormatError(
+                f"expected {cls.NOUN} format <= {cls.FORMAT}, found {probe.plan_format}; the "
+                f"plan was made by a newer lakelog. Upgrade lakelog or plan again with this one."
+            )
+        if probe.kind is not None and probe.kind != cls.KIND:
+            raise InvalidArgumentError(
+                f"expected a {cls.NOUN} (kind {cls.KIND!r}), found kind {probe.kind!r}"
+                f"{cls.OTHER_KIND_HINT}"
+            )
+        try:
+            return msgspec.json.decode(text, type=cls)
+        except msgspec.ValidationError as e:
+            raise InvalidArgumentError(
+                f"expected a complete {cls.NOUN}, found an invalid one: {e}"
+            ) from e
 
 
 def changed_sources(snapshot: Snapshot, files: Iterable[DataFile]) -> set[str]:

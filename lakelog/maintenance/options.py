@@ -53,6 +53,8 @@ __all__ = [
     "ExecutionOptions",
     "ExecutionSettings",
     "check_flag",
+    "execution_from_arguments",
+    "from_arguments",
     "positive_int",
     "with_keywords",
 ]
@@ -290,6 +292,38 @@ def with_keywords(options: Options, *, argument: str = "options", **keywords: An
             )
         changes[name] = value
     return msgspec.structs.replace(options, **changes) if changes else options
+
+
+Request = TypeVar("Request", CompactionOptions, ClusteringOptions)
+
+
+def from_arguments(
+    kind: type[Request],
+    options: Request | None,
+    execution: ExecutionOptions | None,
+    arguments: Mapping[str, Any],
+) -> tuple[Request, ExecutionOptions]:
+    """The options objects of a ``compact`` or ``optimize`` call, from its arguments: the
+    one place where every entry point (``Table.compact``/``optimize`` and their Spark
+    twins) turns its keyword arguments into objects.
+
+    ``arguments`` maps the call's parameter names to the values given (``locals()`` at
+    the top of the entry point); each field of ``kind`` and of :class:`ExecutionOptions`
+    is taken from it by name and joined to ``options`` / ``execution`` by the rule of
+    :func:`with_keywords`. Other names (``dry_run``, the table's location...) are the
+    caller's.
+    """
+    own = {n: arguments[n] for n in kind.__struct_fields__ if n in arguments}
+    return with_keywords(options or kind(), **own), execution_from_arguments(execution, arguments)
+
+
+def execution_from_arguments(
+    execution: ExecutionOptions | None, arguments: Mapping[str, Any]
+) -> ExecutionOptions:
+    """:class:`ExecutionOptions` of a call (``resume``, or within :func:`from_arguments`):
+    ``execution`` with the fields given beside it in ``arguments``."""
+    run = {n: arguments[n] for n in ExecutionOptions.__struct_fields__ if n in arguments}
+    return with_keywords(execution or ExecutionOptions(), argument="execution", **run)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..log.snapshot import Snapshot
-from ..transaction import CommitResult
 from .executor import GroupRunner, ProgressCallback, RunOutcome, check_plan_table, execute_groups
 from .groups import GroupResult, RewritePlan
 from .options import ExecutionOptions, ExecutionSettings, check_flag
-from .report import MaintenanceReport, raise_if_all_failed
+from .report import MaintenanceReport, raise_if_all_failed, rewrite_report
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -43,35 +42,22 @@ __all__ = [
 ]
 
 PlanT = TypeVar("PlanT", bound=RewritePlan)
-_PlanIn = TypeVar("_PlanIn", bound=RewritePlan, contravariant=True)
-
-
-class ReportBuilder(Protocol[_PlanIn]):
-    """Builds the report of a plan, whatever engine ran its groups."""
-
-    def __call__(
-        self,
-        plan: _PlanIn,
-        *,
-        committed: Sequence[GroupResult],
-        commits: Sequence[CommitResult],
-        abandoned: Sequence[str],
-        started: float,
-        paced_seconds: float = 0.0,
-        dry_run: bool = False,
-        extra: Mapping[str, Any] | None = None,
-    ) -> MaintenanceReport: ...
 
 
 @dataclass(frozen=True)
 class RewriteKind(Generic[PlanT]):
     """What a kind of rewrite (compaction, clustering) brings to the shared flow."""
 
+    name: str
+    """The report's operation: ``compact`` or ``optimize``."""
     operation: str
     """The commit's operation: ``COMPACT`` or ``OPTIMIZE``."""
     parameters: Callable[[PlanT], dict[str, Any]]
     """The commit's parameters, from the plan."""
-    report: ReportBuilder[PlanT]
+    report_fields: Callable[[PlanT, Sequence[GroupResult]], dict[str, Any]]
+    """The kind's own fields of the report (:func:`~lakelog.maintenance.report.rewrite_report`'s
+    ``extra``), from the plan and the group results that landed; an engine's fields go
+    over them."""
     runner: Callable[[Table, PlanT, Snapshot | None, str], GroupRunner]
     """The in-process rewrite of one group: table, plan, the snapshot it was made from
     (None: a saved plan) and the run's lease id in; a :data:`GroupRunner` out."""
@@ -184,30 +170,27 @@ def run_prepared(
     """Report a dry run, or execute the plan with ``executor`` (default:
     :class:`ThreadExecutor`) and report what landed (see the module doc)."""
     executor = ThreadExecutor() if executor is None else executor
-    plan, report_of = prepared.plan, prepared.kind.report
-    if prepared.dry_run or not plan.groups:
-        report = report_of(
+    plan, kind = prepared.plan, prepared.kind
+
+    def report_of(outcome: RunOutcome, extra: Mapping[str, Any]) -> MaintenanceReport:
+        report = rewrite_report(
+            kind.name,
             plan,
-            committed=[],
-            commits=[],
-            abandoned=[],
-            started=prepared.started,
+            committed=outcome.committed,
+            commits=outcome.commits,
+            abandoned=outcome.abandoned,
+            duration_s=time.monotonic() - prepared.started,
             dry_run=prepared.dry_run,
-            extra=executor.idle_extra(prepared),
+            paced_seconds=outcome.paced_seconds,
+            extra={**kind.report_fields(plan, outcome.committed), **extra},
         )
         report.emit()
         return report
+
+    if prepared.dry_run or not plan.groups:
+        return report_of(RunOutcome(), executor.idle_extra(prepared))
     run = executor.execute(prepared, progress)
-    report = report_of(
-        plan,
-        committed=run.outcome.committed,
-        commits=run.outcome.commits,
-        abandoned=run.outcome.abandoned,
-        started=prepared.started,
-        paced_seconds=run.outcome.paced_seconds,
-        extra=run.extra,
-    )
-    report.emit()
+    report = report_of(run.outcome, run.extra)
     if report.failed_groups:
         raise_if_all_failed(report, what_to_do=executor.failure_advice(report))
     return report

@@ -17,7 +17,19 @@ from typing import Any
 from ..errors import MaintenanceFailedError
 from .groups import RewritePlan
 
-__all__ = ["MaintenanceReport", "raise_if_all_failed", "rewrite_report"]
+__all__ = ["MaintenanceReport", "human_bytes", "raise_if_all_failed", "rewrite_report"]
+
+
+def human_bytes(n: float) -> str:
+    """A byte count for people: ``512 B``, ``1.5 KiB``, ... ``2.0 TiB`` (every report and
+    the command line write sizes this way)."""
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(x) < 1024:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"
+
 
 log = logging.getLogger("lakelog")
 

@@ -9,11 +9,12 @@ rewritten or removed meanwhile are dropped (reported as abandoned).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
 from ..errors import CorruptLogError
+from ..log.plans import PendingPlan
 from .claims import pending_plan, plan_path
 from .clustering.planner import ClusterPlan
 from .clustering.run import CLUSTERING
@@ -21,7 +22,7 @@ from .compaction.planner import CompactionPlan
 from .compaction.run import COMPACTION
 from .executor import ProgressCallback
 from .options import ExecutionOptions
-from .pipeline import prepare_plan, run_prepared
+from .pipeline import RewriteKind, prepare_plan, run_prepared
 from .report import MaintenanceReport
 
 if TYPE_CHECKING:
@@ -49,16 +50,26 @@ def resume_plan(
             f"planner takes the plan's files over once the plan's lease has expired."
         ) from e
     if pending.operation in ("OPTIMIZE", "AUTO OPTIMIZE"):
-        cplan = ClusterPlan.from_json(raw)
-        cplan = msgspec.structs.replace(
-            cplan, groups=tuple(g for g in cplan.groups if g.group_id in pending.groups)
-        )
-        prepared = prepare_plan(table, CLUSTERING, cplan, execution, plan_id=plan_id)
-        return run_prepared(prepared, progress=progress)
-    plan = CompactionPlan.from_json(raw)
-    plan = msgspec.structs.replace(
+        cluster = ClusterPlan.from_json(raw)
+        return _run_pending(table, CLUSTERING, cluster, pending, execution, progress)
+    compact = CompactionPlan.from_json(raw)
+    return _run_pending(table, COMPACTION, compact, pending, execution, progress)
+
+
+Plan = TypeVar("Plan", CompactionPlan, ClusterPlan)
+
+
+def _run_pending(
+    table: Table,
+    kind: RewriteKind[Plan],
+    plan: Plan,
+    pending: PendingPlan,
+    execution: ExecutionOptions | None,
+    progress: ProgressCallback | None,
+) -> MaintenanceReport:
+    """Run the groups of ``plan`` that ``pending`` still lists, under its claim."""
+    left = msgspec.structs.replace(
         plan, groups=tuple(g for g in plan.groups if g.group_id in pending.groups)
     )
-    return run_prepared(
-        prepare_plan(table, COMPACTION, plan, execution, plan_id=plan_id), progress=progress
-    )
+    prepared = prepare_plan(table, kind, left, execution, plan_id=pending.plan_id)
+    return run_prepared(prepared, progress=progress)

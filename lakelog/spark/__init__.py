@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING
 
 from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .convert import convert
+from .datasource import register as register_source
 from .errors import raises_typed, typed_errors, unwrap
-from .feed import read_changes
 from .maintain import maintain
 from .maintenance import compact, optimize
-from .read import ReadPlan, history, plan_read, read
+from .read import ReadPlan, history, plan_read, read, read_changes
 from .rowlevel import delete, merge, update
 from .sql import sql
 from .write import STAGING_DIR, write
@@ -91,9 +91,7 @@ def register(spark: SparkSession) -> None:
         SparkEnvironmentError: the session's Python workers cannot import lakelog and
             lakelog cannot point them at the driver's interpreter.
     """
-    from .datasource import register as _register
-
-    _register(spark)
+    register_source(spark)
 
 
 # lakelog errors raised in Spark's workers reach callers as their own classes

@@ -38,12 +38,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from ..errors import CorruptLogError, LakelogError
@@ -51,27 +50,41 @@ from ..io.writer import WriteOptions
 from ..log import mapping
 from ..log.actions import AddFile, DataFile, encode_schema
 from ..maintenance.clustering.planner import ClusterSettings
-from ..maintenance.clustering.sort import Segment, file_cuts
+from ..maintenance.clustering.sort import FileCut, Segment, file_cuts
 from ..maintenance.clustering.spec import (
     ROW_SAMPLE,
     ClusterSpec,
     encoded_row_bytes,
     sized_segments,
 )
-from ..maintenance.groups import FileGroup, GroupResult
+from ..maintenance.groups import FileGroup, GroupResult, check_group_rows
 from ..maintenance.sources import dictionary_columns, file_schema_of, read_group
-from ..storage import Storage
+from ..partitioning import STAGING_DIR
+from ..storage import FileInfo, Storage
 from .columns import logical_columns, spark_physical_schema
 from .deleted import drop_deleted, scan_layers
 from .read import columns_of, session_conf, spark_url
+from .runner import partition_values, run_payloads
 from .schema import check_dataframe_schema, output_timestamp_type, to_spark_schema
-from .tasks import StagedFile, TaskOutcome, decode_added, finalize_staged_file, key_function
-from .write import STAGING_DIR, discard_staging
+from .tasks import (
+    StagedFile,
+    TaskOutcome,
+    decode_added,
+    discard_staging,
+    finalize_staged_file,
+    key_function,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["KEY_SAMPLE_ROWS", "cluster_large_group", "is_large", "large_path_problem"]
+__all__ = [
+    "KEY_SAMPLE_ROWS",
+    "cluster_large_group",
+    "is_large",
+    "large_path_problem",
+    "partition_values",  # lakelog.spark.runner's, where the Spark merge routes its tasks
+]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -196,47 +209,6 @@ def _group_rows(
     return out
 
 
-def spark_hash_int(values: npt.NDArray[np.int32], seed: int = 42) -> npt.NDArray[np.int32]:
-    """Spark's ``hash()`` of ``int`` values (Murmur3 x86 32-bit, ``hashInt``), vectorized.
-
-    Spark's hash partitioning sends a row to partition ``pmod(hash(value), n)``
-    with this function and seed 42.
-    """
-    with np.errstate(over="ignore"):
-        k = values.astype(np.int32).view(np.uint32) * np.uint32(0xCC9E2D51)
-        k = (k << np.uint32(15)) | (k >> np.uint32(17))
-        k = k * np.uint32(0x1B873593)
-        h = np.uint32(seed) ^ k
-        h = (h << np.uint32(13)) | (h >> np.uint32(19))
-        h = h * np.uint32(5) + np.uint32(0xE6546B64)
-        h = h ^ np.uint32(4)
-        h = h ^ (h >> np.uint32(16))
-        h = h * np.uint32(0x85EBCA6B)
-        h = h ^ (h >> np.uint32(13))
-        h = h * np.uint32(0xC2B2AE35)
-        h = h ^ (h >> np.uint32(16))
-    out: npt.NDArray[np.int32] = h.view(np.int32)
-    return out
-
-
-def partition_values(n: int) -> npt.NDArray[np.int32]:
-    """For each ``i < n``, the smallest ``int`` that Spark's ``repartition(n, col)`` sends to
-    partition ``i``: partitioning on it puts each output file in a task of its own,
-    without the sampling pass of a range partitioning (which would compute the keys twice).
-    """
-    found = np.full(n, -1, dtype=np.int64)
-    start, size = 0, max(1024, 16 * n)
-    while (found < 0).any():
-        values = np.arange(start, start + size, dtype=np.int32)
-        target = np.mod(spark_hash_int(values).astype(np.int64), n)
-        first = np.unique(target, return_index=True)
-        for t, i in zip(*first, strict=True):
-            if found[t] < 0:
-                found[t] = values[i]
-        start += size
-    return found.astype(np.int32)
-
-
 def cluster_large_group(
     spark: SparkSession,
     storage: Storage,
@@ -254,119 +226,45 @@ def cluster_large_group(
     """Cluster one large group with Spark jobs (see the module doc); nothing is committed.
     The staging folder's and the table files' names carry ``lease_id``, the run's
     writer lease."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.functions import arrow_udf
-
-    from .runner import run_payloads
-
     started = time.time()
     file_schema = file_schema_of(schema, partition_by)
-    # the job works in the files' physical names throughout (format.md, "Column ids"):
-    # it reads them, and its staged files hold them, which the finalizing pass reads
-    names = mapping.physical_schema(file_schema).names
-    file_col = _unused_name("lakelog_file", names)
-    key_col = _unused_name("lakelog_key", names)
-    route_col = _unused_name("lakelog_route", names)
-    struct_col = _unused_name("lakelog_fk", names)
     staging = f"{STAGING_DIR}/cluster-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-"
     staging += uuid.uuid4().hex if lease_id is None else f"{lease_id}-{uuid.uuid4().hex[:12]}"
-    settings = {
-        "spark.sql.parquet.writeLegacyFormat": "false",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": str(_UDF_BATCH_ROWS),
-    }
-    ts_type = output_timestamp_type(file_schema)
-    if ts_type is not None:
-        settings["spark.sql.parquet.outputTimestampType"] = ts_type
     added: list[AddFile] = []
     try:
+        # 1. sample the keys on the driver and cut the group's key range into files
         df = _group_rows(spark, storage, file_schema, group.files)
         keys = _sample_keys(df, spec, schema, file_schema, group.num_rows)
         sized = _segments_for_size(storage, group, segments, spec, file_schema, options)
         cuts = file_cuts(sized, keys)
         sampled = time.time()
-        key_schema = pa.schema([schema.field(c) for c in spec.columns])
-        key_schema = pa.schema(
-            [
-                pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
-                for f in key_schema
-            ]
+        # 2. route each row to its file's task, sort there, write the staged files
+        file_col = _sort_into_staging(
+            spark, storage, df, schema, file_schema, spec, spec_json, cuts, staging
         )
-        # shipped with the UDF (a few KB: the spec and a key per output file); no broadcast,
-        # which Spark Connect lacks
-        setup = json.dumps(
-            {
-                "spec": spec_json,
-                "schema": encode_schema(key_schema),
-                "starts": [c.key_start for c in cuts],
-                "route": partition_values(len(cuts)).tolist(),
-            }
-        )
-        udf = arrow_udf(  # type: ignore[call-overload]  # scalar; no hints (they warn)
-            key_function(setup),
-            T.StructType(
-                [
-                    T.StructField("f", T.IntegerType()),
-                    T.StructField("k", T.LongType()),
-                    T.StructField("p", T.IntegerType()),
-                ]
-            ),
-        )
-        keyed = df.select(
-            *columns_of(names), udf(*logical_columns(file_schema, spec.columns)).alias(struct_col)
-        ).select(
-            *columns_of(names),
-            F.col(struct_col).getField("f").alias(file_col),
-            F.col(struct_col).getField("k").alias(key_col),
-            F.col(struct_col).getField("p").alias(route_col),
-        )
-        ordered = (
-            keyed.repartition(len(cuts), route_col)
-            .sortWithinPartitions(file_col, key_col)
-            .drop(key_col, route_col)
-        )
-        writer = (
-            ordered.write.mode("error")
-            .partitionBy(file_col)
-            .option("compression", "snappy")
-            .option("parquet.block.size", str(_STAGED_ROW_GROUP_BYTES))
-        )
-        with session_conf(spark, settings):
-            writer.parquet(spark_url(storage, staging))
         sorted_at = time.time()
-
-        items = []
-        for info in storage.walk(staging):
-            rel = info.path[len(staging) + 1 :]
-            parts = rel.split("/")
-            if len(parts) != 2 or not parts[1].endswith(".parquet"):
-                continue  # _SUCCESS, checksums
-            if not parts[0].startswith(file_col + "="):
-                raise CorruptLogError(
-                    f"expected Spark to write {info.path} under a {file_col}=<n> folder, found "
-                    f"{parts[0]!r}; nothing was committed."
-                )
-            number = int(parts[0].split("=", 1)[1])
-            items.append(
-                msgspec.json.encode(
-                    StagedFile(
-                        uri=storage.uri,
-                        path=info.path,
-                        size_bytes=info.size,
-                        num_rows=0,  # unknown here; the finalizing task reads the footer
-                        schema=encode_schema(schema),
-                        partition_by=tuple(partition_by),
-                        partition=dict(group.partition),
-                        spec=spec_json,
-                        tier=cuts[number].tier,
-                        target_file_size=options.target_file_size,
-                        row_group_size=options.row_group_size,
-                        compression=options.compression,
-                        lease_id=lease_id,
-                        parquet=options.parquet,
-                    )
+        # 3. finalize each staged file into a table file (footer, row groups, stats)
+        items = [
+            msgspec.json.encode(
+                StagedFile(
+                    uri=storage.uri,
+                    path=info.path,
+                    size_bytes=info.size,
+                    num_rows=0,  # unknown here; the finalizing task reads the footer
+                    schema=encode_schema(schema),
+                    partition_by=tuple(partition_by),
+                    partition=dict(group.partition),
+                    spec=spec_json,
+                    tier=cuts[number].tier,
+                    target_file_size=options.target_file_size,
+                    row_group_size=options.row_group_size,
+                    compression=options.compression,
+                    lease_id=lease_id,
+                    parquet=options.parquet,
                 )
             )
+            for number, info in _staged_files(storage, staging, file_col)
+        ]
         fn = functools.partial(finalize_staged_file, storage_options=dict(storage_options or {}))
         for raw in run_payloads(spark, items, fn, description="lakelog: finalize clustered files"):
             added.extend(decode_added(raw))
@@ -381,26 +279,112 @@ def cluster_large_group(
             len(items),
             time.time() - sorted_at,
         )
-        got = sum(a.num_rows for a in added)
-        if got != group.num_rows:
-            raise CorruptLogError(
-                f"expected {group.num_rows} rows from the {len(group.files)} files of group "
-                f"{group.group_id} (as the log records), found {got} after the Spark job; a "
-                f"data file does not match the log. Nothing was committed."
-            )
+        check_group_rows(group, added, where=" after the Spark job")
     except BaseException:
         storage.delete([a.path for a in added])
         raise
     finally:
         discard_staging(storage, staging)
-    result = GroupResult(
-        group_id=group.group_id,
-        added=tuple(added),
-        bytes_read=group.total_bytes,
-        bytes_written=sum(a.size_bytes for a in added),
-        num_rows=sum(a.num_rows for a in added),
-        duration_s=time.time() - started,
-    )
+    result = GroupResult.of(group, added, duration_s=time.time() - started)
     return TaskOutcome(
         result=result, started=started, finished=time.time(), host="driver", mode="spark-job"
     )
+
+
+def _sort_into_staging(
+    spark: SparkSession,
+    storage: Storage,
+    df: DataFrame,
+    schema: pa.Schema,
+    file_schema: pa.Schema,
+    spec: ClusterSpec,
+    spec_json: str,
+    cuts: Sequence[FileCut],
+    staging: str,
+) -> str:
+    """Key every row of ``df`` (a UDF: its output file, its curve key, its route), send
+    each output file's rows to a task of its own, sort them by key there and write them
+    with Spark's Parquet writer under ``staging``, one folder per output file. Returns the
+    name of the folders' column (``<name>=<file number>``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.functions import arrow_udf
+
+    # the job works in the files' physical names throughout (format.md, "Column ids"):
+    # it reads them, and its staged files hold them, which the finalizing pass reads
+    names = mapping.physical_schema(file_schema).names
+    file_col = _unused_name("lakelog_file", names)
+    key_col = _unused_name("lakelog_key", names)
+    route_col = _unused_name("lakelog_route", names)
+    struct_col = _unused_name("lakelog_fk", names)
+    settings = {
+        "spark.sql.parquet.writeLegacyFormat": "false",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(_UDF_BATCH_ROWS),
+    }
+    ts_type = output_timestamp_type(file_schema)
+    if ts_type is not None:
+        settings["spark.sql.parquet.outputTimestampType"] = ts_type
+    key_schema = pa.schema(
+        [
+            pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+            for f in (schema.field(c) for c in spec.columns)
+        ]
+    )
+    # shipped with the UDF (a few KB: the spec and a key per output file); no broadcast,
+    # which Spark Connect lacks
+    setup = json.dumps(
+        {
+            "spec": spec_json,
+            "schema": encode_schema(key_schema),
+            "starts": [c.key_start for c in cuts],
+            "route": partition_values(len(cuts)).tolist(),
+        }
+    )
+    udf = arrow_udf(  # type: ignore[call-overload]  # scalar; no hints (they warn)
+        key_function(setup),
+        T.StructType(
+            [
+                T.StructField("f", T.IntegerType()),
+                T.StructField("k", T.LongType()),
+                T.StructField("p", T.IntegerType()),
+            ]
+        ),
+    )
+    keyed = df.select(
+        *columns_of(names), udf(*logical_columns(file_schema, spec.columns)).alias(struct_col)
+    ).select(
+        *columns_of(names),
+        F.col(struct_col).getField("f").alias(file_col),
+        F.col(struct_col).getField("k").alias(key_col),
+        F.col(struct_col).getField("p").alias(route_col),
+    )
+    ordered = (
+        keyed.repartition(len(cuts), route_col)
+        .sortWithinPartitions(file_col, key_col)
+        .drop(key_col, route_col)
+    )
+    writer = (
+        ordered.write.mode("error")
+        .partitionBy(file_col)
+        .option("compression", "snappy")
+        .option("parquet.block.size", str(_STAGED_ROW_GROUP_BYTES))
+    )
+    with session_conf(spark, settings):
+        writer.parquet(spark_url(storage, staging))
+    return file_col
+
+
+def _staged_files(storage: Storage, staging: str, file_col: str) -> Iterator[tuple[int, FileInfo]]:
+    """The Parquet files Spark wrote under ``staging``, each with its output file's number
+    (its ``<file_col>=<n>`` folder)."""
+    for info in storage.walk(staging):
+        rel = info.path[len(staging) + 1 :]
+        parts = rel.split("/")
+        if len(parts) != 2 or not parts[1].endswith(".parquet"):
+            continue  # _SUCCESS, checksums
+        if not parts[0].startswith(file_col + "="):
+            raise CorruptLogError(
+                f"expected Spark to write {info.path} under a {file_col}=<n> folder, found "
+                f"{parts[0]!r}; nothing was committed."
+            )
+        yield int(parts[0].split("=", 1)[1]), info

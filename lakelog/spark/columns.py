@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..log import mapping
-from .schema import _strip, to_spark_schema, to_spark_type
+from .schema import strip_nullability, to_spark_schema, to_spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -172,7 +172,7 @@ def conformed(column: Column, given: DataType, want: DataType) -> Column:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if _strip(given) == _strip(want):
+    if strip_nullability(given) == strip_nullability(want):
         return column
     if isinstance(given, T.StructType) and isinstance(want, T.StructType):
         have = {f.name: f.dataType for f in given.fields}
@@ -189,7 +189,7 @@ def conformed(column: Column, given: DataType, want: DataType) -> Column:
         return F.transform(column, lambda e: conformed(e, given.elementType, want.elementType))
     if isinstance(given, T.MapType) and isinstance(want, T.MapType):
         keyed = column
-        if _strip(given.keyType) != _strip(want.keyType):
+        if strip_nullability(given.keyType) != strip_nullability(want.keyType):
             keyed = F.transform_keys(column, lambda k, _: conformed(k, given.keyType, want.keyType))
         return F.transform_values(keyed, lambda _, v: conformed(v, given.valueType, want.valueType))
     return column.cast(want)

@@ -1,5 +1,6 @@
-"""The change feed in Spark: :func:`read_changes` (``spark.read.format("lakelog")`` with
-``readChangeFeed``), and the parts of the streaming source.
+"""The change feed in Spark: the reader of ``spark.read.format("lakelog")`` with
+``readChangeFeed`` (behind :func:`lakelog.spark.read_changes`), and the parts of the
+streaming source.
 
 The driver only plans: it reads the commits of the range and cuts the feed into parts
 (:class:`~lakelog.scan.changes.ChangePart`: a file of a commit whose rows are inserts,
@@ -19,9 +20,8 @@ filter string: skips files and keeps matching rows), ``maxPartitionBytes``,
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,16 +37,15 @@ from .errors import carry
 from .schema import to_arrow_type, to_spark_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from .options import ReadOptions
 
 __all__ = [
     "CHANGE_COLUMNS",
     "FeedReader",
     "bins",
+    "open_range",
+    "part_bytes",
     "options_schema",
-    "read_changes",
     "snapshot_parts",
     "spark_batches",
 ]
@@ -54,64 +53,14 @@ __all__ = [
 CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 _OPEN_COST = 4 << 20
 
-
-def read_changes(
-    spark: SparkSession,
-    uri: str,
-    starting_version: int | dt.datetime,
-    ending_version: int | dt.datetime | None = None,
-    *,
-    columns: Sequence[str] | None = None,
-    filter: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> DataFrame:
-    """The change feed of versions ``starting_version..ending_version`` as a DataFrame,
-    read in Spark tasks: the rows of :meth:`lakelog.Table.changes` on the same versions,
-    with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
-
-    Args:
-        spark: the session.
-        uri: the table's location.
-        starting_version: the first version, or a datetime: the first version committed
-            at or after it.
-        ending_version: the last version, or a datetime: the last version committed at
-            or before it; default None, the latest.
-        columns: the table's columns to return, in this order; default None, all.
-        filter: a lakelog filter string (``"day = '2026-11-02' and id > 10"``): files
-            whose statistics cannot match are skipped, rows that do not match dropped.
-        storage_options: fsspec options of the table's filesystem.
-
-    Raises:
-        ChangeFeedError: a commit in the range changed rows without change files.
-        VersionExpiredError: ``starting_version`` is not after the oldest readable one.
-    """
-    from .datasource import register
-
-    register(spark)
-    options = {"readChangeFeed": "true"}
-    for name, value in (("starting", starting_version), ("ending", ending_version)):
-        if isinstance(value, dt.datetime):
-            options[f"{name}Timestamp"] = value.isoformat()
-        elif value is not None:
-            options[f"{name}Version"] = str(value)
-    if columns is not None:
-        options["columns"] = json.dumps(list(columns))
-    if filter is not None:
-        options["filter"] = filter
-    if storage_options:
-        options["storageOptions"] = json.dumps(dict(storage_options))
-    # the range is checked here, so its errors are raised by this call (Spark opens the
-    # source's reader only when the DataFrame is first run)
-    from .options import read_options
-
-    _open(Storage(uri, storage_options), read_options({**options, "path": uri}))
-    return spark.read.format("lakelog").options(**options).load(uri)
+T = TypeVar("T")
 
 
 # -- options (checked by lakelog.spark.options.read_options) ---------------------------
 
 
-def _open(storage: Storage, opts: ReadOptions) -> ChangeFeed:
+def open_range(storage: Storage, opts: ReadOptions) -> ChangeFeed:
+    """The change feed of the range ``opts`` names (options ``startingVersion`` ...)."""
     if opts.starting is None:
         raise InvalidArgumentError(
             "expected option startingVersion or startingTimestamp with readChangeFeed, found "
@@ -139,19 +88,25 @@ def options_schema(storage: Storage, opts: ReadOptions) -> pa.Schema:
 # -- reading ----------------------------------------------------------------------------
 
 
-def bins(parts: Sequence[ChangePart], limit: int) -> list[list[ChangePart]]:
-    """Consecutive parts in bins of about ``limit`` bytes (each file counting 4 MiB more
-    for opening it, as Spark bins its own file splits)."""
-    out: list[list[ChangePart]] = []
-    size = limit
-    for p in parts:
-        cost = p.file.size_bytes + _OPEN_COST
-        if size + cost > limit and (not out or out[-1]):
+def bins(items: Sequence[T], limit: int, size: Callable[[T], int]) -> list[list[T]]:
+    """Consecutive ``items`` (files, or parts of files: ``size`` gives each one's bytes) in
+    bins of about ``limit`` bytes, each file counting 4 MiB more for opening it, as Spark
+    bins its own file splits. Shared by every reader of the ``lakelog`` format."""
+    out: list[list[T]] = []
+    used = limit
+    for item in items:
+        cost = size(item) + _OPEN_COST
+        if used + cost > limit and (not out or out[-1]):
             out.append([])
-            size = 0
-        out[-1].append(p)
-        size += cost
+            used = 0
+        out[-1].append(item)
+        used += cost
     return out
+
+
+def part_bytes(part: ChangePart) -> int:
+    """A part's bytes for :func:`bins`: its file's."""
+    return part.file.size_bytes
 
 
 def spark_batches(
@@ -180,7 +135,7 @@ class FeedReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         storage = options.storage()
-        feed = _open(storage, options)  # a range it cannot give fails here, at load()
+        feed = open_range(storage, options)  # a range it cannot give fails here, at load()
         self._feed: ChangeFeed | None = feed
         self.uri = storage.uri
         self.storage_options = storage.storage_options
@@ -193,12 +148,14 @@ class FeedReader(DataSourceReader):  # type: ignore[misc]
         return {k: v for k, v in self.__dict__.items() if k != "_feed"}
 
     def partitions(self) -> Sequence[InputPartition]:
-        feed = self.__dict__.get("_feed") or _open(
+        feed = self.__dict__.get("_feed") or open_range(
             Storage(self.uri, self.storage_options), self.options
         )
         limit = self.options.partition_bytes
         # no part: one empty partition, as Spark reads None otherwise
-        return [InputPartition(b) for b in bins(list(feed.parts()), limit)] or [InputPartition([])]
+        return [InputPartition(b) for b in bins(list(feed.parts()), limit, part_bytes)] or [
+            InputPartition([])
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         storage = Storage(self.uri, self.storage_options)

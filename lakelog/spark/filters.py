@@ -323,12 +323,12 @@ class _Translator:
         if value is None:
             return None
         if not value.is_valid:
-            return _compare(op, pc.field(name), value)  # always null, as in Spark
+            return _compare_expr(op, pc.field(name), value)  # always null, as in Spark
         value = self.coerce(value, name)
         if _is_nan(value):
             return None
         f = pc.field(name)
-        expr = _compare(op, f, value)
+        expr = _compare_expr(op, f, value)
         if op in (">", ">=") and self.nan_capable(name):
             expr = expr | f.is_nan()  # Spark: NaN is greater than any number
         return expr
@@ -476,18 +476,6 @@ def _is_nan(value: pa.Scalar) -> bool:
         return False
     v = value.as_py()
     return bool(v != v)
-
-
-def _compare(op: str, f: pc.Expression, value: pa.Scalar) -> pc.Expression:
-    if op == "==":
-        return f == value
-    if op == "<":
-        return f < value
-    if op == "<=":
-        return f <= value
-    if op == ">":
-        return f > value
-    return f >= value
 
 
 def connect_pruning(filter: str | Column, schema: pa.Schema) -> pc.Expression:
@@ -789,7 +777,7 @@ def _float_equal(left: pc.Expression, right: pc.Expression) -> pc.Expression:
     return (left == right) | (left.is_nan() & right.is_nan())
 
 
-def _compare_expr(op: str, left: pc.Expression, right: pc.Expression) -> pc.Expression:
+def _compare_expr(op: str, left: pc.Expression, right: pc.Expression | pa.Scalar) -> pc.Expression:
     if op == "==":
         return left == right
     if op == "<":

@@ -22,7 +22,7 @@ from ..maintenance.maintain.run import DEFAULT_BUDGET_BYTES, maintain_tables
 from ..maintenance.pipeline import Prepared, run_prepared
 from ..maintenance.report import MaintenanceReport
 from ..storage import Storage
-from .maintenance import SparkExecutor, _default_concurrency
+from .maintenance import SparkExecutor, default_concurrency
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,5 +76,5 @@ def maintain(
         budget_bytes=budget_bytes,
         dry_run=dry_run,
         execute=execute,
-        default_concurrency=_default_concurrency(spark),
+        default_concurrency=default_concurrency(spark),
     )

@@ -56,7 +56,7 @@ from ..maintenance.options import (
     ClusteringOptions,
     CompactionOptions,
     ExecutionOptions,
-    with_keywords,
+    from_arguments,
 )
 from ..maintenance.pipeline import Executed, Prepared, run_prepared
 from ..maintenance.report import MaintenanceReport
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from ..filters import PartitionFilterLike
     from ..table import Table
 
-__all__ = ["SparkExecutor", "compact", "optimize"]
+__all__ = ["SparkExecutor", "compact", "default_concurrency", "optimize", "run_rewrite"]
 
 log = logging.getLogger("lakelog.spark")
 
@@ -89,7 +89,7 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
     return load_table(storage)
 
 
-def _default_concurrency(spark: SparkSession) -> int:
+def default_concurrency(spark: SparkSession) -> int:
     """Groups run at once unless told otherwise: the session's parallelism."""
     return default_parallelism(spark)
 
@@ -308,57 +308,19 @@ def compact(
     Same options, defaults (from table properties) and report, except that
     ``max_concurrent_groups`` defaults to Spark's parallelism.
 
+    Every other argument is :meth:`lakelog.Table.compact`'s.
+
     Args:
         spark: the session whose tasks rewrite the groups.
         uri: the table's URI.
-        options: the planning options below as one :class:`lakelog.CompactionOptions`;
-            a keyword given beside it must agree with it where both set a field.
-        execution: ``max_concurrent_groups``, ``max_bytes_per_second`` and
-            ``partial_progress`` as one :class:`lakelog.ExecutionOptions` (same rule).
-        target_file_size: bytes of each new file; default ``lakelog.target_file_size``.
-        target_rows: pack and cut files by rows instead; default None.
-        min_file_size: files below this size are compacted; default
-            ``lakelog.compaction.min_file_size_ratio`` (75%) of ``target_file_size``.
-        min_input_files: fewest files worth a group; default
-            ``lakelog.compaction.min_input_files``.
-        partition_filter: DNF tuples or a pyarrow Expression over partition columns that
-            limits the work; default None, the whole table.
-        row_group_size: rows per Parquet row group; default ``lakelog.row_group_size``.
-        compression: Parquet codec of the new files; default ``lakelog.compression``.
-        max_concurrent_groups: groups rewritten at once; default
-            the session's default parallelism.
-        max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
-        partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
-            instead of once at the end; default False.
-        dry_run: only plan and report; nothing is written. Default False.
         storage_options: fsspec options, used on the driver and on every executor; default
             none.
 
     Returns:
         The run's report (the plan's figures when ``dry_run``).
     """
-    options = with_keywords(
-        options or CompactionOptions(),
-        target_file_size=target_file_size,
-        target_rows=target_rows,
-        min_file_size=min_file_size,
-        min_input_files=min_input_files,
-        partition_filter=partition_filter,
-        compression=compression,
-        row_group_size=row_group_size,
-    )
-    execution = with_keywords(
-        execution or ExecutionOptions(),
-        argument="execution",
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-    )
-    table = _open(uri, storage_options)
-    prepared = prepare_compaction(
-        table, options, execution, dry_run=dry_run, default_concurrency=_default_concurrency(spark)
-    )
-    return run_prepared(prepared, SparkExecutor(spark))
+    request, run = from_arguments(CompactionOptions, options, execution, locals())
+    return run_rewrite(spark, uri, request, run, dry_run=dry_run, storage_options=storage_options)
 
 
 def optimize(
@@ -393,60 +355,46 @@ def optimize(
     ``max_bytes_per_second`` paces the one-task groups (each task its share), not the
     Spark jobs of large groups.
 
+    Every other argument is :meth:`lakelog.Table.optimize`'s.
+
     Args:
         spark: the session whose tasks (or jobs) cluster the groups.
         uri: the table's URI.
-        options: the clustering options below as one :class:`lakelog.ClusteringOptions`;
-            a keyword given beside it must agree with it where both set a field.
-        execution: ``max_concurrent_groups``, ``max_bytes_per_second`` and
-            ``partial_progress`` as one :class:`lakelog.ExecutionOptions` (same rule).
-        zorder_by: columns of a space-filling curve; default None, the table's declared
-            clustering.
-        sort_by: columns of a linear sort instead; default None.
-        curve: ``"hilbert"`` (default) or ``"zorder"``.
-        target_file_size: bytes of each new file; default ``lakelog.target_file_size``.
-        partition_filter: DNF tuples or a pyarrow Expression over partition columns that
-            limits the work; default None, the whole table.
-        incremental: cluster new files into the existing key ranges within a rewrite
-            budget; False reclusters everything with fresh boundaries. Default True.
-        max_group_bytes: the largest group clustered in one task's memory; default
-            ``lakelog.clustering.max_group_bytes``.
-        row_group_size: rows per Parquet row group; default the smaller of
-            ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
-        compression: Parquet codec of the new files; default ``lakelog.compression``.
-        max_concurrent_groups: groups rewritten at once; default
-            the session's default parallelism.
-        max_bytes_per_second: pace of the reads, shared by the tasks; default None, unpaced.
-        partial_progress: commit every ``lakelog.compaction.groups_per_commit`` groups
-            instead of once at the end; default False.
-        dry_run: only plan and report; nothing is written. Default False.
         storage_options: fsspec options, used on the driver and on every executor; default
             none.
 
     Returns:
         The run's report (the plan's figures when ``dry_run``).
     """
-    options = with_keywords(
-        options or ClusteringOptions(),
-        zorder_by=zorder_by,
-        sort_by=sort_by,
-        curve=curve,
-        target_file_size=target_file_size,
-        partition_filter=partition_filter,
-        incremental=incremental,
-        max_group_bytes=max_group_bytes,
-        compression=compression,
-        row_group_size=row_group_size,
-    )
-    execution = with_keywords(
-        execution or ExecutionOptions(),
-        argument="execution",
-        max_concurrent_groups=max_concurrent_groups,
-        max_bytes_per_second=max_bytes_per_second,
-        partial_progress=partial_progress,
-    )
+    request, run = from_arguments(ClusteringOptions, options, execution, locals())
+    return run_rewrite(spark, uri, request, run, dry_run=dry_run, storage_options=storage_options)
+
+
+def run_rewrite(
+    spark: SparkSession,
+    uri: str,
+    options: CompactionOptions | ClusteringOptions,
+    execution: ExecutionOptions,
+    *,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> MaintenanceReport:
+    """The run behind :func:`compact` and :func:`optimize`, from the options objects alone:
+    plan with the embedded planner (compaction for :class:`~lakelog.CompactionOptions`,
+    clustering for :class:`~lakelog.ClusteringOptions`), execute the groups as Spark
+    jobs (:class:`SparkExecutor`), commit as the embedded run does."""
     table = _open(uri, storage_options)
-    prepared = prepare_clustering(
-        table, options, execution, dry_run=dry_run, default_concurrency=_default_concurrency(spark)
+    concurrency = default_concurrency(spark)
+    if isinstance(options, CompactionOptions):
+        return run_prepared(
+            prepare_compaction(
+                table, options, execution, dry_run=dry_run, default_concurrency=concurrency
+            ),
+            SparkExecutor(spark),
+        )
+    return run_prepared(
+        prepare_clustering(
+            table, options, execution, dry_run=dry_run, default_concurrency=concurrency
+        ),
+        SparkExecutor(spark),
     )
-    return run_prepared(prepared, SparkExecutor(spark))

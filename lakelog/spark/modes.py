@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from ..core import (
     commit,
     create_with_files,
     landed_first,
+    overwrite_removes,
     plan_write,
     staged,
     table_of,
@@ -69,7 +69,13 @@ from ..partitioning import partition_string
 from ..properties import get_bool
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, check_app_versions
-from .schema import _strip, check_dataframe_schema, to_arrow_type, to_spark_schema, to_spark_type
+from .schema import (
+    check_dataframe_schema,
+    strip_nullability,
+    to_arrow_type,
+    to_spark_schema,
+    to_spark_type,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -216,7 +222,8 @@ def dataframe_plan(df_schema: StructType, snap: Snapshot, schema_mode: SchemaMod
     table = snap.schema
     fields = []
     for f in df_schema.fields:
-        if f.name in table.names and _reads_as(table.field(f.name).type) == _strip(f.dataType):
+        given = strip_nullability(f.dataType)
+        if f.name in table.names and _reads_as(table.field(f.name).type) == given:
             fields.append(table.field(f.name))  # the table's type Spark reads as this one
         else:
             fields.append(pa.field(f.name, to_arrow_type(f.dataType)))
@@ -225,7 +232,7 @@ def dataframe_plan(df_schema: StructType, snap: Snapshot, schema_mode: SchemaMod
 
 def _reads_as(t: pa.DataType) -> DataType | None:
     try:
-        return _strip(to_spark_type(t))
+        return strip_nullability(to_spark_type(t))
     except SchemaMismatchError:
         return None
 
@@ -408,10 +415,7 @@ def _dynamic_scope(
             {c: partition_string(v) for c, v in zip(parts, typed, strict=True)},
         ):
             scope[tuple(spelling.items())] = spelling
-    now = int(time.time() * 1000)
-    removes: list[Action] = [
-        f.to_remove(deletion_ms=now) for f in snap.files() if key(f.partition) in keys
-    ]
+    removes: list[Action] = [*overwrite_removes(snap, lambda f: key(f.partition) in keys)]
     return list(scope.values()), removes
 
 
@@ -573,8 +577,7 @@ def _commit(
             scope, removes = _dynamic_scope(snap, adds)
             header.update(partition_overwrite="dynamic", partitions=scope)
         else:
-            now = int(time.time() * 1000)
-            removes = [f.to_remove(deletion_ms=now) for f in snap.files()]
+            removes = [*overwrite_removes(snap)]
         actions += removes
         metrics["num_removed_files"] = len(removes)
     actions += adds

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import InvalidArgumentError, UnknownOptionError
+from ..log.snapshot import Snapshot, load_snapshot, version_as_of
 from ..properties import PREFIX, validate_properties
 from ..storage import Storage
 from .modes import WriteSpec, write_spec
@@ -51,6 +52,7 @@ __all__ = [
     "load_options",
     "markdown_table",
     "read_options",
+    "resolve_snapshot",
     "stream_read_options",
     "stream_write_options",
     "write_options",
@@ -673,6 +675,33 @@ _FEED_ONLY = (
     "columns",
     "filter",
 )
+
+
+def resolve_snapshot(
+    storage: Storage, version: int | None, as_of: dt.datetime | str | None
+) -> Snapshot:
+    """The snapshot a read names: ``version``, or the last version committed at or
+    before ``as_of`` (a datetime or an ISO 8601 string), or the latest."""
+    if version is not None and as_of is not None:
+        raise InvalidArgumentError("expected version or as_of, found both; pass one of them")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise InvalidArgumentError(f"expected an integer version, found {version!r}")
+    if as_of is not None:
+        when = as_of
+        if isinstance(when, str):
+            try:
+                when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+            except ValueError as e:
+                raise InvalidArgumentError(
+                    f"expected as_of as a datetime or an ISO 8601 string such as "
+                    f"'2024-01-02T03:04:05+00:00', found {as_of!r}"
+                ) from e
+        if not isinstance(when, dt.datetime):
+            raise InvalidArgumentError(
+                f"expected as_of as a datetime or an ISO 8601 string, found {type(as_of).__name__}"
+            )
+        version = version_as_of(storage, when)
+    return load_snapshot(storage, version)
 
 
 def read_options(given: Mapping[str, Any]) -> ReadOptions:

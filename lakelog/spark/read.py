@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import shutil
 import tempfile
@@ -43,19 +44,31 @@ from ..core import commit_history
 from ..errors import InvalidArgumentError, LakelogError
 from ..io.writer import SINGLE_PAGE_TAG
 from ..log.actions import DataFile
-from ..log.snapshot import Snapshot, load_snapshot, version_as_of
+from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import NULL_PARTITION, hidden_name
 from ..storage import Storage
 from .columns import logical_columns, spark_physical_schema
+from .datasource import register
 from .deleted import check_row_index, drop_deleted, scan_layers
+from .feed import open_range
 from .filters import check_filter, translate_filter
+from .options import read_options, resolve_snapshot
 from .runner import default_parallelism
 from .schema import check_spark_readable, to_spark_schema, to_spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ReadPlan", "SparkFile", "history", "plan_read", "read", "session_conf", "spark_url"]
+__all__ = [
+    "ReadPlan",
+    "SparkFile",
+    "history",
+    "plan_read",
+    "read",
+    "read_changes",
+    "session_conf",
+    "spark_url",
+]
 
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
@@ -414,27 +427,53 @@ class ReadPlan:
         return out
 
 
-def _resolve(storage: Storage, version: int | None, as_of: dt.datetime | str | None) -> Snapshot:
-    if version is not None and as_of is not None:
-        raise InvalidArgumentError("expected version or as_of, found both; pass one of them")
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
-        raise InvalidArgumentError(f"expected an integer version, found {version!r}")
-    if as_of is not None:
-        when = as_of
-        if isinstance(when, str):
-            try:
-                when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-            except ValueError as e:
-                raise InvalidArgumentError(
-                    f"expected as_of as a datetime or an ISO 8601 string such as "
-                    f"'2024-01-02T03:04:05+00:00', found {as_of!r}"
-                ) from e
-        if not isinstance(when, dt.datetime):
-            raise InvalidArgumentError(
-                f"expected as_of as a datetime or an ISO 8601 string, found {type(as_of).__name__}"
-            )
-        version = version_as_of(storage, when)
-    return load_snapshot(storage, version)
+def read_changes(
+    spark: SparkSession,
+    uri: str,
+    starting_version: int | dt.datetime,
+    ending_version: int | dt.datetime | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> DataFrame:
+    """The change feed of versions ``starting_version..ending_version`` as a DataFrame,
+    read in Spark tasks: the rows of :meth:`lakelog.Table.changes` on the same versions,
+    with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
+
+    Args:
+        spark: the session.
+        uri: the table's location.
+        starting_version: the first version, or a datetime: the first version committed
+            at or after it.
+        ending_version: the last version, or a datetime: the last version committed at
+            or before it; default None, the latest.
+        columns: the table's columns to return, in this order; default None, all.
+        filter: a lakelog filter string (``"day = '2026-11-02' and id > 10"``): files
+            whose statistics cannot match are skipped, rows that do not match dropped.
+        storage_options: fsspec options of the table's filesystem.
+
+    Raises:
+        ChangeFeedError: a commit in the range changed rows without change files.
+        VersionExpiredError: ``starting_version`` is not after the oldest readable one.
+    """
+    register(spark)
+    options = {"readChangeFeed": "true"}
+    for name, value in (("starting", starting_version), ("ending", ending_version)):
+        if isinstance(value, dt.datetime):
+            options[f"{name}Timestamp"] = value.isoformat()
+        elif value is not None:
+            options[f"{name}Version"] = str(value)
+    if columns is not None:
+        options["columns"] = json.dumps(list(columns))
+    if filter is not None:
+        options["filter"] = filter
+    if storage_options:
+        options["storageOptions"] = json.dumps(dict(storage_options))
+    # the range is checked here, so its errors are raised by this call (Spark opens the
+    # source's reader only when the DataFrame is first run)
+    open_range(Storage(uri, storage_options), read_options({**options, "path": uri}))
+    return spark.read.format("lakelog").options(**options).load(uri)
 
 
 def plan_read(
@@ -467,7 +506,7 @@ def plan_read(
     """
     check_filter(filter)
     storage = Storage(uri, storage_options)
-    snap = _resolve(storage, version, as_of)
+    snap = resolve_snapshot(storage, version, as_of)
     schema = snap.schema
     cols: tuple[str, ...] | None = None
     if columns is not None:
@@ -537,21 +576,8 @@ def read(
     storage_options: Mapping[str, Any] | None = None,
 ) -> DataFrame:
     """A table (or one of its versions) as a Spark DataFrame (lazy: Spark reads the
-    files the log lists, never a folder listing, when an action runs).
-
-    Args:
-        spark: the session that reads.
-        uri: the table's URI.
-        version: the version to read; default None, the latest.
-        as_of: read the latest version committed at or before this datetime or ISO 8601
-            string; default None. Not with ``version``.
-        filter: a Spark SQL string or Column; the part lakelog understands
-            (comparisons, IN, IS NULL, AND/OR/NOT over columns and constants) prunes
-            files by partition values and statistics; default None, every row.
-        columns: the columns to return; default None, all of them.
-        storage_options: fsspec options for lakelog's access to the log; Spark reaches
-            the data files through its own Hadoop settings. Default none.
-    """
+    files the log lists, never a folder listing, when an action runs):
+    ``plan_read(...).to_dataframe()``, with the arguments of :func:`plan_read`."""
     plan = plan_read(
         spark,
         uri,

@@ -10,7 +10,7 @@ module instead; everything else is plain DataFrame code already:
 * :func:`run_payloads` runs one Python function per payload (a JSON or msgpack task
   spec), each in its own Spark task: the payloads are rows of a DataFrame built with
   ``spark.createDataFrame``, hash-partitioned on a value chosen per row so that each
-  lands in a partition of its own (:func:`~lakelog.spark.cluster_job.partition_values`;
+  lands in a partition of its own (:func:`partition_values`;
   one payload needs no shuffle), and run with ``mapInArrow``; the results come back in
   payload order;
 * :func:`default_parallelism` is the session's parallelism (``defaultParallelism`` on
@@ -28,6 +28,8 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -39,7 +41,9 @@ __all__ = [
     "is_connect",
     "job_description",
     "job_group",
+    "partition_values",
     "run_payloads",
+    "spark_hash_int",
 ]
 
 _LOCAL_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
@@ -149,8 +153,6 @@ def run_payloads(
     ``functools.partial`` of one). A task's error propagates as Spark raises it."""
     from pyspark.sql import types as T
 
-    from .cluster_job import partition_values
-
     if not payloads:
         return []
     n = len(payloads)
@@ -177,3 +179,44 @@ def run_payloads(
     for row in got:
         results[row["i"]] = bytes(row["result"])
     return results
+
+
+def spark_hash_int(values: npt.NDArray[np.int32], seed: int = 42) -> npt.NDArray[np.int32]:
+    """Spark's ``hash()`` of ``int`` values (Murmur3 x86 32-bit, ``hashInt``), vectorized.
+
+    Spark's hash partitioning sends a row to partition ``pmod(hash(value), n)``
+    with this function and seed 42.
+    """
+    with np.errstate(over="ignore"):
+        k = values.astype(np.int32).view(np.uint32) * np.uint32(0xCC9E2D51)
+        k = (k << np.uint32(15)) | (k >> np.uint32(17))
+        k = k * np.uint32(0x1B873593)
+        h = np.uint32(seed) ^ k
+        h = (h << np.uint32(13)) | (h >> np.uint32(19))
+        h = h * np.uint32(5) + np.uint32(0xE6546B64)
+        h = h ^ np.uint32(4)
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        h = h ^ (h >> np.uint32(16))
+    out: npt.NDArray[np.int32] = h.view(np.int32)
+    return out
+
+
+def partition_values(n: int) -> npt.NDArray[np.int32]:
+    """For each ``i < n``, the smallest ``int`` that Spark's ``repartition(n, col)`` sends to
+    partition ``i``: partitioning on it puts each output file in a task of its own,
+    without the sampling pass of a range partitioning (which would compute the keys twice).
+    """
+    found = np.full(n, -1, dtype=np.int64)
+    start, size = 0, max(1024, 16 * n)
+    while (found < 0).any():
+        values = np.arange(start, start + size, dtype=np.int32)
+        target = np.mod(spark_hash_int(values).astype(np.int64), n)
+        first = np.unique(target, return_index=True)
+        for t, i in zip(*first, strict=True):
+            if found[t] < 0:
+                found[t] = values[i]
+        start += size
+    return found.astype(np.int32)

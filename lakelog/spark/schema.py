@@ -22,6 +22,7 @@ __all__ = [
     "check_file_schema",
     "check_spark_readable",
     "output_timestamp_type",
+    "strip_nullability",
     "to_arrow_schema",
     "to_arrow_type",
     "to_spark_schema",
@@ -204,16 +205,18 @@ def _spark_writable(t: pa.DataType) -> str | None:
     return None
 
 
-def _strip(dt: DataType) -> DataType:
+def strip_nullability(dt: DataType) -> DataType:
     """``dt`` with every nullability flag set to True (Spark compares them otherwise)."""
     from pyspark.sql import types as T
 
     if isinstance(dt, T.ArrayType):
-        return T.ArrayType(_strip(dt.elementType), True)
+        return T.ArrayType(strip_nullability(dt.elementType), True)
     if isinstance(dt, T.MapType):
-        return T.MapType(_strip(dt.keyType), _strip(dt.valueType), True)
+        return T.MapType(strip_nullability(dt.keyType), strip_nullability(dt.valueType), True)
     if isinstance(dt, T.StructType):
-        return T.StructType([T.StructField(f.name, _strip(f.dataType), True) for f in dt.fields])
+        return T.StructType(
+            [T.StructField(f.name, strip_nullability(f.dataType), True) for f in dt.fields]
+        )
     return dt
 
 
@@ -238,7 +241,7 @@ def check_dataframe_schema(df_schema: StructType, table_schema: pa.Schema) -> No
                 problems.append(f"missing column {field.name!r} ({field.type})")
             continue
         want = to_spark_type(field.type)
-        if _strip(got) != _strip(want):
+        if strip_nullability(got) != strip_nullability(want):
             problems.append(
                 f"column {field.name!r}: expected {want.simpleString()}, found {got.simpleString()}"
             )

@@ -72,7 +72,7 @@ from ..log.snapshot import load_snapshot, oldest_readable_version, version_as_of
 from ..scan.changes import ChangePart, FeedPlanner, read_part
 from ..storage import Storage
 from .errors import carry
-from .feed import CHANGE_COLUMNS, bins, snapshot_parts, spark_batches
+from .feed import CHANGE_COLUMNS, bins, part_bytes, snapshot_parts, spark_batches
 from .options import DEFAULT_MAX_FILES, StreamReadOptions, stream_read_options
 from .schema import to_arrow_type
 
@@ -328,7 +328,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
             if seg.failure is not None and (hi is None or hi > 0):
                 raise seg.failure
             parts.extend(seg.parts[lo:hi])
-        return [InputPartition(b) for b in bins(parts, self.opts.partition_bytes)]
+        return [InputPartition(b) for b in bins(parts, self.opts.partition_bytes, part_bytes)]
 
     def commit(self, end: dict[str, Any]) -> None:
         done = Position.from_json(end)

@@ -30,15 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["sql"]
 
-DML = pa.schema(
-    [
-        ("num_affected_rows", pa.int64()),
-        ("num_updated_rows", pa.int64()),
-        ("num_deleted_rows", pa.int64()),
-        ("num_inserted_rows", pa.int64()),
-    ]
-)
-
 
 def sql(spark: SparkSession, statement: str, *, catalog: Catalog | None = None) -> DataFrame:
     """Run one SQL statement (Spark's dialect, Delta's syntax for Delta's statements) over
@@ -191,8 +182,7 @@ class _Views:
 
     def query(self, q: p.Query, *, keep: bool = False) -> DataFrame:
         from ..sql.run import resolve, timestamp
-        from .feed import read_changes
-        from .read import read
+        from .read import read, read_changes
 
         found = resolve(self.cat, [r.name for r in q.tables] + [c.name for c in q.changes])
         views: dict[p.TableRef | p.ChangesRef, str] = {}
@@ -224,6 +214,8 @@ class _Views:
 def _frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
     from pyspark.sql.types import StructType
 
+    from ..sql.run import DML
+
     if rows.num_columns == 0:
         return spark.createDataFrame([], StructType([]))
     if rows.schema.equals(DML) and rows.num_rows == 1:
@@ -238,23 +230,19 @@ def _frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
     return spark.createDataFrame(rows.to_pylist(), to_spark_schema(rows.schema))
 
 
-def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -> pa.Table:
-    return pa.Table.from_pylist(
-        [
-            {
-                "num_affected_rows": affected,
-                "num_updated_rows": updated,
-                "num_deleted_rows": deleted,
-                "num_inserted_rows": inserted,
-            }
-        ],
-        schema=DML,
-    )
-
-
 def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.Table:
     from ..sql import plan as p
-    from ..sql.run import NONE, check_plan, merge_error, metrics, partition_filter, set_values
+    from ..sql.run import (
+        NONE,
+        check_plan,
+        create_table,
+        create_without_rows,
+        dml,
+        merge_error,
+        metrics,
+        optimize_call,
+        set_values,
+    )
     from .maintenance import compact, optimize
     from .rowlevel import delete, merge, update
     from .schema import to_arrow_schema
@@ -267,25 +255,9 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
             return NONE
         if plan.query is not None:
             df = views.query(plan.query)
-            table = cat.create_table(
-                plan.name,
-                to_arrow_schema(df.schema),
-                partition_by=plan.partition_by,
-                properties=dict(plan.properties),
-                location=plan.location,
-            )
-            write(df, table.uri)
-        elif plan.schema is None:
-            cat.register_table(plan.name, plan.location or "")
+            write(df, create_table(cat, plan, to_arrow_schema(df.schema)).uri)
         else:
-            cat.create_table(
-                plan.name,
-                plan.schema,
-                partition_by=plan.partition_by,
-                properties=dict(plan.properties),
-                location=plan.location,
-                **plan.rules(),
-            )
+            create_without_rows(cat, plan)
         return NONE
     if isinstance(plan, p.Insert):
         table = cat.load_table(plan.name)
@@ -297,16 +269,16 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
         else:
             result = write(df, uri, mode="overwrite" if plan.mode == "overwrite" else "append")
         n = _inserted(result)
-        return _dml(n, inserted=n)
+        return dml(n, inserted=n)
     if isinstance(plan, p.Delete):
         uri = cat.load_table(plan.name).uri
         r = delete(spark, uri, plan.where or "true")
-        return _dml(r.deleted_rows, deleted=r.deleted_rows)
+        return dml(r.deleted_rows, deleted=r.deleted_rows)
     if isinstance(plan, p.Update):
         table = cat.load_table(plan.name)
         values = set_values(table, plan.set, "UPDATE ... SET")
         r = update(spark, table.uri, plan.where or "true", set=values)
-        return _dml(r.updated_rows, updated=r.updated_rows)
+        return dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
         table = cat.load_table(plan.name)
         source = _conform(views.query(plan.source), table.schema, complete=False)
@@ -323,20 +295,12 @@ def _run(spark: SparkSession, cat: Catalog, views: _Views, plan: p.Plan) -> pa.T
         except (InvalidArgumentError, SchemaMismatchError) as e:
             raise merge_error(e, plan) from None
         affected = r.updated_rows + r.deleted_rows + r.inserted_rows
-        return _dml(affected, r.updated_rows, r.deleted_rows, r.inserted_rows)
+        return dml(affected, r.updated_rows, r.deleted_rows, r.inserted_rows)
     if isinstance(plan, p.Optimize):
         table = cat.load_table(plan.name)
-        uri = table.uri
-        if plan.zorder_by:
-            report: Any = optimize(
-                spark,
-                uri,
-                zorder_by=list(plan.zorder_by),
-                incremental=False,
-                partition_filter=partition_filter(table, plan.where),
-            )
-        else:
-            report = compact(spark, uri, partition_filter=partition_filter(table, plan.where))
+        name, keywords = optimize_call(table, plan)
+        run = optimize if name == "optimize" else compact
+        report = run(spark, table.uri, **keywords)
         return metrics(report)
     raise UnsupportedStatementError(f"expected a statement docs/sql.md lists, found {plan!r}")
 

@@ -16,7 +16,7 @@ the replay's files are deleted.
   replaces it (it must then change whenever the checkpoint is reset: batch ids start
   again at 0 and would be skipped as already written).
 * **Executors**: each task writes its rows with lakelog's Parquet writer
-  (:func:`~lakelog.spark.datasource.write_task_files`) and returns the ``add``
+  (:func:`~lakelog.spark.batch.write_task_files`) and returns the ``add``
   actions. Its files carry the micro-batch's writer lease id (Spark builds the tasks'
   writer once per batch, which draws it); the task announces the lease before its
   first file and renews it while it writes, without naming its process (the lease
@@ -73,7 +73,7 @@ from ..partitioning import check_partition_columns
 from ..properties import get_float, validate_properties
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
-from .datasource import _ADDS, _Commit, write_task_files
+from .batch import TaskFiles, decode_adds, write_task_files
 from .errors import carry
 from .modes import as_written, auto_compact_here, commit_written, dataframe_plan
 from .options import stream_write_options
@@ -94,7 +94,7 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The local property in which Spark's tasks carry the query's (checkpointed) id."""
 
 
-class _BatchFiles(_Commit):
+class _BatchFiles(TaskFiles):
     """A task's commit message: its files (``adds``, as the batch writer's), the
     query's id, and the lease its files were written under with the expiry of its
     last renewal (None: the task wrote no file)."""
@@ -264,7 +264,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     # -- the driver ----------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = [m for m in messages if isinstance(m, _BatchFiles)]
-        adds = [a for m in sent for a in _ADDS.decode(m.adds)]
+        adds = [a for m in sent for a in decode_adds(m.adds)]
         storage = Storage(self.uri, self.storage_options)
         leased = [m for m in sent if m.lease_id is not None]
         lease = None
@@ -368,7 +368,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             )
             return
         storage = Storage(self.uri, self.storage_options)
-        storage.delete([a.path for m in sent for a in _ADDS.decode(m.adds)])
+        storage.delete([a.path for m in sent for a in decode_adds(m.adds)])
         storage.delete(sorted({lease_path(m.lease_id) for m in sent if m.lease_id}))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import socket
 import time
@@ -53,11 +54,14 @@ __all__ = [
     "GroupTask",
     "StagedFile",
     "TaskOutcome",
+    "discard_staging",
     "finalize_staged_file",
     "key_function",
     "run_group_task",
     "signed_keys",
 ]
+
+log = logging.getLogger("lakelog.spark")
 
 _SIGN = np.uint64(1 << 63)
 
@@ -315,3 +319,14 @@ def finalize_staged_file(payload: bytes, storage_options: Mapping[str, Any] | No
 def decode_added(raw: bytes) -> list[AddFile]:
     """Inverse of the encoding :func:`finalize_staged_file` returns."""
     return msgspec.json.decode(raw, type=list[AddFile])
+
+
+def discard_staging(storage: Storage, staging: str) -> None:
+    """Best-effort removal of a Spark job's staging folder (a root-relative path): used by
+    the Spark writer and by large clustering groups; vacuum removes what remains."""
+    try:
+        full = storage.full(staging)
+        if storage.fs.exists(full):
+            storage.fs.rm(full, recursive=True)
+    except Exception as e:  # noqa: BLE001 - leftovers are orphans for vacuum
+        log.warning("could not remove Spark staging folder %s: %r", staging, e)

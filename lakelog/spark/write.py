@@ -79,6 +79,7 @@ from .schema import (
     to_arrow_schema,
     to_spark_type,
 )
+from .tasks import discard_staging
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,7 +89,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STAGING_DIR",
     "auto_compact",
-    "discard_staging",
+    "discard_staging",  # lakelog.spark.tasks', where the Spark merge also finds it
     "optimized_frame",
     "write",
     "write_dataframe",
@@ -517,14 +518,3 @@ def _publish(storage: Storage, staging: str, adds: Sequence[AddFile], lease_id: 
         storage.delete(done)
         raise
     return done
-
-
-def discard_staging(storage: Storage, staging: str) -> None:
-    """Best-effort removal of a Spark job's staging folder (a root-relative path): used by
-    the writer here and by large clustering groups; vacuum removes what remains."""
-    try:
-        full = storage.full(staging)
-        if storage.fs.exists(full):
-            storage.fs.rm(full, recursive=True)
-    except Exception as e:  # noqa: BLE001 - leftovers are orphans for vacuum
-        log.warning("could not remove Spark staging folder %s: %r", staging, e)

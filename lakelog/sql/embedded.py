@@ -21,9 +21,12 @@ from .run import (
     check_namespace,
     check_plan,
     conform,
+    create_table,
+    create_without_rows,
+    dml,
     merge_error,
     metrics,
-    partition_filter,
+    optimize_call,
     resolve,
     run_catalog,
     set_values,
@@ -109,17 +112,6 @@ def _name() -> str:
     return f"lakelog_sql_{uuid.uuid4().hex[:12]}"
 
 
-def _dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -> pa.Table:
-    return pa.table(
-        {
-            "num_affected_rows": pa.array([affected], pa.int64()),
-            "num_updated_rows": pa.array([updated], pa.int64()),
-            "num_deleted_rows": pa.array([deleted], pa.int64()),
-            "num_inserted_rows": pa.array([inserted], pa.int64()),
-        }
-    )
-
-
 def positional(rows: pa.Table, names: tuple[str, ...] | list[str], table: str) -> pa.Table:
     """INSERT's rows by position, named as the table's columns."""
     if rows.num_columns != len(names):
@@ -140,25 +132,9 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
             return NONE
         if plan.query is not None:
             rows = query(plan.query, catalog, con)
-            table = catalog.create_table(
-                plan.name,
-                rows.schema,
-                partition_by=plan.partition_by,
-                properties=dict(plan.properties),
-                location=plan.location,
-            )
-            table.append(rows)
-        elif plan.schema is None:
-            catalog.register_table(plan.name, plan.location or "")
+            create_table(catalog, plan, rows.schema).append(rows)
         else:
-            catalog.create_table(
-                plan.name,
-                plan.schema,
-                partition_by=plan.partition_by,
-                properties=dict(plan.properties),
-                location=plan.location,
-                **plan.rules(),
-            )
+            create_without_rows(catalog, plan)
         return NONE
     if isinstance(plan, p.Insert):
         table = catalog.load_table(plan.name)
@@ -174,15 +150,15 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
             table.overwrite(rows)
         else:
             table.append(rows)
-        return _dml(rows.num_rows, inserted=rows.num_rows)
+        return dml(rows.num_rows, inserted=rows.num_rows)
     if isinstance(plan, p.Delete):
         r = catalog.load_table(plan.name).delete(plan.where or "true")
-        return _dml(r.deleted_rows, deleted=r.deleted_rows)
+        return dml(r.deleted_rows, deleted=r.deleted_rows)
     if isinstance(plan, p.Update):
         table = catalog.load_table(plan.name)
         values = set_values(table, plan.set, "UPDATE ... SET")
         r = table.update(plan.where or "true", set=values)
-        return _dml(r.updated_rows, updated=r.updated_rows)
+        return dml(r.updated_rows, updated=r.updated_rows)
     if isinstance(plan, p.Merge):
         table = catalog.load_table(plan.name)
         source = conform(query(plan.source, catalog, con), table.schema, "MERGE ... USING")
@@ -197,17 +173,11 @@ def _run(plan: p.Plan, catalog: Catalog, con: Any) -> pa.Table:
         except (InvalidArgumentError, SchemaMismatchError) as e:
             raise merge_error(e, plan) from None
         affected = m.updated_rows + m.deleted_rows + m.inserted_rows
-        return _dml(affected, m.updated_rows, m.deleted_rows, m.inserted_rows)
+        return dml(affected, m.updated_rows, m.deleted_rows, m.inserted_rows)
     if isinstance(plan, p.Optimize):
         table = catalog.load_table(plan.name)
-        if plan.zorder_by:
-            report: Any = table.optimize(
-                zorder_by=list(plan.zorder_by),
-                incremental=False,
-                partition_filter=partition_filter(table, plan.where),
-            )
-        else:
-            report = table.compact(partition_filter=partition_filter(table, plan.where))
+        name, keywords = optimize_call(table, plan)
+        report = table.optimize(**keywords) if name == "optimize" else table.compact(**keywords)
         return metrics(report)
     raise unsupported(f"the statement {type(plan).__name__}")
 

@@ -40,6 +40,67 @@ if TYPE_CHECKING:
 NONE = pa.table({})
 """The rows of a statement that returns none."""
 
+DML = pa.schema(
+    [
+        ("num_affected_rows", pa.int64()),
+        ("num_updated_rows", pa.int64()),
+        ("num_deleted_rows", pa.int64()),
+        ("num_inserted_rows", pa.int64()),
+    ]
+)
+"""The row of a DML statement (INSERT, DELETE, UPDATE, MERGE), on every engine."""
+
+
+def dml(affected: int, updated: int = 0, deleted: int = 0, inserted: int = 0) -> pa.Table:
+    """A DML statement's row of counts (:data:`DML`)."""
+    return pa.Table.from_pylist(
+        [
+            {
+                "num_affected_rows": affected,
+                "num_updated_rows": updated,
+                "num_deleted_rows": deleted,
+                "num_inserted_rows": inserted,
+            }
+        ],
+        schema=DML,
+    )
+
+
+def create_table(catalog: Catalog, plan: p.CreateTable, schema: pa.Schema) -> Table:
+    """CREATE TABLE in ``catalog`` with ``schema``: the query's, for CREATE TABLE AS (the
+    engine then writes the query's rows), the statement's own otherwise."""
+    return catalog.create_table(
+        plan.name,
+        schema,
+        partition_by=plan.partition_by,
+        properties=dict(plan.properties),
+        location=plan.location,
+        **plan.rules(),
+    )
+
+
+def create_without_rows(catalog: Catalog, plan: p.CreateTable) -> None:
+    """CREATE TABLE without AS: the table of the statement's schema, or without one the
+    registration of the table already at its ``LOCATION``."""
+    if plan.schema is None:
+        catalog.register_table(plan.name, plan.location or "")
+    else:
+        create_table(catalog, plan, plan.schema)
+
+
+def optimize_call(table: Table, plan: p.Optimize) -> tuple[str, dict[str, Any]]:
+    """The maintenance call OPTIMIZE maps onto: ``("optimize", keywords)`` with ZORDER BY
+    (a full recluster), ``("compact", keywords)`` without; the engine runs it."""
+    where = partition_filter(table, plan.where)
+    if plan.zorder_by:
+        return "optimize", {
+            "zorder_by": list(plan.zorder_by),
+            "incremental": False,
+            "partition_filter": where,
+        }
+    return "compact", {"partition_filter": where}
+
+
 CATALOG_PLANS = (
     p.CreateNamespace,
     p.DropNamespace,
@@ -476,11 +537,15 @@ def alter_column_type(table: Table, plan: p.AlterColumnType) -> None:
         raise SchemaMismatchError(f"{plan.clause}: {text}") from None
 
 
+def _close_names(given: str, known: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """The names of ``known`` close to ``given``, and the end of an error naming them."""
+    close = tuple(difflib.get_close_matches(given, known, n=3))
+    return close, f"; close names: {', '.join(close)}" if close else ""
+
+
 def check_namespace(catalog: Catalog, namespace: str) -> None:
     if not catalog.namespace_exists(namespace):
-        known = catalog.list_namespaces()
-        close = tuple(difflib.get_close_matches(namespace, known, n=3))
-        also = f"; close names: {', '.join(close)}" if close else ""
+        close, also = _close_names(namespace, catalog.list_namespaces())
         raise NoSuchNamespaceError(
             f"expected a namespace of the lakelog catalog, found {namespace!r}{also}",
             namespace=namespace,
@@ -501,9 +566,7 @@ def resolve(catalog: Catalog, names: list[str]) -> set[str]:
         if catalog.table_exists(name):
             found.add(name)
             continue
-        known = catalog.list_tables()
-        close = tuple(difflib.get_close_matches(name, known, n=3))
-        also = f"; close names: {', '.join(close)}" if close else ""
+        close, also = _close_names(name, catalog.list_tables())
         raise NoSuchTableError(
             f"expected a table of the lakelog catalog, found {name!r}{also}",
             name=name,

@@ -22,7 +22,7 @@ from _delta_view_helpers import (
 )
 
 import lakelog
-from lakelog.interop.delta.log import delta_commit_path, encode_delta_commit
+from lakelog.interop.delta.log import delta_commit_path, translate_commit
 from lakelog.log.actions import (
     AddFile,
     ChangeFile,
@@ -50,7 +50,7 @@ def _metadata(properties: dict[str, str]) -> Metadata:
 
 def _entry(actions: list[Any], properties: dict[str, str]) -> list[dict[str, Any]]:
     header = CommitHeader(version=3, timestamp_ms=5, operation="DELETE", txn_id="t")
-    data = encode_delta_commit(header, actions, _metadata(properties), start=False)
+    data, _ = translate_commit(header, actions, _metadata(properties), start=False)
     return [json.loads(line) for line in data.splitlines()]
 
 

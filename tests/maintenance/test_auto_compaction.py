@@ -192,8 +192,10 @@ def test_async_mode_reports_through_the_result(
     with caplog.at_level(logging.WARNING, logger="lakelog"):
         result = t.append(_batch(5, [1]))
         ends = [r.auto_compaction.wait(60) for r in (fourth, result) if r.auto_compaction]
+    # one run failed (both commits may wait on the same run: it then reports to both)
     failed = [e for e in ends if e.status == "failed"]
-    assert len(failed) == 1 and lost in (failed[0].error or ""), ends
+    assert len({e.trigger_version for e in failed}) == 1, ends
+    assert lost in (failed[0].error or ""), ends
     assert failed[0].failed_groups == 1
     if ends[0].status == "failed":  # the run after the failure left the group alone
         assert ends[1].status == "below_threshold", ends
@@ -381,6 +383,7 @@ def test_async_runs_on_a_thread_where_no_worker_process_can_start(
     with caplog.at_level(logging.WARNING, logger="lakelog"):
         ends = [t.append(_batch(seq, [1])).auto_compaction for seq in range(2)]
         done = [e.wait(60) for e in ends if e is not None]
-    assert done[-1].status == "compacted", done
+    # one of the two runs compacts: the first if it starts after the second append landed
+    assert [d.status for d in done].count("compacted") == 1, done
     assert "runs on a thread" in caplog.text
     assert t.refresh().snapshot().num_files == 1

@@ -440,7 +440,7 @@ def test_dry_run_and_refusals(spark: Any, tmp_path: Path) -> None:
 def test_partition_values_send_each_file_to_its_own_spark_partition(spark: Any) -> None:
     from pyspark.sql import functions as F
 
-    from lakelog.spark.cluster_job import partition_values, spark_hash_int
+    from lakelog.spark.runner import partition_values, spark_hash_int
 
     probe = spark.range(-50, 50).selectExpr("cast(id as int) v", "hash(cast(id as int)) h")
     rows = probe.collect()

@@ -55,7 +55,6 @@ __all__ = [
     "DeltaListing",
     "checkpoint_path",
     "delta_commit_path",
-    "encode_delta_commit",
     "feed_flag",
     "list_delta_log",
     "read_commit_info",
@@ -285,23 +284,6 @@ def commit_info(header: CommitHeader, actions: Sequence[Action]) -> dict[str, An
 RemovedVectors = Mapping[str, tuple[DeletionVector, int]]
 """Path -> (vector, physical rows) of the files a commit removes that carried a vector
 until it."""
-
-
-def encode_delta_commit(
-    header: CommitHeader,
-    actions: Sequence[Action],
-    metadata: Metadata,
-    *,
-    start: bool,
-    vectors: bool | Callable[[], bool] = False,
-    removed: RemovedVectors | None = None,
-) -> bytes:
-    """The Delta commit translating lakelog commit ``header.version`` (the bytes of
-    :func:`translate_commit`, which see)."""
-    data, _ = translate_commit(
-        header, actions, metadata, start=start, vectors=vectors, removed=removed
-    )
-    return data
 
 
 def translate_commit(

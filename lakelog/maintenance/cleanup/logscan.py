@@ -9,8 +9,9 @@ stores, files are fetched by a small thread pool to overlap latencies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -87,6 +88,28 @@ class FileChanges:
     txn_id: str = ""
     """The committing transaction's id."""
 
+    def record(
+        self,
+        actions: Iterable[Any],
+        add: type[Any],
+        remove: type[Any],
+        cdc: type[Any],
+        expire: type[Any],
+    ) -> None:
+        """Note the file-level effect of ``actions``: decoded as the log's own actions or
+        as the light structs of a fast decode, the classes of each kind given."""
+        for a in actions:
+            if isinstance(a, add):
+                self.added[a.path] = a.size_bytes
+                if a.deleted is not None:
+                    self.vectors[a.path] = a.deleted.bitmap
+            elif isinstance(a, remove):
+                self.removed[a.path] = a.size_bytes
+            elif isinstance(a, cdc):
+                self.changes[a.path] = a.size_bytes
+            elif isinstance(a, expire):
+                self.oldest_version = max(self.oldest_version or 0, a.oldest_version)
+
 
 def _decode(data: bytes, version: int) -> FileChanges:
     out = FileChanges(version)
@@ -100,17 +123,7 @@ def _decode(data: bytes, version: int) -> FileChanges:
         and readable(light.header.format_version)
     ):
         out.txn_id = light.header.txn_id
-        for a in light.actions:
-            if isinstance(a, _Add):
-                out.added[a.path] = a.size_bytes
-                if a.deleted is not None:
-                    out.vectors[a.path] = a.deleted.bitmap
-            elif isinstance(a, _Remove):
-                out.removed[a.path] = a.size_bytes
-            elif isinstance(a, _Cdc):
-                out.changes[a.path] = a.size_bytes
-            elif isinstance(a, _Expire):
-                out.oldest_version = max(out.oldest_version or 0, a.oldest_version)
+        out.record(light.actions, _Add, _Remove, _Cdc, _Expire)
         # what expiry deletes comes from here: refused as every reader refuses it
         bad = first_bad_data_path([*out.added, *out.removed, *out.changes])
         if bad is not None:
@@ -119,17 +132,7 @@ def _decode(data: bytes, version: int) -> FileChanges:
         return out
     commit = decode_commit(data, version)  # typed errors, or a newer action
     out.txn_id = commit.header.txn_id
-    for action in commit.actions:
-        if isinstance(action, AddFile):
-            out.added[action.path] = action.size_bytes
-            if action.deleted is not None:
-                out.vectors[action.path] = action.deleted.bitmap
-        elif isinstance(action, RemoveFile):
-            out.removed[action.path] = action.size_bytes
-        elif isinstance(action, ChangeFile):
-            out.changes[action.path] = action.size_bytes
-        elif isinstance(action, ExpireVersions):
-            out.oldest_version = max(out.oldest_version or 0, action.oldest_version)
+    out.record(commit.actions, AddFile, RemoveFile, ChangeFile, ExpireVersions)
     return out
 
 

@@ -5,16 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..report import human_bytes
+
 __all__ = ["ExpireReport", "VacuumReport"]
-
-
-def _bytes(n: int) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if x < 1024 or unit == "TiB":
-            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"  # pragma: no cover - the loop always returns
 
 
 @dataclass(frozen=True)
@@ -75,7 +68,7 @@ class ExpireReport:
         return (
             f"expired {self.versions_expired} versions (oldest readable: "
             f"{self.oldest_version}, latest: {self.latest_version}); {verb} "
-            f"{self.num_data_files} data files ({_bytes(self.data_bytes)}) and "
+            f"{self.num_data_files} data files ({human_bytes(self.data_bytes)}) and "
             f"{self.num_log_files} log files in {self.duration_s:.2f}s"
         )
 
@@ -151,7 +144,7 @@ class VacuumReport:
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
         return (
-            f"{verb} {self.num_files} unreferenced files ({_bytes(self.bytes)}) of "
+            f"{verb} {self.num_files} unreferenced files ({human_bytes(self.bytes)}) of "
             f"{self.files_scanned} scanned; kept {self.files_referenced} referenced by "
             f"versions {self.oldest_version}..{self.latest_version} and "
             f"{self.files_too_young} younger than {self.older_than_s:g}s"

@@ -32,14 +32,13 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ...errors import InvalidArgumentError, UnsupportedFormatError
 from ...io.parquet_settings import parquet_options
 from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
 from ...properties import get_float, get_int, get_str
 from ...transforms import spec_key
-from ..groups import FileGroup
+from ..groups import FileGroup, SavedPlan
 from ..options import ClusteringOptions
 from .sort import KEY_MAX, Segment
 from .spec import TAG_TIER, ClusterSpec, is_clustered, key_range
@@ -97,12 +96,17 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True):
     older spec is written into it (format.md, "Partition transforms and evolution")."""
 
 
-class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
+class ClusterPlan(SavedPlan, frozen=True, kw_only=True):
     """What an optimize run rewrites, decided from the snapshot at ``read_version``.
 
     Like a compaction plan it carries every source file whole, and round-trips to
     JSON (:meth:`to_json`), so it can be saved and executed later or elsewhere.
     """
+
+    KIND = "optimize"
+    FORMAT = CLUSTER_PLAN_FORMAT
+    NOUN = "clustering plan"
+    OTHER_KIND_HINT = "; run compaction plans with `lakelog compact --plan`."
 
     plan_format: int = CLUSTER_PLAN_FORMAT
     kind: str = "optimize"
@@ -117,7 +121,7 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_file_count: int
     snapshot_total_bytes: int
     groups: tuple[FileGroup, ...] = ()
-    segments: dict[str, tuple[Segment, ...]] = {}
+    segments: dict[str, tuple[Segment, ...]] = msgspec.field(default_factory=dict)
     fresh_bytes: int = 0
     full_groups: tuple[str, ...] = ()
     partition_filter: str | None = None
@@ -130,53 +134,8 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
     def curve(self) -> str:
         return str(json.loads(self.spec)["curve"])
 
-    @property
-    def source_file_count(self) -> int:
-        return sum(len(g.files) for g in self.groups)
-
-    @property
-    def source_bytes(self) -> int:
-        return sum(g.total_bytes for g in self.groups)
-
-    @property
-    def estimated_after_file_count(self) -> int:
-        out = sum(g.estimated_output_files for g in self.groups)
-        return self.snapshot_file_count - self.source_file_count + out
-
     def cluster_spec(self, schema: pa.Schema) -> ClusterSpec:
         return ClusterSpec.from_json(json.loads(self.spec), schema)
-
-    def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> ClusterPlan:
-        """Load a plan saved with :meth:`to_json`."""
-        try:
-            probe = msgspec.json.decode(text, type=_PlanProbe)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise InvalidArgumentError(
-                f"expected a clustering plan saved by lakelog (JSON), found undecodable "
-                f"content: {e}. Save plans with ClusterPlan.to_json() or "
-                f"`lakelog optimize --plan-out`."
-            ) from e
-        if probe.plan_format > CLUSTER_PLAN_FORMAT:
-            raise UnsupportedFormatError(
-                f"expected clustering plan format <= {CLUSTER_PLAN_FORMAT}, found "
-                f"{probe.plan_format}; the plan was made by a newer lakelog. Upgrade lakelog "
-                f"or plan again with this one."
-            )
-        if probe.kind != "optimize":
-            raise InvalidArgumentError(
-                f"expected a clustering plan (kind 'optimize'), found kind {probe.kind!r}; "
-                f"run compaction plans with `lakelog compact --plan`."
-            )
-        try:
-            return msgspec.json.decode(text, type=cls)
-        except msgspec.ValidationError as e:
-            raise InvalidArgumentError(
-                f"expected a complete clustering plan, found an invalid one: {e}"
-            ) from e
 
     def describe(self, *, files: bool = False) -> str:
         """A human summary; ``files=True`` also lists every source file."""
@@ -207,11 +166,6 @@ class ClusterPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __str__(self) -> str:
         return self.describe()
-
-
-class _PlanProbe(msgspec.Struct):
-    plan_format: int = CLUSTER_PLAN_FORMAT
-    kind: str = "optimize"
 
 
 def group_id(files: Sequence[DataFile]) -> str:
@@ -294,6 +248,36 @@ def plan_partition(
     if not base or max_rewrite_ratio * fresh_bytes >= total:
         return _full(partition, files, target_file_size, fresh_bytes)
 
+    units = _units(base)
+    starts = np.array([u.start for u in units], dtype=np.uint64)
+    keys = fresh_keys(fresh)
+    cut = np.searchsorted(keys, starts, side="left")
+    fresh_in = np.diff(np.append(cut, len(keys))).astype(np.float64)
+    blocks = _Blocks.of(units, starts, delta, fresh_in)
+    selected = blocks.choose(max_rewrite_ratio, fresh_bytes, total)
+    row_bytes = float(blocks.base_bytes.sum()) / max(1.0, float(blocks.base_rows.sum()))
+    grid = _delta_grid(starts, fresh_in[~selected].sum() * row_bytes, min_delta_bytes, key_bits)
+    segments = _segments(
+        units, starts, blocks, selected, fresh_in, grid, row_bytes, target_file_size
+    )
+    inputs = list(fresh)
+    for u, unit in enumerate(units):
+        if selected[u]:
+            inputs.extend(unit.files)
+    inputs.extend(f for first, _, f in blocks.spans if selected[first])
+    inputs.extend(_full_delta_cells(segments, blocks.spans, selected, starts))
+    inputs = list({f.path: f for f in inputs}.values())  # each file once, in order
+    group = FileGroup(
+        group_id=group_id(inputs),
+        partition=partition,
+        files=tuple(inputs),
+        estimated_output_files=sum(s.files for s in segments if s.rows > 0),
+    )
+    return PartitionPlan(group=group, segments=tuple(segments), fresh_bytes=fresh_bytes, full=False)
+
+
+def _units(base: Sequence[DataFile]) -> list[_Unit]:
+    """The base files as overlap-closed runs in key order; the first starts at key 0."""
     units: list[_Unit] = []
     for f in sorted(base, key=key_range):
         lo, hi = key_range(f)
@@ -303,66 +287,109 @@ def plan_partition(
         else:
             units.append(_Unit(start=lo, kmax=hi, files=[f]))
     units[0].start = 0
-    starts = np.array([u.start for u in units], dtype=np.uint64)
-    ends = [*(int(x) for x in starts[1:]), KEY_MAX]
+    return units
+
+
+@dataclass
+class _Blocks:
+    """Units linked by the delta files spanning them. A block is the smallest range a run
+    can merge without leaving part of a delta file behind."""
+
+    spans: list[tuple[int, int, DataFile]]
+    """Each delta file with the first and last unit it spans."""
+    block_of: npt.NDArray[np.int64]
+    """The block of each unit."""
+    base_rows: npt.NDArray[np.float64]
+    base_bytes: npt.NDArray[np.float64]
+    pending: npt.NDArray[np.float64]
+    """Rows waiting to be merged into each block: new rows and its delta files' rows."""
+    delta_bytes: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(
+        cls,
+        units: Sequence[_Unit],
+        starts: npt.NDArray[np.uint64],
+        delta: Sequence[DataFile],
+        fresh_in: npt.NDArray[np.float64],
+    ) -> _Blocks:
+        nu = len(units)
+        spans = []
+        for f in delta:
+            lo, hi = key_range(f)
+            first = max(0, int(np.searchsorted(starts, np.uint64(lo), side="right")) - 1)
+            last = max(0, int(np.searchsorted(starts, np.uint64(hi), side="right")) - 1)
+            spans.append((first, last, f))
+        block_of = np.arange(nu)
+        reach = np.arange(nu)
+        for first, last, _ in spans:
+            reach[first] = max(reach[first], last)
+        block_id, end = -1, -1
+        for u in range(nu):
+            if u > end:
+                block_id += 1
+            end = max(end, int(reach[u]))
+            block_of[u] = block_id
+        nblocks = block_id + 1
+        out = cls(
+            spans,
+            block_of,
+            np.zeros(nblocks),
+            np.zeros(nblocks),
+            np.zeros(nblocks),
+            np.zeros(nblocks),
+        )
+        for u, unit in enumerate(units):
+            out.base_rows[block_of[u]] += unit.rows
+            out.base_bytes[block_of[u]] += unit.nbytes
+            out.pending[block_of[u]] += fresh_in[u]
+        for first, _, f in spans:
+            out.pending[block_of[first]] += f.num_rows
+            out.delta_bytes[block_of[first]] += f.size_bytes
+        return out
+
+    def choose(
+        self, max_rewrite_ratio: float, fresh_bytes: int, total: int
+    ) -> npt.NDArray[np.bool_]:
+        """Whether each unit is merged by this run.
+
+        A block is merged once its pending rows (new + delta) reach 1 / (ratio - 2) of
+        its base rows: new bytes are written once as delta, then merged at a cost of at
+        most (ratio - 1) bytes each, so the amortized cost stays near ``ratio`` per new
+        byte. The densest blocks go first; at most MAX_RUN_FRACTION of the partition per
+        run (but always at least one block, so a run makes progress)."""
+        density = self.pending / (self.base_rows + 1.0)
+        threshold = 1.0 / max(max_rewrite_ratio - 2.0, 1e-9)
+        cap = max((max_rewrite_ratio - 1.0) * fresh_bytes, MAX_RUN_FRACTION * total)
+        chosen = np.zeros(len(self.pending), dtype=bool)
+        spent = 0.0
+        for blk in np.argsort(-density, kind="stable"):
+            if density[blk] < threshold:
+                break
+            cost = self.base_bytes[blk] + self.delta_bytes[blk]
+            if spent > 0 and spent + cost > cap:
+                continue
+            chosen[blk] = True
+            spent += cost
+        selected: npt.NDArray[np.bool_] = chosen[self.block_of]
+        return selected
+
+
+def _segments(
+    units: Sequence[_Unit],
+    starts: npt.NDArray[np.uint64],
+    blocks: _Blocks,
+    selected: npt.NDArray[np.bool_],
+    fresh_in: npt.NDArray[np.float64],
+    grid: set[int],
+    row_bytes: float,
+    target_file_size: int,
+) -> list[Segment]:
+    """The key segments of a run: each run of merged units one base segment (its files
+    sized to the target), each run of other units delta segments cut at ``grid``."""
     nu = len(units)
-    keys = fresh_keys(fresh)
-    cut = np.searchsorted(keys, starts, side="left")
-    fresh_in = np.diff(np.append(cut, len(keys))).astype(np.float64)
-
-    # Blocks: units linked by the delta files spanning them. A block is the smallest
-    # range a run can merge without leaving part of a delta file behind.
-    spans = []
-    for f in delta:
-        lo, hi = key_range(f)
-        first = max(0, int(np.searchsorted(starts, np.uint64(lo), side="right")) - 1)
-        last = max(0, int(np.searchsorted(starts, np.uint64(hi), side="right")) - 1)
-        spans.append((first, last, f))
-    block_of = np.arange(nu)
-    reach = np.arange(nu)
-    for first, last, _ in spans:
-        reach[first] = max(reach[first], last)
-    block_id, end = -1, -1
-    for u in range(nu):
-        if u > end:
-            block_id += 1
-        end = max(end, int(reach[u]))
-        block_of[u] = block_id
-    nblocks = block_id + 1
-    base_rows = np.zeros(nblocks)
-    base_bytes = np.zeros(nblocks)
-    pending = np.zeros(nblocks)
-    delta_bytes = np.zeros(nblocks)
-    for u, unit in enumerate(units):
-        base_rows[block_of[u]] += unit.rows
-        base_bytes[block_of[u]] += unit.nbytes
-        pending[block_of[u]] += fresh_in[u]
-    for first, _, f in spans:
-        pending[block_of[first]] += f.num_rows
-        delta_bytes[block_of[first]] += f.size_bytes
-
-    # A block is merged once its pending rows (new + delta) reach 1 / (ratio - 2) of its
-    # base rows: new bytes are written once as delta, then merged at a cost of at most
-    # (ratio - 1) bytes each, so the amortized cost stays near ``ratio`` per new byte.
-    # The densest blocks go first; at most MAX_RUN_FRACTION of the partition per run
-    # (but always at least one block, so a run makes progress).
-    density = pending / (base_rows + 1.0)
-    threshold = 1.0 / max(max_rewrite_ratio - 2.0, 1e-9)
-    cap = max((max_rewrite_ratio - 1.0) * fresh_bytes, MAX_RUN_FRACTION * total)
-    chosen = np.zeros(nblocks, dtype=bool)
-    spent = 0.0
-    for blk in np.argsort(-density, kind="stable"):
-        if density[blk] < threshold:
-            break
-        cost = base_bytes[blk] + delta_bytes[blk]
-        if spent > 0 and spent + cost > cap:
-            continue
-        chosen[blk] = True
-        spent += cost
-    selected = chosen[block_of]
-
-    row_bytes = float(base_bytes.sum()) / max(1.0, float(base_rows.sum()))  # as clustered
-    grid = _delta_grid(starts, fresh_in[~selected].sum() * row_bytes, min_delta_bytes, key_bits)
+    ends = [*(int(x) for x in starts[1:]), KEY_MAX]
+    block_of = blocks.block_of
     segments: list[Segment] = []
     i = 0
     while i < nu:
@@ -370,9 +397,9 @@ def plan_partition(
         while k + 1 < nu and selected[k + 1] == selected[i]:
             k += 1
         if selected[i]:
-            blocks = set(block_of[i : k + 1].tolist())
+            merged = set(block_of[i : k + 1].tolist())
             moved = float(fresh_in[i : k + 1].sum()) + sum(
-                f.num_rows for first, _, f in spans if block_of[first] in blocks
+                f.num_rows for first, _, f in blocks.spans if block_of[first] in merged
             )
             rows = sum(units[u].rows for u in range(i, k + 1)) + moved
             nbytes = sum(units[u].nbytes for u in range(i, k + 1)) + moved * row_bytes
@@ -398,13 +425,19 @@ def plan_partition(
                     )
                 )
         i = k + 1
-    inputs = list(fresh)
-    for u, unit in enumerate(units):
-        if selected[u]:
-            inputs.extend(unit.files)
-    inputs.extend(f for first, _, f in spans if selected[first])
-    # Delta files pile up in each grid cell between merges: once DELTA_FANIN of them lie
-    # in one delta segment, they are rewritten with its new rows into one file.
+    return segments
+
+
+def _full_delta_cells(
+    segments: Sequence[Segment],
+    spans: Sequence[tuple[int, int, DataFile]],
+    selected: npt.NDArray[np.bool_],
+    starts: npt.NDArray[np.uint64],
+) -> list[DataFile]:
+    """Delta files pile up in each grid cell between merges: once DELTA_FANIN of them lie
+    in one delta segment, they are rewritten with its new rows into one file."""
+    ends = [*(int(x) for x in starts[1:]), KEY_MAX]
+    out: list[DataFile] = []
     for seg in segments:
         if seg.tier != "delta":
             continue
@@ -416,15 +449,8 @@ def plan_partition(
             and ends[last] <= seg.key_end
         ]
         if len(inside) >= DELTA_FANIN:
-            inputs.extend(inside)
-    inputs = list({f.path: f for f in inputs}.values())  # each file once, in order
-    group = FileGroup(
-        group_id=group_id(inputs),
-        partition=partition,
-        files=tuple(inputs),
-        estimated_output_files=sum(s.files for s in segments if s.rows > 0),
-    )
-    return PartitionPlan(group=group, segments=tuple(segments), fresh_bytes=fresh_bytes, full=False)
+            out.extend(inside)
+    return out
 
 
 def _delta_grid(

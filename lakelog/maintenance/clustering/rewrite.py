@@ -24,7 +24,7 @@ from ...errors import CorruptLogError
 from ...io.writer import RollingWriter, SpecWriter, WriteOptions
 from ...storage import Storage
 from ...transforms import SPEC_TAG, TAG_PREFIX, PartitionSpec
-from ..groups import FileGroup, GroupResult
+from ..groups import FileGroup, GroupResult, check_group_rows
 from ..pacing import Pacer
 from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group, scan_batches
 from .planner import ClusterSettings
@@ -144,24 +144,12 @@ def cluster_group(
         )
         for w in written
     )
-    got = sum(a.num_rows for a in added)
-    if got != group.num_rows:
+    try:
+        check_group_rows(group, added)
+    except CorruptLogError:
         storage.delete([a.path for a in added])
-        raise CorruptLogError(
-            f"expected {group.num_rows} rows from the {len(group.files)} files of group "
-            f"{group.group_id} (as the log records), found {got}; a data file does not match "
-            f"the log. Nothing was committed; check the files with `lakelog files`."
-        )
-    result = GroupResult(
-        group_id=group.group_id,
-        added=added,
-        bytes_read=group.total_bytes,
-        bytes_written=sum(a.size_bytes for a in added),
-        num_rows=got,
-        duration_s=time.monotonic() - started,
-        spilled_runs=runs,
-    )
-    return result
+        raise
+    return GroupResult.of(group, added, duration_s=time.monotonic() - started, spilled_runs=runs)
 
 
 def _paced(

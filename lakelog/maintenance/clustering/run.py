@@ -16,7 +16,7 @@ partial progress, partition filters, dry runs and saved plans
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -24,7 +24,6 @@ import msgspec
 from ...errors import InvalidArgumentError
 from ...log.actions import DataFile
 from ...log.snapshot import Snapshot
-from ...transaction import CommitResult
 from ..claims import claimed_files
 from ..executor import GroupRunner, ProgressCallback, plan_read_snapshot
 from ..groups import FileGroup, GroupResult
@@ -32,7 +31,7 @@ from ..options import ClusteringOptions, ExecutionOptions, check_flag
 from ..pacing import Pacer
 from ..partition_filter import partition_matcher
 from ..pipeline import Prepared, RewriteKind, prepare_plan, run_prepared
-from ..report import MaintenanceReport, rewrite_report
+from ..report import MaintenanceReport
 from ..sources import file_schema_of
 from .planner import ClusterPlan, cluster_options, plan_clustering
 from .rewrite import cluster_group
@@ -46,7 +45,6 @@ __all__ = [
     "CLUSTERING",
     "commit_parameters",
     "execute_cluster_plan",
-    "optimize_report",
     "optimize_table",
     "prepare_clustering",
     "report_extra",
@@ -83,34 +81,10 @@ def commit_parameters(plan: ClusterPlan) -> dict[str, Any]:
     return params
 
 
-def optimize_report(
-    plan: ClusterPlan,
-    *,
-    committed: Sequence[GroupResult],
-    commits: Sequence[CommitResult],
-    abandoned: Sequence[str],
-    started: float,
-    paced_seconds: float = 0.0,
-    dry_run: bool = False,
-    extra: Mapping[str, Any] | None = None,
-) -> MaintenanceReport:
-    """The report of an optimize plan, whatever engine ran its groups: ``committed`` are
-    the results that landed in ``commits``; a dry run reports what the plan would do.
-    ``extra`` adds to (or overrides) :func:`report_extra`."""
+def _report_fields(plan: ClusterPlan, committed: Sequence[GroupResult]) -> dict[str, Any]:
     fields = report_extra(plan)
     fields["spilled_runs"] = sum(r.spilled_runs for r in committed)
-    fields.update(extra or {})
-    return rewrite_report(
-        "optimize",
-        plan,
-        committed=committed,
-        commits=commits,
-        abandoned=abandoned,
-        duration_s=time.monotonic() - started,
-        dry_run=dry_run,
-        paced_seconds=paced_seconds,
-        extra=fields,
-    )
+    return fields
 
 
 def _runner(
@@ -138,7 +112,11 @@ def _runner(
 
 
 CLUSTERING: RewriteKind[ClusterPlan] = RewriteKind(
-    operation="OPTIMIZE", parameters=commit_parameters, report=optimize_report, runner=_runner
+    name="optimize",
+    operation="OPTIMIZE",
+    parameters=commit_parameters,
+    report_fields=_report_fields,
+    runner=_runner,
 )
 """Clustering in the shared flow (:mod:`lakelog.maintenance.pipeline`)."""
 

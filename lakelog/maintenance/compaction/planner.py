@@ -25,7 +25,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import InvalidArgumentError, UnsupportedFormatError
+from ...errors import InvalidArgumentError
 from ...io.parquet_settings import parquet_options
 from ...io.writer import ParquetOptions, check_codec
 from ...log.actions import DataFile, decode_schema, encode_schema
@@ -35,9 +35,10 @@ from ...partitioning import partition_dir
 from ...properties import get_float, get_int, get_str
 from ...transforms import spec_key
 from ..clustering.spec import TAG_SPEC
-from ..groups import FileGroup
+from ..groups import FileGroup, SavedPlan
 from ..options import CompactionOptions, with_keywords
 from ..partition_filter import partition_matcher
+from ..report import human_bytes
 
 __all__ = [
     "PLAN_FORMAT",
@@ -77,8 +78,13 @@ class CompactionSettings(msgspec.Struct, frozen=True, kw_only=True):
     written in it (format.md, "Partition transforms and evolution")."""
 
 
-class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """What a compaction will rewrite, decided from the snapshot at ``read_version``."""
+class CompactionPlan(SavedPlan, frozen=True, kw_only=True):
+    """What a compaction will rewrite, decided from the snapshot at ``read_version``;
+    saved and loaded as JSON (:class:`~lakelog.maintenance.groups.SavedPlan`)."""
+
+    KIND = "compact"
+    FORMAT = PLAN_FORMAT
+    NOUN = "compaction plan"
 
     plan_format: int = PLAN_FORMAT
     kind: str = "compact"
@@ -99,20 +105,8 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
         return decode_schema(self.schema)
 
     @property
-    def source_file_count(self) -> int:
-        return sum(len(g.files) for g in self.groups)
-
-    @property
-    def source_bytes(self) -> int:
-        return sum(g.total_bytes for g in self.groups)
-
-    @property
     def estimated_output_files(self) -> int:
         return sum(g.estimated_output_files for g in self.groups)
-
-    @property
-    def estimated_after_file_count(self) -> int:
-        return self.snapshot_file_count - self.source_file_count + self.estimated_output_files
 
     def group(self, group_id: str) -> FileGroup:
         for g in self.groups:
@@ -123,55 +117,24 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
             f"{' ...' if len(self.groups) > 5 else ''}), found {group_id!r}"
         )
 
-    # -- persistence -------------------------------------------------------------
-    def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> CompactionPlan:
-        """Load a plan saved with :meth:`to_json`."""
-        try:
-            probe = msgspec.json.decode(text, type=_PlanProbe)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise InvalidArgumentError(
-                f"expected a compaction plan saved by lakelog (JSON), found undecodable "
-                f"content: {e}. Save plans with CompactionPlan.to_json() or "
-                f"`lakelog compact --plan-out`."
-            ) from e
-        if probe.plan_format > PLAN_FORMAT:
-            raise UnsupportedFormatError(
-                f"expected plan format <= {PLAN_FORMAT}, found {probe.plan_format}; the plan "
-                f"was made by a newer lakelog. Upgrade lakelog or plan again with this one."
-            )
-        if probe.kind != "compact":
-            raise InvalidArgumentError(
-                f"expected a compaction plan (kind 'compact'), found kind {probe.kind!r}"
-            )
-        try:
-            return msgspec.json.decode(text, type=cls)
-        except msgspec.ValidationError as e:
-            raise InvalidArgumentError(
-                f"expected a complete compaction plan, found an invalid one: {e}"
-            ) from e
-
     # -- description -------------------------------------------------------------
     def describe(self, *, files: bool = False) -> str:
         """A human summary; ``files=True`` also lists every source file."""
         o = self.options
         bounds = []
         if o.target_file_size is not None:
-            bounds.append(f"target {_human(o.target_file_size)}")
+            bounds.append(f"target {human_bytes(o.target_file_size)}")
         if o.target_rows is not None:
             bounds.append(f"target {o.target_rows:,} rows")
         small = []
         if o.min_file_size is not None:
-            small.append(f"< {_human(o.min_file_size)}")
+            small.append(f"< {human_bytes(o.min_file_size)}")
         if o.min_rows is not None:
             small.append(f"< {o.min_rows:,} rows")
         lines = [
             f"compaction plan at version {self.read_version}: {len(self.groups)} groups, "
             f"{self.source_file_count} of {self.snapshot_file_count} files "
-            f"({_human(self.source_bytes)}) -> ~{self.estimated_output_files} files; "
+            f"({human_bytes(self.source_bytes)}) -> ~{self.estimated_output_files} files; "
             f"file count {self.snapshot_file_count} -> ~{self.estimated_after_file_count}",
             f"  {', '.join(bounds)}; candidates: files {' and '.join(small)} "
             f"({self.candidate_file_count} found); at least {o.min_input_files} files per "
@@ -183,29 +146,15 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
             where = partition_dir(self.partition_by, g.partition) if self.partition_by else "-"
             lines.append(
                 f"  group {g.group_id}  partition {where}: {len(g.files)} files, "
-                f"{_human(g.total_bytes)}, {g.num_rows:,} rows -> ~{g.estimated_output_files} "
+                f"{human_bytes(g.total_bytes)}, {g.num_rows:,} rows -> ~{g.estimated_output_files} "
                 f"file{'s' if g.estimated_output_files != 1 else ''}"
             )
             if files:
-                lines.extend(f"    {f.path} ({_human(f.size_bytes)})" for f in g.files)
+                lines.extend(f"    {f.path} ({human_bytes(f.size_bytes)})" for f in g.files)
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.describe()
-
-
-class _PlanProbe(msgspec.Struct):
-    plan_format: int = PLAN_FORMAT
-    kind: str = "compact"
-
-
-def _human(n: int) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
 
 
 def resolve_options(snapshot: Snapshot, options: CompactionOptions) -> CompactionSettings:

@@ -22,11 +22,10 @@ from collections.abc import Iterable, Sequence
 import msgspec
 import pyarrow as pa
 
-from ...errors import CorruptLogError
 from ...io.writer import ParquetOptions, RollingWriter, SpecWriter, WriteOptions, check_codec
 from ...storage import Storage
 from ...transforms import PartitionSpec
-from ..groups import FileGroup, GroupResult
+from ..groups import FileGroup, GroupResult, check_group_rows
 from ..pacing import Pacer
 from ..sources import dictionary_columns, file_schema_of, read_ahead, read_group
 from .planner import CompactionSettings
@@ -144,14 +143,7 @@ def rewrite_group(
         for batch in batches:
             writer.write(batch)
         written = writer.close()
-        expected = group.num_rows
-        got = sum(a.num_rows for a in written)
-        if got != expected:
-            raise CorruptLogError(
-                f"expected {expected} rows from the {len(group.files)} files of group "
-                f"{group.group_id} (as the log records), found {got}; a data file does not "
-                f"match the log. Nothing was committed; check the files with `lakelog files`."
-            )
+        check_group_rows(group, written)
     except BaseException:
         if writer is not None:
             try:
@@ -159,12 +151,5 @@ def rewrite_group(
             except Exception:  # noqa: BLE001 - vacuum removes what this cannot
                 pass
         raise
-    added = tuple(msgspec.structs.replace(a, data_change=False) for a in written)
-    return GroupResult(
-        group_id=group.group_id,
-        added=added,
-        bytes_read=group.total_bytes,
-        bytes_written=sum(a.size_bytes for a in added),
-        num_rows=got,
-        duration_s=time.monotonic() - started,
-    )
+    added = [msgspec.structs.replace(a, data_change=False) for a in written]
+    return GroupResult.of(group, added, duration_s=time.monotonic() - started)

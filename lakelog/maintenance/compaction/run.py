@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -20,14 +20,13 @@ import pyarrow as pa
 
 from ...log.snapshot import Snapshot
 from ...storage import Storage
-from ...transaction import CommitResult
 from ..claims import claimed_files
 from ..executor import GroupRunner, ProgressCallback
 from ..groups import FileGroup, GroupResult
 from ..options import CompactionOptions, ExecutionOptions, check_flag
 from ..pacing import Pacer
 from ..pipeline import Prepared, RewriteKind, prepare_plan, run_prepared
-from ..report import MaintenanceReport, rewrite_report
+from ..report import MaintenanceReport
 from .planner import CompactionPlan, plan_compaction
 from .rewrite import RewriteOptions, rewrite_group
 
@@ -38,7 +37,6 @@ __all__ = [
     "COMPACTION",
     "commit_parameters",
     "compact_table",
-    "compaction_report",
     "execute_plan",
     "prepare_compaction",
 ]
@@ -58,32 +56,6 @@ def commit_parameters(plan: CompactionPlan) -> dict[str, Any]:
     if plan.partition_filter is not None:
         params["partition_filter"] = plan.partition_filter
     return {k: v for k, v in params.items() if v is not None}
-
-
-def compaction_report(
-    plan: CompactionPlan,
-    *,
-    committed: Sequence[GroupResult],
-    commits: Sequence[CommitResult],
-    abandoned: Sequence[str],
-    started: float,
-    paced_seconds: float = 0.0,
-    dry_run: bool = False,
-    extra: Mapping[str, Any] | None = None,
-) -> MaintenanceReport:
-    """The report of a compaction plan, whatever engine ran its groups; a dry run
-    reports what the plan would do."""
-    return rewrite_report(
-        "compact",
-        plan,
-        committed=committed,
-        commits=commits,
-        abandoned=abandoned,
-        duration_s=time.monotonic() - started,
-        dry_run=dry_run,
-        paced_seconds=paced_seconds,
-        extra=dict(extra or {}),
-    )
 
 
 def _runner(
@@ -109,7 +81,11 @@ def _rewrite(
 
 
 COMPACTION: RewriteKind[CompactionPlan] = RewriteKind(
-    operation="COMPACT", parameters=commit_parameters, report=compaction_report, runner=_runner
+    name="compact",
+    operation="COMPACT",
+    parameters=commit_parameters,
+    report_fields=lambda plan, committed: {},
+    runner=_runner,
 )
 """Compaction in the shared flow (:mod:`lakelog.maintenance.pipeline`)."""
 

@@ -77,6 +77,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..report import human_bytes
+
 __all__ = [
     "ACTION_COST",
     "KINDS",
@@ -205,15 +207,6 @@ def _score(benefit: float, rewrite: int) -> float:
     return benefit / (rewrite + ACTION_COST)
 
 
-def _mb(n: float) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
-
-
 def _heavy(f: FileStat, ratio: float) -> bool:
     return f.deleted > 0 and f.rows > 0 and f.deleted >= f.rows * ratio
 
@@ -269,7 +262,7 @@ def compact_candidate(
         score=score,
         rewrite_bytes=rewrite,
         benefit=OPEN_COST * saved,
-        reason=f"{n} files below {_mb(stats.min_file_size)} ({_mb(rewrite)}): "
+        reason=f"{n} files below {human_bytes(stats.min_file_size)} ({human_bytes(rewrite)}): "
         f"a scan opens {saved:.1f} fewer files{why}",
         figures={"small_files": n, "files_saved": round(saved, 3), "full": full},
         paths=tuple(f.path for f in small[:n]),
@@ -342,7 +335,7 @@ def purge_candidate(stats: TableStats, part: PartitionStats) -> Candidate | None
         rewrite_bytes=rewrite,
         benefit=benefit,
         reason=f"{len(heavy)} files with at least {stats.purge_ratio:g} of their rows "
-        f"deleted ({deleted} rows): scans stop reading {_mb(benefit)}",
+        f"deleted ({deleted} rows): scans stop reading {human_bytes(benefit)}",
         figures={"files": len(heavy), "deleted_rows": deleted},
     )
 
@@ -418,7 +411,8 @@ def table_candidates(stats: TableStats) -> list[Candidate]:
                 rewrite_bytes=0,
                 benefit=benefit,
                 reason=f"{stats.expirable_versions} versions past retention; frees "
-                f"{_mb(stats.expirable_bytes)} of data and {stats.expirable_log_files} log files",
+                f"{human_bytes(stats.expirable_bytes)} of data and "
+                f"{stats.expirable_log_files} log files",
                 figures={
                     "versions": stats.expirable_versions,
                     "data_bytes": stats.expirable_bytes,
@@ -436,7 +430,7 @@ def table_candidates(stats: TableStats) -> list[Candidate]:
                 rewrite_bytes=0,
                 benefit=float(stats.vacuum_bytes),
                 reason=f"{stats.vacuum_files} unreferenced files past retention "
-                f"({_mb(stats.vacuum_bytes)})",
+                f"({human_bytes(stats.vacuum_bytes)})",
                 figures={"files": stats.vacuum_files, "bytes": stats.vacuum_bytes},
             )
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..report import human_bytes
 from .model import Candidate
 
 __all__ = ["ActionResult", "MaintainReport", "describe_partition"]
@@ -96,7 +97,7 @@ class MaintainReport:
                     *([c.table] if several else []),
                     describe_partition(c),
                     f"{c.score:.3g}",
-                    _bytes(c.rewrite_bytes),
+                    human_bytes(c.rewrite_bytes),
                     a.status,
                     c.reason,
                 ]
@@ -107,10 +108,12 @@ class MaintainReport:
             for r in rows
         ]
         verb = "would run" if self.dry_run else "ran"
-        budget = "no budget" if self.budget_bytes is None else f"budget {_bytes(self.budget_bytes)}"
+        budget = (
+            "no budget" if self.budget_bytes is None else f"budget {human_bytes(self.budget_bytes)}"
+        )
         n = len(self.actions)
         summary = f"maintain {verb} {n} action{'' if n == 1 else 's'} ({budget}, "
-        summary += f"{_bytes(self.planned_bytes)} to rewrite)"
+        summary += f"{human_bytes(self.planned_bytes)} to rewrite)"
         if not self.actions:
             summary = (
                 "maintain: nothing within the budget" if self.left else "maintain: nothing to do"
@@ -120,7 +123,7 @@ class MaintainReport:
             where = " ".join([*([c.table] if several else []), describe_partition(c)])
             lines.append(
                 f"left over the budget: {c.kind} {where} "
-                f"(score {c.score:.3g}, {_bytes(c.rewrite_bytes)})"
+                f"(score {c.score:.3g}, {human_bytes(c.rewrite_bytes)})"
             )
         lines += [f"left out, unreadable: {n}: {e}" for n, e in self.unread.items()]
         return "\n".join([summary, *lines])
@@ -130,12 +133,3 @@ def describe_partition(c: Candidate) -> str:
     if c.partition is None:
         return "-"
     return ",".join(f"{k}={v}" for k, v in c.partition.items())
-
-
-def _bytes(n: float) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{x:.1f} TiB"
