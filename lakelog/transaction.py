@@ -98,7 +98,13 @@ from .log.actions import (
     RemoveFile,
     encode_schema,
 )
-from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
+from .log.commits import (
+    commit_path,
+    commits_between,
+    decode_commit,
+    encode_commit,
+    read_commit,
+)
 from .log.expiry_marks import marks_above, read_mark
 from .log.files import replay
 from .log.format import DELETION_VECTORS, commit_version, metadata_version
@@ -829,7 +835,7 @@ class Transaction:
         return fresh
 
     def _read_winners(self, first: int) -> list[Commit]:
-        return [decode_commit(data, v) for v, data in read_tail(self.storage, first)]
+        return list(commits_between(self.storage, first))
 
     def _find_own_quietly(self, version: int) -> Commit | None:
         """:meth:`_find_own`, or None when the log cannot be read either."""

@@ -52,14 +52,13 @@ from ..storage import Storage
 from . import mapping
 from .actions import Commit, ExpireVersions, Metadata
 from .commits import (
-    TAIL_MAX_BATCH,
     LogListing,
     commit_path,
+    commits_between,
     decode_commit,
     gap_error,
     list_log,
     read_header,
-    read_tail,
 )
 from .filelist import FileList
 from .files import FILES_SCHEMA, ReplayState
@@ -420,25 +419,10 @@ def snapshot_of(storage: Storage, state: ReplayState) -> Snapshot:
 
 
 def _replay_forward(storage: Storage, state: ReplayState, upto: int | None) -> ReplayState:
-    """Apply commits after ``state.version`` (up to ``upto``, or until the end).
-
-    To the end, commits come from :func:`read_tail` (batched reads that tell the end
-    of the log from a hole). Up to a given version, exactly the commits needed are
-    fetched, in batches; one missing is a hole (:class:`LogGapError`).
-    """
-    if upto is None:
-        for v, data in read_tail(storage, state.version + 1):
-            state.apply(decode_commit(data, v))
-        return state
-    v = state.version + 1
-    while v <= upto:
-        n = min(TAIL_MAX_BATCH, upto - v + 1)
-        for got in storage.read_many([commit_path(x) for x in range(v, v + n)]):
-            if got is None:
-                later = [c for c in list_log(storage).commits if c > v]
-                raise gap_error(storage, v, later[0] if later else upto)
-            state.apply(decode_commit(got, v))
-            v += 1
+    """Apply commits after ``state.version`` (up to ``upto``, or until the end), read by
+    :func:`~.commits.commits_between` (a hole is :class:`LogGapError`)."""
+    for commit in commits_between(storage, state.version + 1, upto):
+        state.apply(commit)
     return state
 
 
