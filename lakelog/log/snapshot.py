@@ -36,12 +36,11 @@ from ..errors import (
 from ..filters import (
     FileStatsColumns,
     FilterLike,
-    Predicate,
+    ReadFilter,
     Unknown,
-    parse_filter,
     predicate_columns,
+    read_filter,
     rename_columns,
-    to_expression,
 )
 from ..stats import (
     file_guarantee,
@@ -325,14 +324,12 @@ class Snapshot:
             return cols
         return cols.relabel(self._to_logical)
 
-    def _filter(self, filter: FilterLike) -> tuple[Predicate | None, pc.Expression | None]:
-        """A filter as lakelog's predicate (for pruning) and as a row expression."""
-        pred = parse_filter(filter, self.schema)
-        if pred is None:
-            return None, None
-        return pred, filter if isinstance(filter, pc.Expression) else to_expression(pred)
+    def read_filter(self, filter: FilterLike | ReadFilter) -> ReadFilter:
+        """``filter`` parsed once for a read of this snapshot: lakelog's predicate (for
+        pruning) and the row expression; every step of the read takes the result."""
+        return read_filter(filter, self.schema)
 
-    def files(self, filter: FilterLike = None) -> FileList:
+    def files(self, filter: FilterLike | ReadFilter = None) -> FileList:
         """Live data files, pruned by partition values and min/max stats.
 
         ``filter``: a :class:`pyarrow.compute.Expression`, DNF tuples, or a SQL-like
@@ -345,7 +342,7 @@ class Snapshot:
         :class:`~lakelog.log.filelist.FileList` (a sequence; ``.paths()`` reads the
         paths alone).
         """
-        pred, expr = self._filter(filter)
+        pred, expr = self.read_filter(filter)
         if pred is None or expr is None:
             return self._all_files
         if isinstance(pred, Unknown) and not self.relabelled:
