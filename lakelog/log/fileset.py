@@ -31,7 +31,7 @@ from .file_index import (
     stats_columns,
 )
 from .filelist import FileList
-from .files import FILES_SCHEMA, files_from_adds
+from .files import FILES_SCHEMA, ReplayState, files_from_adds
 from .leaves import Leaf, leaf_schema, load_leaves
 from .manifests import Root
 
@@ -108,7 +108,13 @@ def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
 
 
 class FileSet:
-    """The live files of one version (immutable; caches what it computed)."""
+    """The live files of one version (immutable; caches what it computed): the one
+    live-file value a snapshot holds.
+
+    Made from a replayed state (:meth:`of_state`) it keeps that state (the app versions
+    and plans beside the files) and the manifests found unusable while resolving it
+    (``avoid``): a snapshot whose manifest turns out unusable swaps in the file set of
+    the same version resolved without it."""
 
     def __init__(
         self,
@@ -118,7 +124,14 @@ class FileSet:
         base: Root | Leaf,
         added: dict[str, AddFile],
         removed: dict[str, dict[str, str | None]],
+        *,
+        state: ReplayState | None = None,
+        avoid: frozenset[int] = frozenset(),
     ) -> None:
+        self.state = state
+        """The replayed state the files come from (None: a file set made otherwise)."""
+        self.avoid = avoid
+        """Manifests found unusable while resolving this version."""
         self.storage = storage
         self.metadata = metadata
         self.schema = schema
@@ -133,6 +146,30 @@ class FileSet:
         self._located: dict[int, np.ndarray] | None = None
         self._dead: np.ndarray | None = None
         self._lock = threading.RLock()
+
+    @classmethod
+    def of_state(
+        cls,
+        storage: Storage,
+        metadata: Metadata,
+        schema: pa.Schema,
+        state: ReplayState,
+        *,
+        avoid: frozenset[int] = frozenset(),
+    ) -> FileSet:
+        """The live files of a replayed state (its base set; ``schema``: the physical
+        schema of ``metadata``)."""
+        assert state.base is not None  # set when the snapshot was made
+        return cls(
+            storage,
+            metadata,
+            schema,
+            state.base,
+            state.added,
+            state.removed,
+            state=state,
+            avoid=avoid,
+        )
 
     # -- the tail and what it makes dead in the base -----------------------------------
     def dead(self) -> dict[str, dict[str, str | None]]:

@@ -88,25 +88,6 @@ _PRUNE_FS = pafs.LocalFileSystem()
 _T = TypeVar("_T")
 
 
-class _LiveFiles:
-    """Where a snapshot's live files come from: the replayed state, its file set (built
-    on first use) and the manifests found unusable after they were read. Replaced as a
-    whole when a manifest turns out unusable, so every holder of the snapshot sees the
-    same files (they are the version's files either way)."""
-
-    __slots__ = ("avoid", "fileset", "lock", "state")
-
-    def __init__(self, state: ReplayState) -> None:
-        self.state = state
-        self.fileset: FileSet | None = None
-        self.avoid: frozenset[int] = frozenset()
-        self.lock = threading.Lock()
-
-    def rebase(self, state: ReplayState, avoid: frozenset[int]) -> None:
-        with self.lock:
-            self.state, self.fileset, self.avoid = state, None, avoid
-
-
 class Snapshot:
     """The table as of one version (an immutable value): metadata, the live files and
     their counts, resolved from the log. Reading rows is :class:`lakelog.scan.Snapshot`."""
@@ -139,7 +120,8 @@ class Snapshot:
             state = ReplayState.start(metadata, base, version, timestamp_ms, oldest_version)
         elif state.base is None:
             state.base = entries_block(FILES_SCHEMA.empty_table(), schema, part)
-        self._live = _LiveFiles(state)
+        self._fileset = FileSet.of_state(storage, metadata, schema, state)
+        self._lock = threading.Lock()
         self._cache: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -239,23 +221,12 @@ class Snapshot:
     @property
     def _state(self) -> ReplayState:
         """The replayed state behind the files (a base and the tail since)."""
-        return self._live.state
+        state = self._fileset.state
+        assert state is not None  # made of a state (__init__)
+        return state
 
     def _files(self) -> FileSet:
-        live = self._live
-        with live.lock:
-            if live.fileset is None:
-                st = live.state
-                assert st.base is not None  # set when the snapshot was made
-                live.fileset = FileSet(
-                    self.storage,
-                    self.metadata,
-                    self.physical_schema,
-                    st.base,
-                    st.added,
-                    st.removed,
-                )
-            return live.fileset
+        return self._fileset
 
     def _resolve_again(self, avoid: frozenset[int]) -> Snapshot:
         """This version resolved from the log again, without the manifests ``avoid``."""
@@ -281,8 +252,16 @@ class Snapshot:
                     e,
                     self.version,
                 )
-                avoid = self._live.avoid | {root.version}
-                self._live.rebase(self._resolve_again(avoid)._state, avoid)
+                with self._lock:  # the same files either way: whoever swaps first wins
+                    if self._fileset.root is root:
+                        avoid = self._fileset.avoid | {root.version}
+                        self._fileset = FileSet.of_state(
+                            self.storage,
+                            self.metadata,
+                            self.physical_schema,
+                            self._resolve_again(avoid)._state,
+                            avoid=avoid,
+                        )
         return fn(self._files())
 
     def _cached(self, name: str, fn: Callable[[FileSet], _T]) -> _T:
