@@ -23,7 +23,7 @@ from .filters import FileStatsColumns, FilterLike
 from .log.actions import AddFile, CommitHeader, RemoveFile
 from .log.commits import commits_between, list_log, read_header
 from .log.file_index import stats_columns
-from .log.files import FILES_SCHEMA, files_from_adds
+from .log.files import files_from_adds
 from .log.snapshot import Snapshot, load_snapshot, oldest_readable_version
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def _files_and_stats(snap: Snapshot, filter: FilterLike) -> tuple[pa.Table, File
     if filter is None:
         return snap.file_table, snap.stats_columns
     files = list(snap.files(filter))
-    table = files_from_adds(files) if files else FILES_SCHEMA.empty_table()
+    table = files_from_adds(files)
     return table, stats_columns(table, snap.schema, snap.partition_by)
 
 

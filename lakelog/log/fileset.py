@@ -31,7 +31,7 @@ from .file_index import (
     stats_columns,
 )
 from .filelist import FileList
-from .files import FILES_SCHEMA, ReplayState, files_from_adds
+from .files import _FILES_SCHEMA, ReplayState, files_from_adds
 from .leaves import Leaf, leaf_schema, load_leaves
 from .manifests import Root
 
@@ -49,13 +49,13 @@ manifest, or the tail's adds. One representation for every source of live files.
 
 
 def entries_block(files: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> Leaf:
-    """A block of typed entries from a :data:`FILES_SCHEMA` table (a version-1 manifest,
+    """A block of typed entries from a :func:`~.files.files_from_adds` table (a version-1 manifest,
     or the adds since a base), converted in one vectorized pass."""
     return Leaf.of_files(files, schema, partition_by)
 
 
 def _table_of(block: Block, mask: Any) -> pa.Table:
-    """The live rows of a block as a :data:`FILES_SCHEMA` table."""
+    """The live rows of a block as a file table (:func:`~.files.files_from_adds`)."""
     return files_from_adds(block.data_files(mask))
 
 
@@ -420,11 +420,11 @@ class FileSet:
         return files, rows, size
 
     def file_table(self) -> pa.Table:
-        """Every live file as one :data:`FILES_SCHEMA` table (base order, then the tail)."""
+        """Every live file as one file table (base order, then the tail)."""
         parts = [
             _table_of(b, None if live is None else pa.array(live)) for b, live in self.blocks()
         ]
-        return pa.concat_tables(parts) if parts else FILES_SCHEMA.empty_table()
+        return pa.concat_tables(parts) if parts else _FILES_SCHEMA.empty_table()
 
     def entries(self) -> pa.Table:
         """Every live file as one table of typed entries (the leaf schema of the current
@@ -451,7 +451,7 @@ class FileSet:
             out = cols if out is None else concat_stats_columns(out, cols)
         if out is None:
             return stats_columns(
-                FILES_SCHEMA.empty_table(), self.schema, self.partition_by, columns=names
+                _FILES_SCHEMA.empty_table(), self.schema, self.partition_by, columns=names
             )
         return out
 

@@ -60,7 +60,7 @@ from .commits import (
     read_header,
 )
 from .filelist import FileList
-from .files import FILES_SCHEMA, ReplayState
+from .files import _FILES_SCHEMA, ReplayState
 from .fileset import FileSet, entries_block
 from .format import check_readable
 from .manifests import (
@@ -103,8 +103,9 @@ class Snapshot:
         oldest_version: int = 0,
         state: ReplayState | None = None,
     ) -> None:
-        """``files``: the live files as a :data:`FILES_SCHEMA` table; or ``state``: the
-        replayed state (a base, version-1 table or version-2 root, and the tail)."""
+        """``files``: the live files as a file table (:func:`~.files.files_from_adds`); or
+        ``state``: the replayed state (a base, version-1 table or version-2 root, and the
+        tail)."""
         check_readable(metadata.format_version, what="table")
         self.storage = storage
         self.version = version
@@ -115,11 +116,11 @@ class Snapshot:
         schema, part = mapping.physical_schema(metadata.arrow_schema()), metadata.partition_by
         if state is None:
             base = entries_block(
-                files if files is not None else FILES_SCHEMA.empty_table(), schema, part
+                files if files is not None else _FILES_SCHEMA.empty_table(), schema, part
             )
             state = ReplayState.start(metadata, base, version, timestamp_ms, oldest_version)
         elif state.base is None:
-            state.base = entries_block(FILES_SCHEMA.empty_table(), schema, part)
+            state.base = entries_block(_FILES_SCHEMA.empty_table(), schema, part)
         self._fileset = FileSet.of_state(storage, metadata, schema, state)
         self._lock = threading.Lock()
         self._cache: dict[str, Any] = {}
@@ -271,8 +272,9 @@ class Snapshot:
 
     @property
     def file_table(self) -> pa.Table:
-        """Every live file as one :data:`FILES_SCHEMA` table (JSON columns). Built on
-        first use from every leaf: prefer :meth:`files` with a filter, or :meth:`paths`."""
+        """Every live file as one file table (:func:`~.files.files_from_adds`, JSON
+        columns). Built on first use from every leaf: prefer :meth:`files` with a filter,
+        or :meth:`paths`."""
         return self._cached("file_table", lambda fs: fs.file_table())
 
     @property
