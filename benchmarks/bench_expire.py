@@ -71,7 +71,7 @@ from lakelog.log.actions import (
     encode_schema,
 )
 from lakelog.log.commits import commit_path, encode_commit, list_log
-from lakelog.log.files import FILES_SCHEMA
+from lakelog.log.files import files_from_adds
 from lakelog.log.manifests import LAST_MANIFEST, ManifestHeader, encode_manifest, manifest_path
 from lakelog.storage import Storage
 
@@ -153,8 +153,10 @@ def build_lakelog(root: Path, args: argparse.Namespace) -> None:
                     "stats": [r[2] for r in rows],
                     "modification_ms": [r[3] for r in rows],
                     "tags": ["{}"] * len(rows),
+                    "deleted_rows": [None] * len(rows),
+                    "deleted_bitmap": [None] * len(rows),
                 },
-                schema=FILES_SCHEMA,
+                schema=files_from_adds([]).schema,
             )
             mh = ManifestHeader(
                 version=version, timestamp_ms=ts, num_files=len(rows), metadata=metadata

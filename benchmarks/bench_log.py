@@ -75,7 +75,7 @@ from lakelog.log.actions import (
     encode_schema,
 )
 from lakelog.log.commits import LOG_DIR, commit_path, encode_commit
-from lakelog.log.files import FILES_SCHEMA, files_from_adds
+from lakelog.log.files import files_from_adds
 from lakelog.log.manifests import ManifestHeader, write_manifest
 from lakelog.log.snapshot import load_snapshot
 from lakelog.properties import DEFAULTS
@@ -115,7 +115,7 @@ def write_lakelog_log(path: Path, commits: Iterable[Commit], *, interval: int) -
         schema=encode_schema(ARROW_SCHEMA),
         created_ms=BASE_TIMESTAMP_MS,
     )
-    live = FILES_SCHEMA.empty_table()
+    live = files_from_adds([])
     pending: dict[str, AddFile] = {}
     gone: set[str] = set()
     sizes: dict[str, int] = {}

@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 
 from .filters import FileStatsColumns, FilterLike
 from .log.actions import AddFile, CommitHeader, RemoveFile
-from .log.commits import decode_commit, list_log, read_header, read_tail
+from .log.commits import commits_between, list_log, read_header
 from .log.file_index import stats_columns
-from .log.files import FILES_SCHEMA, files_from_adds
+from .log.files import files_from_adds
 from .log.snapshot import Snapshot, load_snapshot, oldest_readable_version
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def _files_and_stats(snap: Snapshot, filter: FilterLike) -> tuple[pa.Table, File
     if filter is None:
         return snap.file_table, snap.stats_columns
     files = list(snap.files(filter))
-    table = files_from_adds(files) if files else FILES_SCHEMA.empty_table()
+    table = files_from_adds(files)
     return table, stats_columns(table, snap.schema, snap.partition_by)
 
 
@@ -240,8 +240,8 @@ def _snapshots(table: Table) -> pa.Table:
         changes[0].files_added = base.num_files
         changes[0].rows_added = base.num_rows
         changes[0].bytes_added = base.total_bytes
-    for v, data in read_tail(storage, oldest + 1):
-        commit = decode_commit(data, v)
+    for commit in commits_between(storage, oldest + 1):
+        v = commit.header.version
         ch = _Change(v, commit.header.timestamp_ms, commit.header.operation, pending=[])
         for a in commit.actions:
             if isinstance(a, AddFile):

@@ -23,7 +23,7 @@ from .properties import get_bool, get_int, validate_properties
 from .scan import Snapshot as ReadableSnapshot
 from .scan import readable
 from .storage import Storage
-from .transaction import CommitResult, Kind, Rebase
+from .transaction import CommitResult, Kind, Rebase, Rebuild
 
 __all__ = ["Table", "create_table", "open_table", "write_table"]
 
@@ -222,6 +222,7 @@ class Table:
         metrics: Mapping[str, Any] | None = None,
         replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
         rebase: Rebase | None = None,
+        rebuild: Rebuild | None = None,
         lease: Lease | None = None,
     ) -> CommitResult:
         """Commit actions on top of ``read_snapshot`` (default: the cached one).
@@ -241,6 +242,9 @@ class Table:
                 log's string form); default None, the whole table.
             rebase: called with the winning commits before a retry, returns the actions
                 to commit instead; default None, the same actions.
+            rebuild: instead of ``rebase``, plans the operation again on the snapshot
+                the winners made, after a lost race (:data:`lakelog.transaction.Rebuild`);
+                default None.
             lease: the writer lease the added files were written under; before every put
                 it checks they are still there (:meth:`Lease.check`). Default None.
 
@@ -260,6 +264,7 @@ class Table:
             metrics=metrics,
             replaced_partitions=replaced_partitions,
             rebase=rebase,
+            rebuild=rebuild,
             lease=lease,
         )
         self._advance(done.landed)

@@ -1,10 +1,23 @@
-"""Optimistic transactions: read version, actions, conflict rules, retries.
+"""Optimistic transactions: read version, actions, conflict rules, the one retry rule.
 
 A commit is data: a header plus actions. It is created as version
 ``read_version + 1`` put-if-absent. When another writer got there first, the
-winning commits are read and checked against this transaction's rules; if
-none conflicts, the transaction rebases (same actions, next version) and tries
-again, with exponential backoff and jitter, bounded attempts and total time.
+winning commits are read and the transaction goes on after them in one of two ways:
+
+* it *rebases*: the winners are checked against this transaction's conflict rules
+  (after an optional ``rebase`` callback adjusted the actions); if none conflicts, the
+  same actions go to the next version;
+* or, given a ``rebuild`` step (pyiceberg's ``_rebuild_snapshot_updates`` is the
+  model), it *re-plans*: the winners are applied to its base and the step plans the
+  actions again on that snapshot (a schema change built on the new schema, an expiry
+  planned on the new settings, a rewrite without the groups a winner took), which then
+  commit on it. The step is the operation's own planner: its checks are the conflict
+  rules. Nothing left to commit ends the transaction as skipped.
+
+Either way the retry waits first (:func:`backoff`: exponential, with full jitter, the one
+backoff of the code base), and the attempts and total time are bounded by the table's
+``lakelog.commit.max_attempts`` and ``lakelog.commit.timeout_seconds``. No operation
+wraps a transaction in a retry loop of its own.
 
 Every transaction has a unique id in its header. After an error whose outcome
 is unknown (a timeout after the put), the retry looks for a commit carrying
@@ -60,14 +73,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
 from . import __about__
 from ._failpoints import failpoint, pausepoint
+from .app_transactions import app_commit, app_transaction, check_app_versions
 from .errors import (
-    AppVersionCommittedError,
     CommitConflictError,
     InvalidArgumentError,
     LakelogError,
@@ -88,7 +101,12 @@ from .log.actions import (
     RemoveFile,
     encode_schema,
 )
-from .log.commits import commit_path, decode_commit, encode_commit, read_commit, read_tail
+from .log.commits import (
+    commit_path,
+    commits_between,
+    encode_commit,
+    read_commit,
+)
 from .log.expiry_marks import marks_above, read_mark
 from .log.files import replay
 from .log.format import DELETION_VECTORS, commit_version, metadata_version
@@ -100,9 +118,12 @@ __all__ = [
     "LARGE_COMMIT_BYTES",
     "CommitResult",
     "Kind",
+    "Rebuild",
+    "Replan",
     "Transaction",
     "app_commit",
     "app_transaction",
+    "backoff",
     "check_app_versions",
     "check_conflicts",
     "same_shape",
@@ -118,6 +139,42 @@ Rebase = Callable[[Sequence[Commit], list[Action]], list[Action]]
 returns the actions to commit instead (e.g. without abandoned groups) or
 raises :class:`CommitConflictError`. A callback object with a ``metrics``
 mapping updates the header's metrics with it (see ``Transaction._metrics``)."""
+
+
+class Replan(NamedTuple):
+    """What a rebuild step planned on the latest snapshot.
+
+    Attributes:
+        actions: the actions to commit on it; none: nothing is left to commit (the
+            transaction ends, its result ``skipped``).
+        parameters: the header's parameters when they changed (None: as before).
+        metrics: the header's metrics when they changed (None: as before).
+    """
+
+    actions: Sequence[Action]
+    parameters: Mapping[str, Any] | None = None
+    metrics: Mapping[str, Any] | None = None
+
+
+Rebuild = Callable[[Snapshot, Sequence[Commit] | None], Replan]
+"""Called after a lost race with the snapshot the winners made (this transaction's base
+with them applied) and the winners (None when they can no longer be read: the base was
+expired, the snapshot is then the latest); returns the operation planned again on that
+snapshot, or raises (a :class:`CommitConflictError` when the winners made the operation
+impossible). The transaction commits the replan on that snapshot without checking the
+winners again."""
+
+
+def backoff(attempt: int, *, deadline: float | None = None) -> None:
+    """Wait before retry ``attempt`` (1 for the first): exponential backoff with full
+    jitter (a uniform pause up to 5 ms * 2^attempt, capped at 1 s), never past
+    ``deadline`` (on :func:`time.monotonic`). The one backoff every retry takes."""
+    cap = min(1.0, 0.005 * 2 ** min(max(attempt, 0), 10))
+    pause = random.uniform(0, cap)
+    if deadline is not None:
+        pause = min(pause, deadline - time.monotonic())
+    if pause > 0:
+        time.sleep(pause)
 
 
 @dataclass(frozen=True)
@@ -151,39 +208,6 @@ def _partition_key(partition: Mapping[str, str | None]) -> tuple[tuple[str, str 
     return tuple(sorted(partition.items(), key=lambda kv: kv[0]))
 
 
-# -- app transactions (exactly-once ingest; docs/format.md, "App transactions") --------
-
-MAX_APP_ID = 256
-
-
-def app_transaction(app_id: str | None, app_version: int | None) -> AppTransaction | None:
-    """The ``app_txn`` action of a write given ``app_id``/``app_version`` (None: neither)."""
-    if app_id is None and app_version is None:
-        return None
-    if app_id is None or app_version is None:
-        raise InvalidArgumentError(
-            f"expected app_id and app_version together (exactly-once ingest), found only "
-            f"{'app_id' if app_version is None else 'app_version'}; pass both, e.g. "
-            f"app_id='ingest-7', app_version=12."
-        )
-    if not isinstance(app_id, str) or not app_id or len(app_id) > MAX_APP_ID:
-        raise InvalidArgumentError(
-            f"expected app_id to be a non-empty string of at most {MAX_APP_ID} characters, "
-            f"found {app_id!r}"
-        )
-    if isinstance(app_version, bool) or not isinstance(app_version, int) or app_version < 0:
-        raise InvalidArgumentError(
-            f"expected app_version to be an integer >= 0 (a batch number), found {app_version!r}"
-        )
-    return AppTransaction(
-        app_id=app_id, app_version=app_version, timestamp_ms=int(time.time() * 1000)
-    )
-
-
-APP_SEARCH = 1000
-"""Commits read back, at most, to find the one that holds an older app version."""
-
-
 def skipped_result(
     snapshot: Snapshot | None, app: AppTransaction | None, *, operation: str = ""
 ) -> CommitResult | None:
@@ -203,59 +227,6 @@ def skipped_result(
         operation=operation,
         skipped=True,
     )
-
-
-def app_commit(
-    storage: Storage, app_id: str, app_version: int, *, recorded: int, recorded_at: int
-) -> int:
-    """The commit that holds ``app_version`` of ``app_id``, given the version ``recorded``
-    for it at commit ``recorded_at``: that commit when they are the same, else the
-    newest commit before it with the version (read back at most :data:`APP_SEARCH`
-    commits), else ``recorded_at`` (the version was never committed, or was expired)."""
-    if recorded == app_version:
-        return recorded_at
-    top = recorded_at - 1
-    low = max(0, recorded_at - APP_SEARCH)
-    while top >= low:
-        versions = list(range(top, max(low, top - 63) - 1, -1))
-        datas = storage.read_many([commit_path(v) for v in versions])
-        for v, data in zip(versions, datas, strict=True):
-            if data is None:  # expired (or damaged): no older commit to look at
-                return recorded_at
-            if b'"app_txn"' not in data:
-                continue
-            for a in decode_commit(data, v).actions:
-                if (
-                    isinstance(a, AppTransaction)
-                    and a.app_id == app_id
-                    and a.app_version == app_version
-                ):
-                    return v
-        top = versions[-1] - 1
-    return recorded_at
-
-
-def check_app_versions(
-    actions: Sequence[Action], recorded: Mapping[str, int], commits: Mapping[str, int]
-) -> None:
-    """Raise :class:`AppVersionCommittedError` if an ``app_txn`` of ``actions`` is not
-    newer than the version ``recorded`` for its app id (``commits``: which commit
-    recorded it)."""
-    for a in actions:
-        if not isinstance(a, AppTransaction):
-            continue
-        got = recorded.get(a.app_id)
-        if got is not None and got >= a.app_version:
-            v = commits.get(a.app_id, -1)
-            raise AppVersionCommittedError(
-                f"expected version {a.app_version} of app {a.app_id!r} to be newer than the "
-                f"one recorded, found version {got} recorded by commit {v}; the batch is "
-                f"already in the table, so nothing was committed.",
-                app_id=a.app_id,
-                app_version=a.app_version,
-                recorded_version=got,
-                winning_version=v,
-            )
 
 
 def _winner_apps(commit: Commit) -> tuple[dict[str, int], dict[str, int]]:
@@ -424,6 +395,11 @@ class _Base:
             return cls(None, [], 0, 0)
         return cls(snapshot, [], snapshot.version + 1, snapshot.timestamp_ms)
 
+    def on_top(self, snapshot: Snapshot) -> None:
+        """Put after ``snapshot``, the base with the winners applied (a replan)."""
+        self.snapshot, self.winners = snapshot, []
+        self.version, self.parent_ms = snapshot.version + 1, snapshot.timestamp_ms
+
     def after(self, winners: Sequence[Commit]) -> None:
         """Put after ``winners`` (read from :attr:`version` on, in order)."""
         self.winners.extend(winners)
@@ -454,18 +430,19 @@ class _Budget:
         return attempt >= self.max_attempts or time.monotonic() > self.deadline
 
     def pause(self, attempt: int) -> None:
-        """Exponential backoff with full jitter, never past the deadline."""
-        cap = min(1.0, 0.005 * 2 ** min(attempt, 10))
-        pause = random.uniform(0, cap)
-        time.sleep(max(0.0, min(pause, self.deadline - time.monotonic())))
+        """:func:`backoff`, never past the deadline."""
+        backoff(attempt, deadline=self.deadline)
 
 
 class Transaction:
     """One optimistic commit attempt sequence against a table.
 
-    ``hooks``: the post-commit hooks to run once the commit landed (default: every
-    registered one, :data:`lakelog.hooks.HOOKS`). ``clock``: the wall clock in seconds
-    that commit timestamps come from (default ``time.time``)."""
+    ``rebase``: adjusts the actions to the winners before the conflict rules check them
+    (:data:`Rebase`); ``rebuild``: instead, plans the operation again on the snapshot the
+    winners made (:data:`Rebuild`; needs ``read_snapshot``). ``hooks``: the post-commit
+    hooks to run once the commit landed (default: every registered one,
+    :data:`lakelog.hooks.HOOKS`). ``clock``: the wall clock in seconds that commit
+    timestamps come from (default ``time.time``)."""
 
     def __init__(
         self,
@@ -479,6 +456,7 @@ class Transaction:
         metrics: Mapping[str, Any] | None = None,
         replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
         rebase: Rebase | None = None,
+        rebuild: Rebuild | None = None,
         engine: str | None = None,
         txn_id: str | None = None,
         before_put: Callable[[], None] | None = None,
@@ -493,7 +471,14 @@ class Transaction:
         self.parameters = dict(parameters or {})
         self.metrics = dict(metrics or {})
         self.replaced_partitions = replaced_partitions
+        if rebuild is not None and (rebase is not None or read_snapshot is None):
+            raise InvalidArgumentError(
+                "expected a rebuild step on a read snapshot and without a rebase callback, "
+                f"found {'a rebase callback too' if rebase is not None else 'no snapshot'}; "
+                "pass one of rebase and rebuild, and the snapshot the actions were planned on."
+            )
         self.rebase = rebase
+        self.rebuild = rebuild
         self.engine = engine or f"lakelog/{__about__.__version__}"
         self.txn_id = txn_id or uuid.uuid4().hex
         self.before_put = before_put
@@ -533,6 +518,7 @@ class Transaction:
         winners and rebases over them (:meth:`_catch_up`); a base or winners expired
         meanwhile, or a put an expiry made unreadable, restarts from the latest
         version (:meth:`_restart`); a put whose outcome is unknown is looked for first.
+        A rebuild step that leaves nothing to commit ends it (the result ``skipped``).
         """
         _check_views(self.actions, self.read_snapshot)
         props = self.read_snapshot.properties if self.read_snapshot is not None else {}
@@ -570,6 +556,8 @@ class Transaction:
                         budget.pause(attempt)
                     mine = self._catch_up(at, seen if quiet else None)
                 if mine is None:
+                    if not self.actions:
+                        return self._nothing_left(at, attempt)
                     continue
                 if self._readable(mine):
                     return self._landed(mine, at, attempt)
@@ -579,6 +567,8 @@ class Transaction:
                 raise _Restart
             except _Restart:
                 at = _Base.on(self._restart())
+                if not self.actions:
+                    return self._nothing_left(at, attempt)
 
     def _put(self, at: _Base, attempt: int, budget: _Budget) -> Commit | int | None:
         """Put the commit at ``at.version``: the commit if it landed, None if the version
@@ -642,6 +632,12 @@ class Transaction:
         if mine is not None:
             at.winners.extend(c for c in new if c.header.version < mine.header.version)
             return mine
+        if self.rebuild is not None:
+            assert at.snapshot is not None  # a rebuild has a read snapshot
+            fresh = advance(at.snapshot, [*at.winners, *new])
+            self._replan(fresh, new)
+            at.on_top(fresh)
+            return None
         # the rebase callback first (it may drop actions, e.g. abandoned groups),
         # then the conflict rules on what is left
         before = {id(a) for a in self.actions}
@@ -665,6 +661,28 @@ class Transaction:
         )
         at.after(new)
         return None
+
+    def _replan(self, fresh: Snapshot, winners: Sequence[Commit] | None) -> None:
+        """Plan the operation again on ``fresh`` (the rebuild step) and commit that on it."""
+        assert self.rebuild is not None
+        replan = self.rebuild(fresh, winners)
+        self.actions = _declare_vectors(replan.actions, fresh)
+        _check_views(self.actions, fresh)
+        if replan.parameters is not None:
+            self.parameters = dict(replan.parameters)
+        if replan.metrics is not None:
+            self.metrics = dict(replan.metrics)
+        self.read_snapshot = fresh
+
+    def _nothing_left(self, at: _Base, attempt: int) -> CommitResult:
+        """The result of a transaction whose rebuild step left nothing to commit."""
+        return CommitResult(
+            version=at.version - 1,
+            attempts=attempt,
+            txn_id=self.txn_id,
+            operation=self.operation,
+            skipped=True,
+        )
 
     def _check_budget(self, attempt: int, budget: _Budget, version: int) -> None:
         if attempt > 1 and (attempt > budget.max_attempts or time.monotonic() > budget.deadline):
@@ -729,6 +747,11 @@ class Transaction:
         metadata changed) and rewrites whose removed files are all still live.
         """
         read = self.read_snapshot
+        if self.rebuild is not None:
+            # the step plans again on the latest state; the winners cannot be read
+            fresh = load_snapshot(self.storage)
+            self._replan(fresh, None)
+            return fresh
         hint = "Read the table again (table.refresh()) and retry."
         if read is None or self.kind not in ("append", "rewrite"):
             raise CommitConflictError(
@@ -765,7 +788,7 @@ class Transaction:
         return fresh
 
     def _read_winners(self, first: int) -> list[Commit]:
-        return [decode_commit(data, v) for v, data in read_tail(self.storage, first)]
+        return list(commits_between(self.storage, first))
 
     def _find_own_quietly(self, version: int) -> Commit | None:
         """:meth:`_find_own`, or None when the log cannot be read either."""

@@ -15,8 +15,6 @@ holds a column of that name (read from the files' footers).
 from __future__ import annotations
 
 import io
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.schema import evolved_metadata, readd_dropped
-from ..errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
+from ..errors import InvalidArgumentError, SchemaMismatchError
 from ..io.schema import (
     bare_field,
     dropped_columns,
@@ -34,10 +32,9 @@ from ..io.schema import (
     with_dropped,
 )
 from ..log import mapping
-from ..log.actions import Metadata
+from ..log.actions import Commit, Metadata
 from ..log.snapshot import Snapshot
-from ..properties import get_float, get_int
-from ..transaction import CommitResult
+from ..transaction import CommitResult, Replan
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -282,25 +279,23 @@ def _commit_change(
     operation: str,
 ) -> CommitResult:
     """Commit the metadata ``build`` makes of the latest snapshot; when a concurrent
-    commit wins, build it again on the new latest version and retry (bounded by the
-    table's commit attempts and timeout)."""
-    attempt = 0
-    start = time.monotonic()
-    while True:
-        snap = table.snapshot()  # the latest
-        md, params = build(snap)
-        try:
-            return table.commit(
-                [md], operation=operation, kind="metadata", read_snapshot=snap, parameters=params
-            )
-        except CommitConflictError:
-            attempt += 1
-            props = snap.properties
-            if attempt >= get_int(props, "lakelog.commit.max_attempts") or (
-                time.monotonic() - start > get_float(props, "lakelog.commit.timeout_seconds")
-            ):
-                raise
-            time.sleep(random.uniform(0, min(1.0, 0.01 * 2 ** min(attempt, 6))))
+    commit wins, the transaction builds it again on the snapshot the winners made (its
+    rebuild step; bounded by the table's commit attempts and timeout)."""
+    snap = table.snapshot()  # the latest
+    md, params = build(snap)
+
+    def rebuild(fresh: Snapshot, winners: Sequence[Commit] | None) -> Replan:
+        again, again_params = build(fresh)
+        return Replan([again], parameters=again_params)
+
+    return table.commit(
+        [md],
+        operation=operation,
+        kind="metadata",
+        read_snapshot=snap,
+        parameters=params,
+        rebuild=rebuild,
+    )
 
 
 def _fields(columns: Any) -> tuple[list[pa.Field], list[tuple[FieldPath, pa.Field]]]:

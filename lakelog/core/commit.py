@@ -20,7 +20,14 @@ from ..log.commits import commit_path, decode_header, list_log
 from ..log.snapshot import Snapshot
 from ..storage import Storage
 from ..storage_check import ensure_put_if_absent
-from ..transaction import CommitResult, Kind, Rebase, Transaction, check_app_versions
+from ..transaction import (
+    CommitResult,
+    Kind,
+    Rebase,
+    Rebuild,
+    Transaction,
+    check_app_versions,
+)
 
 __all__ = ["Committed", "commit", "commit_files", "commit_history", "overwrite_removes"]
 
@@ -44,10 +51,11 @@ def commit(
     metrics: Mapping[str, Any] | None = None,
     replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
     rebase: Rebase | None = None,
+    rebuild: Rebuild | None = None,
     lease: Lease | None = None,
 ) -> Committed:
     """Commit ``actions`` on top of ``read_snapshot`` (see :class:`Transaction` for the
-    conflict rules of ``kind``, ``replaced_partitions`` and ``rebase``).
+    conflict rules of ``kind``, ``replaced_partitions``, ``rebase`` and ``rebuild``).
 
     Args:
         storage: the table's storage.
@@ -61,6 +69,8 @@ def commit(
             values); default None, the whole table.
         rebase: called with the winning commits before a retry, returns the actions to
             commit instead; default None, the same actions.
+        rebuild: instead of ``rebase``, plans the operation again on the snapshot the
+            winners made (:data:`~lakelog.transaction.Rebuild`); default None.
         lease: the writer lease the added files were written under; before every put it
             checks they are still there (:meth:`Lease.before_put`). Default None.
 
@@ -79,6 +89,7 @@ def commit(
         metrics=metrics,
         replaced_partitions=replaced_partitions,
         rebase=rebase,
+        rebuild=rebuild,
         before_put=None if lease is None else lease.before_put(lambda: txn.actions),
     )
     result = txn.commit()

@@ -48,7 +48,15 @@ Modules:
 [True, False]
 """
 
-from .parse import DNF, DNFTerm, FilterLike, PartitionFilterLike, parse_filter
+from .parse import (
+    DNF,
+    DNFTerm,
+    FilterLike,
+    PartitionFilterLike,
+    ReadFilter,
+    parse_filter,
+    read_filter,
+)
 from .prune import prune_mask
 from .tree import (
     And,
@@ -80,10 +88,12 @@ __all__ = [
     "Or",
     "PartitionFilterLike",
     "Predicate",
+    "ReadFilter",
     "Unknown",
     "parse_filter",
     "prune_mask",
     "predicate_columns",
+    "read_filter",
     "rename_columns",
     "to_expression",
 ]

@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,6 +98,27 @@ def parse_filter(
     except Uncomparable as e:
         raise InvalidArgumentError(e.message(argument, shown)) from None
     return pred
+
+
+class ReadFilter(NamedTuple):
+    """A filter parsed once for one read (:func:`read_filter`): lakelog's predicate, which
+    prunes files and row groups, and the row expression that filters rows. Both None:
+    no filter. Every step of a read takes this, so a filter is parsed once per read."""
+
+    predicate: Predicate | None
+    expression: pc.Expression | None
+
+
+def read_filter(filter: FilterLike | ReadFilter, schema: pa.Schema) -> ReadFilter:
+    """``filter`` parsed for a read over ``schema`` (:func:`parse_filter`), or ``filter``
+    itself when it is a :class:`ReadFilter` already. A pyarrow Expression is kept as the
+    row expression (pyarrow evaluates what lakelog does not model)."""
+    if isinstance(filter, ReadFilter):
+        return filter
+    pred = parse_filter(filter, schema)
+    if pred is None:
+        return ReadFilter(None, None)
+    return ReadFilter(pred, filter if isinstance(filter, pc.Expression) else to_expression(pred))
 
 
 def check_predicate(

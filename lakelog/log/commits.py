@@ -25,6 +25,7 @@ __all__ = [
     "LOG_DIR",
     "LogListing",
     "commit_path",
+    "commits_between",
     "decode_commit",
     "decode_header",
     "encode_commit",
@@ -231,6 +232,34 @@ def read_tail(storage: Storage, first: int) -> Iterator[tuple[int, bytes]]:
             continue
         v += len(got)
         size = min(2 * size, TAIL_MAX_BATCH)
+
+
+def commits_between(
+    storage: Storage, start: int, end: int | None = None, *, reader_version: int = CURRENT
+) -> Iterator[Commit]:
+    """The commits ``start`` to ``end`` (inclusive; None: to the end of the log), decoded,
+    in order: the one reader of a range of commits (replay, rebase over winners, the
+    change feed, the streaming source).
+
+    To the end, commits come from :func:`read_tail` (batched reads that tell the end of
+    the log from a hole). Up to a given version, exactly the commits needed are fetched,
+    in batches of up to :data:`TAIL_MAX_BATCH`; one missing is a hole
+    (:class:`LogGapError`, naming the next commit that exists). Lazy: a caller that stops
+    early reads no further batch.
+    """
+    if end is None:
+        for v, data in read_tail(storage, start):
+            yield decode_commit(data, v, reader_version=reader_version)
+        return
+    v = start
+    while v <= end:
+        n = min(TAIL_MAX_BATCH, end - v + 1)
+        for got in storage.read_many([commit_path(x) for x in range(v, v + n)]):
+            if got is None:
+                later = [c for c in list_log(storage).commits if c > v]
+                raise gap_error(storage, v, later[0] if later else end)
+            yield decode_commit(got, v, reader_version=reader_version)
+            v += 1
 
 
 @dataclass(frozen=True)

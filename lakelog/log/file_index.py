@@ -208,7 +208,7 @@ def stats_columns(
     columns: Collection[str] | None = None,
 ) -> FileStatsColumns:
     """Typed partition values, bounds and null counts of every file of ``files``
-    (a table of :data:`~lakelog.log.files.FILES_SCHEMA`), one row per file; only of
+    (a file table, :func:`~lakelog.log.files.files_from_adds`), one row per file; only of
     ``columns`` when given (a filter on partition columns parses no statistics).
 
     Keyed by the names of ``schema``: with column mapping, the log keys statistics by

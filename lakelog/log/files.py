@@ -36,15 +36,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_DEFERRED_PLAN_COMMITS",
-    "FILES_SCHEMA",
     "ReplayState",
+    "empty_files",
     "files_from_adds",
     "live_row_count",
     "replay",
     "vectors_of",
 ]
 
-FILES_SCHEMA = pa.schema(
+_FILES_SCHEMA = pa.schema(
     [
         pa.field("path", pa.string(), nullable=False),
         pa.field("size_bytes", pa.int64(), nullable=False),
@@ -57,6 +57,9 @@ FILES_SCHEMA = pa.schema(
         pa.field("deleted_bitmap", pa.string()),
     ]
 )
+"""The rows of a version-1 manifest, one per live file with JSON columns: the private
+codec of that manifest (:mod:`.manifests` reads and writes it), and the file table
+:func:`files_from_adds` makes. Nothing outside the log depends on it."""
 
 _ENC = msgspec.json.Encoder()
 _PART_DEC = msgspec.json.Decoder(dict[str, str | None])
@@ -81,7 +84,7 @@ def files_from_adds(adds: Sequence[AddFile | DataFile]) -> pa.Table:
             "deleted_rows": [a.deleted.rows if a.deleted else None for a in adds],
             "deleted_bitmap": [a.deleted.bitmap if a.deleted else None for a in adds],
         },
-        schema=FILES_SCHEMA,
+        schema=_FILES_SCHEMA,
     )
 
 
@@ -267,3 +270,8 @@ def replay(
     for commit in commits:
         state.apply(commit)
     return state
+
+
+def empty_files() -> pa.Table:
+    """The file table of no files (the replay's columns, no rows)."""
+    return _FILES_SCHEMA.empty_table()

@@ -31,7 +31,7 @@ from .file_index import (
     stats_columns,
 )
 from .filelist import FileList
-from .files import FILES_SCHEMA, files_from_adds
+from .files import ReplayState, empty_files, files_from_adds
 from .leaves import Leaf, leaf_schema, load_leaves
 from .manifests import Root
 
@@ -49,13 +49,13 @@ manifest, or the tail's adds. One representation for every source of live files.
 
 
 def entries_block(files: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> Leaf:
-    """A block of typed entries from a :data:`FILES_SCHEMA` table (a version-1 manifest,
+    """A block of typed entries from a :func:`~.files.files_from_adds` table (a version-1 manifest,
     or the adds since a base), converted in one vectorized pass."""
     return Leaf.of_files(files, schema, partition_by)
 
 
 def _table_of(block: Block, mask: Any) -> pa.Table:
-    """The live rows of a block as a :data:`FILES_SCHEMA` table."""
+    """The live rows of a block as a file table (:func:`~.files.files_from_adds`)."""
     return files_from_adds(block.data_files(mask))
 
 
@@ -108,7 +108,13 @@ def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
 
 
 class FileSet:
-    """The live files of one version (immutable; caches what it computed)."""
+    """The live files of one version (immutable; caches what it computed): the one
+    live-file value a snapshot holds.
+
+    Made from a replayed state (:meth:`of_state`) it keeps that state (the app versions
+    and plans beside the files) and the manifests found unusable while resolving it
+    (``avoid``): a snapshot whose manifest turns out unusable swaps in the file set of
+    the same version resolved without it."""
 
     def __init__(
         self,
@@ -118,7 +124,14 @@ class FileSet:
         base: Root | Leaf,
         added: dict[str, AddFile],
         removed: dict[str, dict[str, str | None]],
+        *,
+        state: ReplayState | None = None,
+        avoid: frozenset[int] = frozenset(),
     ) -> None:
+        self.state = state
+        """The replayed state the files come from (None: a file set made otherwise)."""
+        self.avoid = avoid
+        """Manifests found unusable while resolving this version."""
         self.storage = storage
         self.metadata = metadata
         self.schema = schema
@@ -133,6 +146,30 @@ class FileSet:
         self._located: dict[int, np.ndarray] | None = None
         self._dead: np.ndarray | None = None
         self._lock = threading.RLock()
+
+    @classmethod
+    def of_state(
+        cls,
+        storage: Storage,
+        metadata: Metadata,
+        schema: pa.Schema,
+        state: ReplayState,
+        *,
+        avoid: frozenset[int] = frozenset(),
+    ) -> FileSet:
+        """The live files of a replayed state (its base set; ``schema``: the physical
+        schema of ``metadata``)."""
+        assert state.base is not None  # set when the snapshot was made
+        return cls(
+            storage,
+            metadata,
+            schema,
+            state.base,
+            state.added,
+            state.removed,
+            state=state,
+            avoid=avoid,
+        )
 
     # -- the tail and what it makes dead in the base -----------------------------------
     def dead(self) -> dict[str, dict[str, str | None]]:
@@ -383,11 +420,11 @@ class FileSet:
         return files, rows, size
 
     def file_table(self) -> pa.Table:
-        """Every live file as one :data:`FILES_SCHEMA` table (base order, then the tail)."""
+        """Every live file as one file table (base order, then the tail)."""
         parts = [
             _table_of(b, None if live is None else pa.array(live)) for b, live in self.blocks()
         ]
-        return pa.concat_tables(parts) if parts else FILES_SCHEMA.empty_table()
+        return pa.concat_tables(parts) if parts else empty_files()
 
     def entries(self) -> pa.Table:
         """Every live file as one table of typed entries (the leaf schema of the current
@@ -413,9 +450,7 @@ class FileSet:
                 cols = filter_stats_columns(cols, pa.array(live))
             out = cols if out is None else concat_stats_columns(out, cols)
         if out is None:
-            return stats_columns(
-                FILES_SCHEMA.empty_table(), self.schema, self.partition_by, columns=names
-            )
+            return stats_columns(empty_files(), self.schema, self.partition_by, columns=names)
         return out
 
 

@@ -142,7 +142,7 @@ def _canonical(typed: pa.Array) -> pa.Array:
 
 
 def entries_from_files(files: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> pa.Table:
-    """Leaf rows (:func:`leaf_schema`) of a table of :data:`~.files.FILES_SCHEMA`, in its
+    """Leaf rows (:func:`leaf_schema`) of a file table (:func:`~.files.files_from_adds`), in its
     order: JSON parsed in one pass of Arrow's reader, no Python per file."""
     target = leaf_schema(schema, partition_by)
     n = files.num_rows

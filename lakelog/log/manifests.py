@@ -4,7 +4,7 @@
 metadata under ``lakelog``, a JSON header (:class:`ManifestHeader`) whose
 ``format_version`` says its layout (``docs/format.md``):
 
-* **version 1**: one row per live file (:data:`~.files.FILES_SCHEMA`, JSON columns);
+* **version 1**: one row per live file (``files._FILES_SCHEMA``, JSON columns: its private codec);
 * **version 2**: a *root*, one row per leaf (:mod:`.leaves`) with the positions of the
   leaf's rows no longer live and a typed summary of the leaf for pruning.
 
@@ -32,7 +32,7 @@ from ..storage import Storage
 from .actions import Metadata
 from .commits import LOG_DIR
 from .file_index import bounded_columns
-from .files import FILES_SCHEMA, ReplayState
+from .files import _FILES_SCHEMA, ReplayState
 from .format import BASE, CURRENT, ROOTS, check_readable, readable
 from .leaves import META_KEY as _META_KEY
 from .leaves import conform, read_log_parquet, struct_fields
@@ -123,7 +123,7 @@ def _v1_header(header: ManifestHeader) -> bytes:
 def encode_manifest(header: ManifestHeader, files: pa.Table) -> bytes:
     """A version-1 manifest (its header says ``format_version: 1``, its layout)."""
     check_manifest_paths(files.column("path"), f"manifest {manifest_path(header.version)}")
-    table = files.cast(FILES_SCHEMA).replace_schema_metadata({_META_KEY: _v1_header(header)})
+    table = files.cast(_FILES_SCHEMA).replace_schema_metadata({_META_KEY: _v1_header(header)})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", row_group_size=65536)
     return buf.getvalue()
@@ -186,10 +186,10 @@ def read_manifest(
     for name in ("deleted_rows", "deleted_bitmap"):  # written before format version 5
         if name not in table.column_names:
             table = table.append_column(
-                name, pa.nulls(table.num_rows, FILES_SCHEMA.field(name).type)
+                name, pa.nulls(table.num_rows, _FILES_SCHEMA.field(name).type)
             )
     try:
-        files = table.select(FILES_SCHEMA.names).cast(FILES_SCHEMA)
+        files = table.select(_FILES_SCHEMA.names).cast(_FILES_SCHEMA)
     except (pa.ArrowException, KeyError) as e:
         raise CorruptLogError(f"manifest {manifest_path(version)} has a wrong schema: {e}") from e
     check_read_paths(files.column("path"), f"manifest {manifest_path(version)}")

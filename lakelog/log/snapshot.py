@@ -38,11 +38,11 @@ from ..filters import (
     FileStatsColumns,
     FilterLike,
     Predicate,
+    ReadFilter,
     Unknown,
-    parse_filter,
     predicate_columns,
+    read_filter,
     rename_columns,
-    to_expression,
 )
 from ..stats import (
     file_guarantee,
@@ -54,17 +54,16 @@ from ..transforms import PartitionSpec, may_match
 from . import mapping
 from .actions import Commit, ExpireVersions, Metadata
 from .commits import (
-    TAIL_MAX_BATCH,
     LogListing,
     commit_path,
+    commits_between,
     decode_commit,
     gap_error,
     list_log,
     read_header,
-    read_tail,
 )
 from .filelist import FileList
-from .files import FILES_SCHEMA, ReplayState
+from .files import ReplayState, empty_files
 from .fileset import FileSet, entries_block
 from .format import check_readable
 from .manifests import (
@@ -92,25 +91,6 @@ _PRUNE_FS = pafs.LocalFileSystem()
 _T = TypeVar("_T")
 
 
-class _LiveFiles:
-    """Where a snapshot's live files come from: the replayed state, its file set (built
-    on first use) and the manifests found unusable after they were read. Replaced as a
-    whole when a manifest turns out unusable, so every holder of the snapshot sees the
-    same files (they are the version's files either way)."""
-
-    __slots__ = ("avoid", "fileset", "lock", "state")
-
-    def __init__(self, state: ReplayState) -> None:
-        self.state = state
-        self.fileset: FileSet | None = None
-        self.avoid: frozenset[int] = frozenset()
-        self.lock = threading.Lock()
-
-    def rebase(self, state: ReplayState, avoid: frozenset[int]) -> None:
-        with self.lock:
-            self.state, self.fileset, self.avoid = state, None, avoid
-
-
 class Snapshot:
     """The table as of one version (an immutable value): metadata, the live files and
     their counts, resolved from the log. Reading rows is :class:`lakelog.scan.Snapshot`."""
@@ -126,8 +106,9 @@ class Snapshot:
         oldest_version: int = 0,
         state: ReplayState | None = None,
     ) -> None:
-        """``files``: the live files as a :data:`FILES_SCHEMA` table; or ``state``: the
-        replayed state (a base, version-1 table or version-2 root, and the tail)."""
+        """``files``: the live files as a file table (:func:`~.files.files_from_adds`); or
+        ``state``: the replayed state (a base, version-1 table or version-2 root, and the
+        tail)."""
         check_readable(metadata.format_version, what="table")
         self.storage = storage
         self.version = version
@@ -137,13 +118,12 @@ class Snapshot:
         """Oldest readable version as of this version (0: nothing expired)."""
         schema, part = mapping.physical_schema(metadata.arrow_schema()), metadata.partition_by
         if state is None:
-            base = entries_block(
-                files if files is not None else FILES_SCHEMA.empty_table(), schema, part
-            )
+            base = entries_block(files if files is not None else empty_files(), schema, part)
             state = ReplayState.start(metadata, base, version, timestamp_ms, oldest_version)
         elif state.base is None:
-            state.base = entries_block(FILES_SCHEMA.empty_table(), schema, part)
-        self._live = _LiveFiles(state)
+            state.base = entries_block(empty_files(), schema, part)
+        self._fileset = FileSet.of_state(storage, metadata, schema, state)
+        self._lock = threading.Lock()
         self._cache: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -269,23 +249,12 @@ class Snapshot:
     @property
     def _state(self) -> ReplayState:
         """The replayed state behind the files (a base and the tail since)."""
-        return self._live.state
+        state = self._fileset.state
+        assert state is not None  # made of a state (__init__)
+        return state
 
     def _files(self) -> FileSet:
-        live = self._live
-        with live.lock:
-            if live.fileset is None:
-                st = live.state
-                assert st.base is not None  # set when the snapshot was made
-                live.fileset = FileSet(
-                    self.storage,
-                    self.metadata,
-                    self.physical_schema,
-                    st.base,
-                    st.added,
-                    st.removed,
-                )
-            return live.fileset
+        return self._fileset
 
     def _resolve_again(self, avoid: frozenset[int]) -> Snapshot:
         """This version resolved from the log again, without the manifests ``avoid``."""
@@ -311,8 +280,16 @@ class Snapshot:
                     e,
                     self.version,
                 )
-                avoid = self._live.avoid | {root.version}
-                self._live.rebase(self._resolve_again(avoid)._state, avoid)
+                with self._lock:  # the same files either way: whoever swaps first wins
+                    if self._fileset.root is root:
+                        avoid = self._fileset.avoid | {root.version}
+                        self._fileset = FileSet.of_state(
+                            self.storage,
+                            self.metadata,
+                            self.physical_schema,
+                            self._resolve_again(avoid)._state,
+                            avoid=avoid,
+                        )
         return fn(self._files())
 
     def _cached(self, name: str, fn: Callable[[FileSet], _T]) -> _T:
@@ -322,8 +299,9 @@ class Snapshot:
 
     @property
     def file_table(self) -> pa.Table:
-        """Every live file as one :data:`FILES_SCHEMA` table (JSON columns). Built on
-        first use from every leaf: prefer :meth:`files` with a filter, or :meth:`paths`."""
+        """Every live file as one file table (:func:`~.files.files_from_adds`, JSON
+        columns). Built on first use from every leaf: prefer :meth:`files` with a filter,
+        or :meth:`paths`."""
         return self._cached("file_table", lambda fs: fs.file_table())
 
     @property
@@ -354,14 +332,12 @@ class Snapshot:
             return cols
         return cols.relabel(self._to_logical)
 
-    def _filter(self, filter: FilterLike) -> tuple[Predicate | None, pc.Expression | None]:
-        """A filter as lakelog's predicate (for pruning) and as a row expression."""
-        pred = parse_filter(filter, self.schema)
-        if pred is None:
-            return None, None
-        return pred, filter if isinstance(filter, pc.Expression) else to_expression(pred)
+    def read_filter(self, filter: FilterLike | ReadFilter) -> ReadFilter:
+        """``filter`` parsed once for a read of this snapshot: lakelog's predicate (for
+        pruning) and the row expression; every step of the read takes the result."""
+        return read_filter(filter, self.schema)
 
-    def files(self, filter: FilterLike = None) -> FileList:
+    def files(self, filter: FilterLike | ReadFilter = None) -> FileList:
         """Live data files, pruned by partition values and min/max stats.
 
         ``filter``: a :class:`pyarrow.compute.Expression`, DNF tuples, or a SQL-like
@@ -374,7 +350,7 @@ class Snapshot:
         :class:`~lakelog.log.filelist.FileList` (a sequence; ``.paths()`` reads the
         paths alone).
         """
-        pred, expr = self._filter(filter)
+        pred, expr = self.read_filter(filter)
         if pred is None or expr is None:
             return self._all_files
         if isinstance(pred, Unknown) and not self.relabelled:
@@ -471,25 +447,10 @@ def snapshot_of(storage: Storage, state: ReplayState) -> Snapshot:
 
 
 def _replay_forward(storage: Storage, state: ReplayState, upto: int | None) -> ReplayState:
-    """Apply commits after ``state.version`` (up to ``upto``, or until the end).
-
-    To the end, commits come from :func:`read_tail` (batched reads that tell the end
-    of the log from a hole). Up to a given version, exactly the commits needed are
-    fetched, in batches; one missing is a hole (:class:`LogGapError`).
-    """
-    if upto is None:
-        for v, data in read_tail(storage, state.version + 1):
-            state.apply(decode_commit(data, v))
-        return state
-    v = state.version + 1
-    while v <= upto:
-        n = min(TAIL_MAX_BATCH, upto - v + 1)
-        for got in storage.read_many([commit_path(x) for x in range(v, v + n)]):
-            if got is None:
-                later = [c for c in list_log(storage).commits if c > v]
-                raise gap_error(storage, v, later[0] if later else upto)
-            state.apply(decode_commit(got, v))
-            v += 1
+    """Apply commits after ``state.version`` (up to ``upto``, or until the end), read by
+    :func:`~.commits.commits_between` (a hole is :class:`LogGapError`)."""
+    for commit in commits_between(storage, state.version + 1, upto):
+        state.apply(commit)
     return state
 
 

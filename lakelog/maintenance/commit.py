@@ -5,8 +5,9 @@ with ``data_change=false``, as a ``rewrite`` transaction on top of the plan's
 read version. Concurrent appends are rebased over. When a concurrent commit
 removed a source of some group (another compaction, a delete, an overwrite),
 that group is *abandoned*: its outputs are deleted and it is reported, and the
-other groups still commit. The commit header's metrics always describe the
-actions that land.
+other groups still commit: the transaction's rebuild step drops them and plans the
+commit again on the winners (:data:`lakelog.transaction.Rebuild`), so there is no retry
+loop here. The commit header's metrics always describe the actions that land.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..leases import Lease
 from ..log.actions import Action, Commit, RemoveFile
 from ..log.snapshot import Snapshot
 from ..storage import Storage
-from ..transaction import CommitResult
+from ..transaction import CommitResult, Replan, check_conflicts
 from .claims import release_action
 from .groups import FileGroup, GroupResult, RewritePlan
 
@@ -31,17 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["commit_rewrite", "delete_outputs"]
 
 log = logging.getLogger("lakelog")
-
-
-class _GroupsLost(CommitConflictError):
-    """Raised inside the rebase callback: these groups lost a source to a winner."""
-
-    def __init__(self, group_ids: list[str], winning_version: int) -> None:
-        super().__init__(
-            f"groups {group_ids} lost sources to version {winning_version}",
-            winning_version=winning_version,
-        )
-        self.group_ids = group_ids
 
 
 def delete_outputs(storage: Storage, results: Sequence[GroupResult]) -> None:
@@ -138,45 +128,58 @@ def commit_rewrite(
             ids,
         )
 
-    def rebase(winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
-        removed = {a.path for w in winners for a in w.actions if isinstance(a, RemoveFile)}
-        lost = _lost_groups(kept, removed)
+    def rebuild(fresh: Snapshot, winners: Sequence[Commit] | None) -> Replan:
+        # plan the commit again on the snapshot the winners made: without the groups
+        # that lost a source to them (their outputs deleted); what is left must still
+        # rebase over them (a metadata change conflicts)
+        lost = _lost_groups(
+            kept, _removed_by(winners) if winners is not None else _gone(kept, snap, fresh)
+        )
         if lost:
-            raise _GroupsLost(lost, winners[-1].header.version)
-        return actions
+            abandon(lost, fresh.version)
+        if not kept:
+            return Replan([])
+        actions = _actions(kept, int(time.time() * 1000), plan_id)
+        if winners is not None:
+            check_conflicts(kind="rewrite", actions=actions, winners=winners)
+        return Replan(actions, metrics=_metrics(kept))
 
-    retries = 0
-    while kept:
-        try:
-            result = table.commit(
-                _actions(kept, int(time.time() * 1000), plan_id),
-                operation=operation,
-                kind="rewrite",
-                read_snapshot=snap,
-                parameters=parameters,
-                metrics=_metrics(kept),
-                rebase=rebase,
-                lease=lease,
-            )
-        except _GroupsLost as e:
-            abandon(e.group_ids, e.winning_version)
-            retries += 1
-            continue
-        except CommitConflictError as e:
-            lost = _lost_groups(kept, set(e.conflicting_files))
-            if lost:
-                abandon(lost, e.winning_version)
-                retries += 1
-                continue
-            delete_outputs(table.storage, [r for _, r in kept.values()])
-            raise
-        if retries:
-            result = CommitResult(
-                version=result.version,
-                attempts=result.attempts + retries,
-                txn_id=result.txn_id,
-                operation=result.operation,
-                actions=result.actions,
-            )
-        return result, abandoned
-    return None, abandoned
+    try:
+        result = table.commit(
+            _actions(kept, int(time.time() * 1000), plan_id),
+            operation=operation,
+            kind="rewrite",
+            read_snapshot=snap,
+            parameters=parameters,
+            metrics=_metrics(kept),
+            rebuild=rebuild,
+            lease=lease,
+        )
+    except CommitConflictError:
+        delete_outputs(table.storage, [r for _, r in kept.values()])
+        raise
+    return (None if result.skipped else result), abandoned
+
+
+def _removed_by(winners: Sequence[Commit]) -> set[str]:
+    """Paths the winners removed (a new deletion vector removes and adds a path)."""
+    return {a.path for w in winners for a in w.actions if isinstance(a, RemoveFile)}
+
+
+def _gone(
+    kept: Mapping[str, tuple[FileGroup, GroupResult]], read: Snapshot, fresh: Snapshot
+) -> set[str]:
+    """Sources no longer live in ``fresh`` as they were in ``read`` (removed, or given a
+    new deletion vector): after the winners since ``read`` were expired unread. A
+    metadata change meanwhile conflicts."""
+    if fresh.metadata != read.metadata:
+        raise CommitConflictError(
+            f"expected no concurrent table change, found the metadata (schema, "
+            f"partitioning or properties) changed between version {read.version} and "
+            f"{fresh.version}, and the versions between expired. Plan the rewrite again.",
+            winning_version=fresh.version,
+        )
+    sources = {f.path for g, _ in kept.values() for f in g.files}
+    before = {f.path: f.deleted for f in read.files() if f.path in sources}
+    now = {f.path: f.deleted for f in fresh.files() if f.path in sources}
+    return {p for p in sources if p not in now or now[p] != before.get(p)}

@@ -55,7 +55,7 @@ from ..log.changes import (
     INSERT,
     needs_change_files,
 )
-from ..log.commits import TAIL_MAX_BATCH, commit_path, decode_commit, gap_error, list_log
+from ..log.commits import commits_between
 from ..log.deletion_vectors import deleted_positions
 from ..log.files import files_from_adds
 from ..log.fileset import entries_block
@@ -88,6 +88,9 @@ CHANGE_FIELDS = (
 
 CACHE_BYTES = 32 * 1024 * 1024
 """Commit bytes of a range kept from the check to the read; a larger range is read twice."""
+_ACTION_BYTES = 512
+"""The bytes an action of a commit counts for :data:`CACHE_BYTES`, about (a file entry
+with its statistics)."""
 
 _CHANGE_TYPE_FIELD = pa.field(CHANGE_TYPE, pa.string())
 PartKind: TypeAlias = Literal["cdc", "insert", "delete", "diff"]
@@ -536,14 +539,14 @@ class ChangeFeed:
         size = 0
         wanted: set[str] = set()
         schema_changes = False
-        for data, commit in self._read():
+        for commit in self._read():
             cdc = any(isinstance(a, ChangeFile) for a in commit.actions)
             if not cdc and needs_change_files(commit):
                 raise incomplete_error(self.storage, commit)
             schema_changes |= any(isinstance(a, Metadata) for a in commit.actions)
             if not cdc:
                 wanted.update(a.path for a in commit.actions if isinstance(a, RemoveFile))
-            size += len(data)
+            size += _ACTION_BYTES * (1 + len(commit.actions))
             if size <= self._cache_bytes:
                 cached.append(commit)
         self._cached = cached if size <= self._cache_bytes else None
@@ -555,19 +558,10 @@ class ChangeFeed:
         if self._cached is not None:
             yield from self._cached
             return
-        for _, commit in self._read():
-            yield commit
+        yield from self._read()
 
-    def _read(self) -> Iterator[tuple[bytes, Commit]]:
-        v = self.start
-        while v <= self.end:
-            n = min(TAIL_MAX_BATCH, self.end - v + 1)
-            for got in self.storage.read_many([commit_path(x) for x in range(v, v + n)]):
-                if got is None:
-                    later = [c for c in list_log(self.storage).commits if c > v]
-                    raise gap_error(self.storage, v, later[0] if later else self.end)
-                yield got, decode_commit(got, v)
-                v += 1
+    def _read(self) -> Iterator[Commit]:
+        return commits_between(self.storage, self.start, self.end)
 
 
 def open_feed(

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import InvalidArgumentError, MissingDependencyError
-from ..filters import And, FilterLike, Not, Or, Predicate, Unknown, parse_filter, to_expression
+from ..filters import And, FilterLike, Not, Or, Predicate, Unknown
 from ..log import mapping
 from .native import (
     NativePlan,
@@ -59,7 +59,6 @@ __all__ = [
     "duckdb_view_sql",
     "polars_frame",
     "require",
-    "row_filter",
     "to_duckdb",
     "to_pandas",
     "to_polars",
@@ -98,11 +97,12 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
     def from_snapshot(cls, snapshot: Snapshot, filter: FilterLike = None) -> LakelogDataset:
         """The dataset of ``snapshot``, limited to rows matching ``filter`` (any form
         :meth:`Snapshot.files` takes)."""
-        base = row_filter(snapshot, filter)
-        files = list(snapshot.files(base))
+        parsed = snapshot.read_filter(filter)  # parsed once, for the files and fragments
+        base = parsed.expression
+        files = list(snapshot.files(parsed))
         # the fragments and schema only: scans go through scanner() below, which drops
         # deleted rows and maps renamed columns
-        full = snapshot._dataset_of(files, base)
+        full = snapshot._dataset_of(files, parsed)
         dataset = cls(list(full.get_fragments()), full.schema, full.format, full.filesystem)
         dataset._snapshot = snapshot
         dataset._base = base
@@ -153,19 +153,6 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
                 filter=filter,
                 use_threads=False,
             )
-
-
-def row_filter(snapshot: Snapshot, filter: FilterLike) -> pc.Expression | None:
-    """``filter`` (any form :meth:`Snapshot.files` takes) as a row expression over the
-    snapshot's schema; None for no filter."""
-    if isinstance(filter, pc.Expression):
-        return filter
-    pred = parse_filter(filter, snapshot.schema)
-    if pred is None:
-        return None
-    if isinstance(pred, Unknown):  # only Expressions decode to Unknown: handled above
-        raise InvalidArgumentError(f"expected a filter lakelog can read, found {filter!r}")
-    return to_expression(pred)
 
 
 def check_columns(snapshot: Snapshot, columns: Sequence[str] | None) -> list[str] | None:
@@ -364,11 +351,11 @@ def _native(
 ) -> tuple[Predicate | None, list[DataFile], NativePlan] | None:
     """The parsed filter, the files it keeps and their plan, for an engine's own
     Parquet reader; None when the filter or the files need lakelog's scanner."""
-    pred = parse_filter(filter, snapshot.schema)
+    parsed = snapshot.read_filter(filter)  # parsed once, for the plan and the engine
+    pred = parsed.predicate
     if pred is not None and _has_unknown(pred):
         return None
-    base = None if pred is None else to_expression(pred)
-    files = list(snapshot.files(base))
+    files = list(snapshot.files(parsed))
     plan = native_plan(snapshot, files)
     return None if plan is None else (pred, files, plan)
 

@@ -33,6 +33,7 @@ from ..filters import (
     Not,
     Or,
     Predicate,
+    ReadFilter,
     Unknown,
     rename_columns,
     to_expression,
@@ -110,7 +111,8 @@ class Snapshot(ResolvedSnapshot):
                 f"to_batches() or scanner() (or to_duckdb/to_polars/to_pandas), which map "
                 f"them."
             )
-        files = list(self.files(filter))  # built once: read below more than once
+        parsed = self.read_filter(filter)  # parsed once, for the files and the fragments
+        files = list(self.files(parsed))  # built once: read below more than once
         if deleted == "refuse":
             marked = [f.path for f in files if f.deleted is not None]
             if marked:
@@ -123,10 +125,14 @@ class Snapshot(ResolvedSnapshot):
                     f"compact the table to rewrite those files; or pass deleted='include' "
                     f"to see every physical row."
                 )
-        return self._dataset_of(files, filter)
+        return self._dataset_of(files, parsed)
 
     def _dataset_of(
-        self, files: Sequence[DataFile], filter: FilterLike, *, physical: _Physical | None = None
+        self,
+        files: Sequence[DataFile],
+        filter: FilterLike | ReadFilter,
+        *,
+        physical: _Physical | None = None,
     ) -> ds.FileSystemDataset:
         """A Dataset of ``files`` pruned by ``filter``, over the table's names; or, given
         ``physical`` (a filter already renamed, :meth:`_path`), over the names the files
@@ -146,7 +152,7 @@ class Snapshot(ResolvedSnapshot):
                     file_size=f.size_bytes,
                 )
             )
-        pred, expr = self._filter(filter) if physical is None else physical.filter
+        pred, expr = self.read_filter(filter) if physical is None else physical.filter
         if expr is not None and wants_footers(pred, self.partition_by):
             try:
                 frags = prune_fragments(self.storage, frags, pred, expr, schema)  # type: ignore[arg-type]
@@ -164,14 +170,15 @@ class Snapshot(ResolvedSnapshot):
             filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
                 or pyarrow Expression); it also prunes files and row groups. Default None.
         """
-        _, expr = self._filter(filter)
+        parsed = self.read_filter(filter)  # parsed once for the whole read
+        expr = parsed.expression
         cols = self._check_columns(columns)
-        files = list(self.files(expr))  # built once: read below more than once
-        path = self._path(files, expr)
+        files = list(self.files(parsed))  # built once: read below more than once
+        path = self._path(files, parsed)
         if path == "live":
             out = self._out_schema(cols)
             with self._reading():  # in this thread: no pyarrow thread holds the generator
-                got = list(self._live_batches(files, cols, expr, 65536))
+                got = list(self._live_batches(files, cols, parsed, 65536))
             return pa.Table.from_batches(got, schema=out)
         if isinstance(path, _Physical):  # renamed columns: a Dataset under the files' names
             with self._reading():
@@ -179,7 +186,7 @@ class Snapshot(ResolvedSnapshot):
                     columns=self._physical_columns(cols), filter=path.filter[1]
                 )
             return pa.Table.from_arrays(got.columns, schema=self._out_schema(cols))
-        dataset = self._dataset_of(files, expr)
+        dataset = self._dataset_of(files, parsed)
         with self._reading():
             if expr is not None and filter_may_select_nan(expr, self.schema):
                 wide = _with_filter_columns(cols, expr, self.schema)
@@ -204,15 +211,16 @@ class Snapshot(ResolvedSnapshot):
             batch_size: the most rows per batch; default 65,536.
         """
         _check_batch_size(batch_size)
-        _, expr = self._filter(filter)
+        parsed = self.read_filter(filter)  # parsed once for the whole read
+        expr = parsed.expression
         cols = self._check_columns(columns)
-        files = list(self.files(expr))  # built once: read below more than once
-        path = self._path(files, expr)
+        files = list(self.files(parsed))  # built once: read below more than once
+        path = self._path(files, parsed)
         if path == "live":
-            return self._typed(self._live_batches(files, cols, expr, batch_size))
+            return self._typed(self._live_batches(files, cols, parsed, batch_size))
         if isinstance(path, _Physical):
             return self._typed(self._physical_batches(files, cols, path, batch_size))
-        return self._stream(self._dataset_of(files, expr), cols, expr, batch_size)
+        return self._stream(self._dataset_of(files, parsed), cols, expr, batch_size)
 
     def scanner(
         self,
@@ -234,15 +242,16 @@ class Snapshot(ResolvedSnapshot):
             batch_size: the most rows per batch; default 65,536.
         """
         _check_batch_size(batch_size)
-        _, expr = self._filter(filter)
+        parsed = self.read_filter(filter)  # parsed once for the whole read
+        expr = parsed.expression
         cols = self._check_columns(columns)
-        files = list(self.files(expr))  # built once: read below more than once
-        path = self._path(files, expr)
+        files = list(self.files(parsed))  # built once: read below more than once
+        path = self._path(files, parsed)
         if path != "plain":
             rows = (
                 self._physical_batches(files, cols, path, batch_size)
                 if isinstance(path, _Physical)
-                else self._live_batches(files, cols, expr, batch_size)
+                else self._live_batches(files, cols, parsed, batch_size)
             )
             return ds.Scanner.from_batches(
                 rows,
@@ -250,7 +259,7 @@ class Snapshot(ResolvedSnapshot):
                 batch_size=batch_size,
                 use_threads=False,
             )
-        return self._dataset_of(files, expr).scanner(
+        return self._dataset_of(files, parsed).scanner(
             columns=cols, filter=expr, batch_size=batch_size
         )
 
@@ -274,7 +283,7 @@ class Snapshot(ResolvedSnapshot):
         deletion vector, or a struct may have evolved."""
         return self._nested_ids or any(f.deleted is not None for f in files)
 
-    def _path(self, files: Sequence[DataFile], expr: pc.Expression | None) -> _Read:
+    def _path(self, files: Sequence[DataFile], parsed: ReadFilter) -> _Read:
         """How ``files`` are read with ``expr``: ``"live"`` (:meth:`_live_batches`),
         ``"plain"`` (a Dataset under the table's names), or a :class:`_Physical` filter for
         a Dataset under the names the files store columns by (renamed columns, top level
@@ -284,11 +293,11 @@ class Snapshot(ResolvedSnapshot):
             return "live"
         if not self.relabelled:
             return "plain"
+        pred, expr = parsed
         if expr is None:
             return _Physical((None, None))
         if filter_may_select_nan(expr, self.schema):
             return "live"
-        pred, _ = self._filter(expr)
         if pred is None:
             return _Physical((None, None))
         if _has_unknown(pred):
@@ -329,7 +338,7 @@ class Snapshot(ResolvedSnapshot):
         self,
         files: Sequence[DataFile],
         columns: list[str] | None,
-        expr: pc.Expression | None,
+        parsed: ReadFilter,
         batch_size: int,
     ) -> Iterator[pa.RecordBatch]:
         """The matching rows of ``files``, some with deletion vectors: those are read
@@ -341,14 +350,15 @@ class Snapshot(ResolvedSnapshot):
             plain = [f for f in files if f.deleted is None]
             marked = [f for f in files if f.deleted is not None]
         if plain:
-            yield from self._stream(self._dataset_of(plain, expr), columns, expr, batch_size)
+            expr = parsed.expression
+            yield from self._stream(self._dataset_of(plain, parsed), columns, expr, batch_size)
         yield from live_batches(
             self.storage,
             marked,
             self.schema,
             self.partition_by,
             columns=columns,
-            filter=expr,
+            filter=parsed.expression,
             version=self.version,
             batch_size=batch_size,
         )

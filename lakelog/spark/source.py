@@ -66,7 +66,7 @@ from ..errors import (
 from ..io.schema import readable_as
 from ..log import mapping
 from ..log.actions import AddFile, Commit, DataFile, Metadata, RemoveFile
-from ..log.commits import decode_commit, read_header, read_tail
+from ..log.commits import commits_between, read_header
 from ..log.manifests import read_hint
 from ..log.snapshot import load_snapshot, oldest_readable_version, version_as_of
 from ..scan.changes import ChangePart, FeedPlanner, read_part
@@ -381,8 +381,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
         """Decode commits from ``version`` on into the cache; None if it does not exist
         yet. An expired commit is a :class:`VersionExpiredError`."""
         try:
-            for v, data in read_tail(storage, version):
-                self._commits[v] = self._segment(storage, decode_commit(data, v))
+            for commit in commits_between(storage, version):
+                v = commit.header.version
+                self._commits[v] = self._segment(storage, commit)
                 self._latest = max(self._latest, v)
                 if v >= version + _FETCH_AHEAD or (self._target is not None and v >= self._target):
                     break

@@ -41,7 +41,7 @@ from lakelog.log.commits import (
     read_header,
 )
 from lakelog.log.filelist import FileList
-from lakelog.log.files import FILES_SCHEMA, files_from_adds
+from lakelog.log.files import files_from_adds
 from lakelog.log.format import CURRENT
 from lakelog.log.leaves import entries_from_files
 from lakelog.log.manifests import (
@@ -192,7 +192,7 @@ def test_commit_names_sort_and_listing_ignores_other_files(mem_storage: Storage)
     mem_storage.write_bytes("_lakelog/notes.txt", b"x")
     mem_storage.write_bytes(LAST_MANIFEST, b'{"version": 0}')
     header = ManifestHeader(version=0, timestamp_ms=1000, num_files=0, metadata=META)
-    write_manifest(mem_storage, header, FILES_SCHEMA.empty_table())
+    write_manifest(mem_storage, header, files_from_adds([]))
     listing = list_log(mem_storage)
     assert listing.commits == (0, 1, 2, 11)
     assert listing.manifests == (0,)

@@ -203,3 +203,24 @@ def test_timestamps_increase_across_writers_with_skewed_clocks(tmp_path: Path) -
     ts = [h.timestamp_ms for h in sorted(t.history(), key=lambda h: h.version)]
     assert all(a < b for a, b in itertools.pairwise(ts)), ts
     assert t.snapshot().num_rows == 6
+
+
+def test_commits_between_reads_a_range_and_names_a_hole(local_backend: Any) -> None:
+    """The one reader of a range of commits: bounded, to the end, and a hole in a
+    bounded range is a LogGapError naming the next commit that exists."""
+    from lakelog.errors import LogGapError
+    from lakelog.log.commits import commit_path, commits_between
+
+    t = lakelog.create_table(local_backend.uri, pa.schema([("id", pa.int64())]))
+    for i in range(5):
+        t.append(pa.table({"id": [i]}))
+    assert [c.header.version for c in commits_between(t.storage, 2, 4)] == [2, 3, 4]
+    assert [c.header.version for c in commits_between(t.storage, 3)] == [3, 4, 5]
+    assert list(commits_between(t.storage, 4, 3)) == []
+    assert list(commits_between(t.storage, 6)) == []  # past the end: nothing yet
+    t.storage.delete([commit_path(3)])
+    with pytest.raises(LogGapError) as e:
+        list(commits_between(t.storage, 1, 5))
+    assert (e.value.missing, e.value.found) == (3, 4)
+    with pytest.raises(LogGapError):
+        list(commits_between(t.storage, 2))  # to the end: a hole is not the end

@@ -8,8 +8,10 @@ latest. The steps, each safe to be killed after (a rerun finishes the job):
 1. write a manifest at ``O``, so ``O`` resolves without any older commit;
 2. commit ``ExpireVersions(oldest_version=O)``: from here on asking for a
    version below ``O`` raises :class:`~lakelog.VersionExpiredError`. The commit
-   goes on the latest version read just before it; a metadata change landing
-   first makes the expiry plan again (bounded by ``lakelog.commit.max_attempts``).
+   goes on the version the expiry was planned on; when commits land first, it goes on
+   after them, unless they changed the oldest version or the expiry's settings: then
+   the transaction's rebuild step plans the expiry again on them (bounded by
+   ``lakelog.commit.max_attempts``).
    Then the Delta view, if on, drops its entries below ``O``; if that fails the
    expiry raises before deleting anything;
 3. delete the data files no retained version references, computed from the
@@ -30,15 +32,15 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..._failpoints import failpoint, pausepoint
-from ...errors import CommitConflictError, InvalidArgumentError, VersionExpiredError
+from ...errors import InvalidArgumentError, VersionExpiredError
 from ...leases import Lease
-from ...log.actions import ExpireVersions
+from ...log.actions import Commit, ExpireVersions
 from ...log.checkpoint import keep_whole, repair_roots, write_checkpoint
 from ...log.commits import LogListing, commit_path, list_log, read_header
 from ...log.expiry_marks import prune_marks, write_mark
@@ -46,8 +48,9 @@ from ...log.manifests import manifest_path, read_root, root_leaves
 from ...log.snapshot import Snapshot, load_snapshot
 from ...properties import get_bool, get_float, get_int
 from ...storage import Storage
+from ...transaction import Replan
 from .exclusive import ensure_held, exclusive_cleanup
-from .logscan import read_changes
+from .logscan import FileChanges, read_changes
 from .report import ExpireReport
 
 if TYPE_CHECKING:
@@ -205,6 +208,158 @@ def expire_snapshots(
         )
 
 
+@dataclass
+class _Plan:
+    """An expiry planned on ``snap``: which versions go (``[previous, oldest)``), on which
+    settings, and what the commits up to ``oldest`` changed (they never change again)."""
+
+    snap: Snapshot
+    listing: LogListing
+    older_s: float
+    keep: int
+    oldest: int
+    at_oldest: Snapshot
+    expired_changes: list[FileChanges]
+
+    @property
+    def latest(self) -> int:
+        return self.snap.version
+
+    @property
+    def previous(self) -> int:
+        return self.snap.oldest_version
+
+    @property
+    def leftovers(self) -> bool:
+        """Whether log files below ``oldest`` remain (a run cut short before step 4)."""
+        return any(v < self.oldest for v in self.listing.commits) or any(
+            m < self.oldest for m in self.listing.manifests
+        )
+
+    def parameters(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {
+            "older_than_seconds": self.older_s,
+            "retain_last": self.keep,
+            "oldest_version": self.oldest,
+            **(extra or {}),
+        }
+
+
+def _plan(
+    storage: Storage,
+    snap: Snapshot,
+    *,
+    older_than: dt.timedelta | None,
+    retain_last: int | None,
+) -> _Plan:
+    """Plan the expiry on ``snap`` (the latest, or the snapshot a commit's winners made).
+    A concurrent expiry that went further while this reads plans again on the latest
+    (at most three times)."""
+    for attempt in range(1, 4):
+        older_s, keep = _settings(snap.properties, older_than, retain_last)
+        listing = list_log(storage)
+        previous = snap.oldest_version
+        cutoff_ms = int(time.time() * 1000 - older_s * 1000)
+        oldest = resolve_oldest(
+            storage,
+            listing,
+            latest=snap.version,
+            previous=previous,
+            cutoff_ms=cutoff_ms,
+            retain_last=keep,
+        )
+        plan = _Plan(snap, listing, older_s, keep, oldest, snap, [])
+        if oldest == previous and not plan.leftovers:
+            return plan  # nothing to do
+        try:
+            at_oldest = (
+                snap if oldest == snap.version else load_snapshot(storage, oldest, listing=listing)
+            )
+        except VersionExpiredError:  # a concurrent expiry went further: plan again
+            if attempt >= 3:
+                raise
+            snap = load_snapshot(storage)
+            continue
+        # The commit at the previous oldest version was already handled, unless the
+        # run that expired up to it was cut short before deleting the older log.
+        cut_short = bool(listing.commits) and listing.commits[0] < previous
+        first = 0 if previous == 0 or cut_short else previous + 1
+        # commits up to the new oldest version never change: read them once, for the
+        # expiry mark (which transaction each expired version holds) and for step 3
+        plan.at_oldest = at_oldest
+        plan.expired_changes = list(
+            read_changes(storage, [v for v in listing.commits if first <= v <= oldest])
+        )
+        return plan
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _prepare(storage: Storage, plan: _Plan) -> None:
+    """Steps before the expiry commit: the manifest at the oldest version, then the mark."""
+    # 1. the oldest retained version must resolve without older commits
+    # (incremental: the leaves of the newest manifest below it are reused)
+    plan.at_oldest = write_checkpoint(
+        plan.at_oldest, leaf_files=get_int(plan.at_oldest.properties, "lakelog.manifest.leaf_files")
+    )
+    failpoint("expire:after-manifest")
+    # before anything is deleted: the mark that lets a writer whose put lands in
+    # the range being deleted tell that it filled a hole (lakelog.log.expiry_marks)
+    previous, oldest = plan.previous, plan.oldest
+    txn_ids = {c.version: c.txn_id for c in plan.expired_changes if previous <= c.version < oldest}
+    if previous not in txn_ids:
+        txn_ids.update(_txn_ids(storage, [v for v in plan.listing.commits if v == previous]))
+    write_mark(storage, oldest_version=oldest, previous=previous, txn_ids=txn_ids)
+
+
+def _commit(
+    table: Table,
+    plan: _Plan,
+    *,
+    older_than: dt.timedelta | None,
+    retain_last: int | None,
+    parameters: Mapping[str, Any] | None,
+) -> tuple[_Plan, int | None]:
+    """2. Record the expiry: older versions now raise VersionExpiredError. Returns the
+    plan that landed and its commit's version (None: a concurrent expiry left nothing to
+    expire). The commit adds and removes no file, and nothing it did depends on the
+    schema or on the properties other than the expiry's own: after a lost race the same
+    commit goes on over the winners, unless they changed the oldest version or the
+    expiry's settings: then the transaction's rebuild step plans it again on them."""
+    storage = table.storage
+
+    def rebuild(fresh: Snapshot, winners: Sequence[Commit] | None) -> Replan:
+        nonlocal plan
+        if fresh.oldest_version == plan.previous and _settings(
+            fresh.properties, older_than, retain_last
+        ) == (plan.older_s, plan.keep):
+            return Replan([ExpireVersions(oldest_version=plan.oldest)])
+        log.info("expiry of %s: the winners changed its settings; planning again", storage.uri)
+        plan = _plan(storage, fresh, older_than=older_than, retain_last=retain_last)
+        if plan.oldest == plan.previous:
+            return Replan([])
+        _prepare(storage, plan)
+        return Replan(
+            [ExpireVersions(oldest_version=plan.oldest)],
+            parameters=plan.parameters(parameters),
+            metrics={"versions_expired": plan.oldest - plan.previous},
+        )
+
+    _prepare(storage, plan)
+    result = table.commit(
+        [ExpireVersions(oldest_version=plan.oldest)],
+        operation="EXPIRE SNAPSHOTS",
+        kind="append",
+        read_snapshot=plan.snap,
+        parameters=plan.parameters(parameters),
+        metrics={"versions_expired": plan.oldest - plan.previous},
+        rebuild=rebuild,
+    )
+    if result.skipped:
+        return plan, None
+    failpoint("expire:after-commit")
+    return plan, result.version
+
+
 def _expire(
     table: Table,
     lease: Lease | None,
@@ -216,115 +371,59 @@ def _expire(
     dry_run = lease is None
     started = time.perf_counter()
     storage = table.storage
-    attempts = max(3, get_int(load_snapshot(storage).properties, "lakelog.commit.max_attempts"))
-    for attempt in range(1, attempts + 1):
-        snap = load_snapshot(storage)
-        props = snap.properties
-        older_s, keep = _settings(props, older_than, retain_last)
-        listing = list_log(storage)
-        latest, previous = snap.version, snap.oldest_version
-        cutoff_ms = int(time.time() * 1000 - older_s * 1000)
-        oldest = resolve_oldest(
-            storage,
-            listing,
-            latest=latest,
-            previous=previous,
-            cutoff_ms=cutoff_ms,
-            retain_last=keep,
+    plan = _plan(storage, load_snapshot(storage), older_than=older_than, retain_last=retain_last)
+    expire_version: int | None = None
+    if not dry_run and plan.oldest != plan.previous:
+        plan, expire_version = _commit(
+            table, plan, older_than=older_than, retain_last=retain_last, parameters=parameters
         )
-        leftovers = [v for v in listing.commits if v < oldest] or [
-            m for m in listing.manifests if m < oldest
-        ]
-        if oldest == previous and not leftovers:
-            return ExpireReport(
-                dry_run, latest, oldest, previous, None, (), 0, (), time.perf_counter() - started
-            )
-        try:
-            at_oldest = (
-                snap if oldest == latest else load_snapshot(storage, oldest, listing=listing)
-            )
-        except VersionExpiredError:  # a concurrent expiry went further: plan again
-            if attempt >= 3:
-                raise
-            continue
-        # The commit at the previous oldest version was already handled, unless the
-        # run that expired up to it was cut short before deleting the older log.
-        cut_short = bool(listing.commits) and listing.commits[0] < previous
-        first = 0 if previous == 0 or cut_short else previous + 1
-        # commits up to the new oldest version never change: read them once, for the
-        # expiry mark (which transaction each expired version holds) and for step 3
-        expired_changes = list(
-            read_changes(storage, [v for v in listing.commits if first <= v <= oldest])
+    if plan.oldest == plan.previous and not plan.leftovers:
+        return ExpireReport(
+            dry_run,
+            plan.latest,
+            plan.oldest,
+            plan.previous,
+            None,
+            (),
+            0,
+            (),
+            time.perf_counter() - started,
         )
-        expire_version: int | None = None
-        if dry_run or oldest == previous:
-            break
-        # 1. the oldest retained version must resolve without older commits
-        # (incremental: the leaves of the newest manifest below it are reused)
-        at_oldest = write_checkpoint(
-            at_oldest, leaf_files=get_int(at_oldest.properties, "lakelog.manifest.leaf_files")
-        )
-        failpoint("expire:after-manifest")
-        # before anything is deleted: the mark that lets a writer whose put lands in
-        # the range being deleted tell that it filled a hole (lakelog.log.expiry_marks)
-        txn_ids = {c.version: c.txn_id for c in expired_changes if previous <= c.version < oldest}
-        if previous not in txn_ids:
-            txn_ids.update(_txn_ids(storage, [v for v in listing.commits if v == previous]))
-        write_mark(storage, oldest_version=oldest, previous=previous, txn_ids=txn_ids)
-        # 2. record the expiry: older versions now raise VersionExpiredError. Its commit
-        # adds and removes no file, and nothing it did depends on the schema or on the
-        # properties other than the expiry's own: it commits on the latest version,
-        # read just before, so only a change that lands in that short window conflicts.
-        # A conflict (or a change of the expiry's settings) plans it again.
-        base = load_snapshot(storage)
-        if base.oldest_version != previous or _settings(
-            base.properties, older_than, retain_last
-        ) != (older_s, keep):
-            continue
-        try:
-            result = table.commit(
-                [ExpireVersions(oldest_version=oldest)],
-                operation="EXPIRE SNAPSHOTS",
-                kind="append",
-                read_snapshot=base,
-                parameters={
-                    "older_than_seconds": older_s,
-                    "retain_last": keep,
-                    "oldest_version": oldest,
-                    **(parameters or {}),
-                },
-                metrics={"versions_expired": oldest - previous},
-            )
-        except CommitConflictError as e:
-            if attempt >= attempts:
-                raise
-            log.info(
-                "expiry of %s lost to a concurrent change (%s); planning again", storage.uri, e
-            )
-            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 10))))
-            continue
-        expire_version = result.version
-        failpoint("expire:after-commit")
-        break
-    else:
-        raise CommitConflictError(
-            f"expected the settings of the expiry of {storage.uri} to hold still for "
-            f"{attempts} attempts, found lakelog.expire.* or the oldest version changing "
-            f"every time; run the expiry again."
-        )
-    if not dry_run and get_bool(snap.properties, "lakelog.delta_view"):
-        _follow_delta_view(storage, at_oldest)  # raises before anything is deleted
-    # data files Delta entries below the oldest version still list stay (a view turned
-    # off and kept, or broken); a dry run counts on the trim above
-    dry_view = dry_run and get_bool(snap.properties, "lakelog.delta_view")
-    listed = set() if dry_view else listed_by_view(storage, oldest)
+    if not dry_run and get_bool(plan.snap.properties, "lakelog.delta_view"):
+        _follow_delta_view(storage, plan.at_oldest)  # raises before anything is deleted
+    data_files, data_bytes = _expired_data(storage, plan, dry_run=dry_run)
+    oldest = plan.oldest
+    below = [m for m in plan.listing.manifests if m < oldest]
+    leaves = expired_leaves(storage, below, oldest)
+    log_files = [manifest_path(m) for m in below]
+    log_files += [commit_path(v) for v in plan.listing.commits if v < oldest]  # oldest first
+    if lease is not None:
+        leaves = _delete_expired(storage, plan, lease, data_files, below, log_files)
+    return ExpireReport(
+        dry_run=dry_run,
+        latest_version=plan.latest,
+        oldest_version=oldest,
+        previous_oldest_version=plan.previous,
+        expire_commit_version=expire_version,
+        data_files=tuple(data_files),
+        data_bytes=data_bytes,
+        log_files=tuple(leaves + log_files),
+        duration_s=time.perf_counter() - started,
+    )
 
-    # 3. data files that only expired versions reference, from the log
-    retained = set(at_oldest.paths())
-    retained.update(snap.paths())
+
+def _expired_data(storage: Storage, plan: _Plan, *, dry_run: bool) -> tuple[list[str], int]:
+    """3. The data files that only expired versions reference, from the log, and their
+    bytes. Files Delta entries below the oldest version still list stay (a view turned
+    off and kept, or broken); a dry run counts on the view's trim."""
+    oldest = plan.oldest
+    dry_view = dry_run and get_bool(plan.snap.properties, "lakelog.delta_view")
+    listed = set() if dry_view else listed_by_view(storage, oldest)
+    retained = set(plan.at_oldest.paths())
+    retained.update(plan.snap.paths())
     removed: set[str] = set()
     sizes: dict[str, int] = {}
-    for change in expired_changes:
+    for change in plan.expired_changes:
         sizes.update(change.added)
         for path, size in change.removed.items():
             removed.add(path)
@@ -341,39 +440,34 @@ def _expire(
         from .vacuum import normalize_path
 
         data_files = [p for p in data_files if normalize_path(p, storage) not in listed]
-    data_bytes = sum(sizes.get(p, 0) for p in data_files)
-    below = [m for m in listing.manifests if m < oldest]
-    leaves = expired_leaves(storage, below, oldest)
-    log_files = [manifest_path(m) for m in below]
-    log_files += [commit_path(v) for v in listing.commits if v < oldest]  # oldest first
-    if lease is not None:
-        _delete(storage, data_files, "expire:mid-data", lease)
-        failpoint("expire:after-data")
-        # 4. the log below the oldest version: first the manifest leaves only manifests
-        # below it list (the manifests stay for a rerun until then), then manifests and
-        # commits, commits oldest first
-        leaves = expired_leaves(storage, below, oldest)  # roots written meanwhile count
-        pausepoint("expire:before-leaves")
-        _delete(storage, leaves, "expire:mid-leaves", lease)
-        # a checkpoint published after the roots were listed may reuse a leaf just
-        # deleted: write it again; the root at the oldest version must be whole before
-        # the commits it stands for go (format.md, "Leaves in expiry and vacuum")
-        leaf_files = get_int(at_oldest.properties, "lakelog.manifest.leaf_files")
-        repair_roots(storage, leaves, oldest=oldest, leaf_files=leaf_files)
-        root = read_root(storage, oldest)  # whole before the commits it stands for go
-        if root is not None:
-            keep_whole(storage, root, leaf_files=leaf_files)
-        _delete(storage, log_files, "expire:mid-log", lease)
-        prune_marks(storage)
-    log_files = leaves + log_files
-    return ExpireReport(
-        dry_run=dry_run,
-        latest_version=latest,
-        oldest_version=oldest,
-        previous_oldest_version=previous,
-        expire_commit_version=expire_version,
-        data_files=tuple(data_files),
-        data_bytes=data_bytes,
-        log_files=tuple(log_files),
-        duration_s=time.perf_counter() - started,
-    )
+    return data_files, sum(sizes.get(p, 0) for p in data_files)
+
+
+def _delete_expired(
+    storage: Storage,
+    plan: _Plan,
+    lease: Lease,
+    data_files: list[str],
+    below: list[int],
+    log_files: list[str],
+) -> list[str]:
+    """Steps 3 and 4: delete the data files, then the log below the oldest version: first
+    the manifest leaves only manifests below it list (the manifests stay for a rerun until
+    then), then manifests and commits, commits oldest first. Returns the leaves deleted."""
+    oldest = plan.oldest
+    _delete(storage, data_files, "expire:mid-data", lease)
+    failpoint("expire:after-data")
+    leaves = expired_leaves(storage, below, oldest)  # roots written meanwhile count
+    pausepoint("expire:before-leaves")
+    _delete(storage, leaves, "expire:mid-leaves", lease)
+    # a checkpoint published after the roots were listed may reuse a leaf just
+    # deleted: write it again; the root at the oldest version must be whole before
+    # the commits it stands for go (format.md, "Leaves in expiry and vacuum")
+    leaf_files = get_int(plan.at_oldest.properties, "lakelog.manifest.leaf_files")
+    repair_roots(storage, leaves, oldest=oldest, leaf_files=leaf_files)
+    root = read_root(storage, oldest)  # whole before the commits it stands for go
+    if root is not None:
+        keep_whole(storage, root, leaf_files=leaf_files)
+    _delete(storage, log_files, "expire:mid-log", lease)
+    prune_marks(storage)
+    return leaves

@@ -122,12 +122,12 @@ def test_failing_group_leaves_no_outputs_and_no_commit(local_backend: Backend) -
     with pytest.raises(FileNotFoundError):
         t.compact(max_concurrent_groups=2)
     assert data_files_on_disk(t) == on_disk  # every output deleted, nothing else touched
-    # only the run's claim landed; its lease is gone, so the plan waits for a resume
-    assert t.refresh().version == version + 1
-    assert t.history(limit=1)[0].operation == "CLAIM"
+    # only the run's claim landed, and the run ended it on its error (as a Spark run
+    # does): no plan is left pending, no data file changed
+    assert t.refresh().version == version + 2
+    assert [h.operation for h in t.history(limit=2)] == ["RELEASE", "CLAIM"]
     assert t.snapshot().num_files == snap.num_files
-    (status,) = t.plans()
-    assert status.operation == "COMPACT" and not status.running
+    assert t.plans() == []
 
 
 def test_row_count_mismatch_is_caught(local_backend: Backend) -> None:
