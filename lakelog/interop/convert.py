@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pyarrow as pa
 
 from ..core import OPEN_HINT, create_with_files, table_of
@@ -57,6 +58,7 @@ from ..properties import get_float, validate_properties
 from ..scan.rows import read_rows
 from ..storage import FileInfo, Storage
 from ..transaction import CommitResult
+from ..transforms import PartitionSpec, parse_fields, uses_transforms
 from .footers import (
     Footer,
     Unreadable,
@@ -73,6 +75,7 @@ from .footers import (
     readable_footers,
     unify_schemas,
 )
+from .spec_values import spec_tags
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -108,7 +111,10 @@ def convert(
     Args:
         uri: the folder of Parquet files, which becomes the table's root.
         partition_by: partition column names, or a schema that also gives their types;
-            default None infers them from the ``k=v`` folders.
+            default None infers them from the ``k=v`` folders. With a partition
+            transform (``["day(ts)", "bucket(16, id)"]``) the files (outside Hive
+            folders) are the table's partitions of those fields, each file's values
+            found from its rows; a file holding several values of a field is refused.
         properties: ``lakelog.*`` table properties, validated; default none.
         storage_options: passed to the fsspec filesystem; default none.
         single_writer: allow a store without put-if-absent, promising that no other
@@ -181,7 +187,13 @@ def convert_files(
     Returns the new table."""
     nothing = "nothing was committed."
     footers = readable_footers(read(infos, None), nothing=nothing)
-    fields, partitions = partition_layout(footers, partition_by)
+    texts: list[str] = []  # partition transforms (the files' rows give their values)
+    if isinstance(partition_by, str):
+        partition_by = [partition_by]
+    if isinstance(partition_by, Sequence) and uses_transforms(partition_by):
+        texts = list(partition_by)
+        _no_hive_folders(footers, texts)
+    fields, partitions = partition_layout(footers, [] if texts else partition_by)
     parts = [f.name for f in fields]
     check_no_partition_columns(footers, parts)
     data_schema = unify_schemas(footers)
@@ -197,6 +209,19 @@ def convert_files(
     check_partition_columns(schema, parts)
     check_parquet_properties(props, schema, tuple(parts))
     adds = add_actions(footers, partitions)
+    if texts:
+        spec = PartitionSpec(0, parse_fields(texts, schema))
+        parts = texts
+        tags = spec_tags(
+            storage,
+            footers,
+            spec,
+            schema,
+            hint=f"write its rows with table.append after converting the others, or "
+            f"convert without partition_by and set the partitioning later "
+            f"(table.set_partitioning); {nothing}",
+        )
+        adds = [msgspec.structs.replace(a, tags=t) for a, t in zip(adds, tags, strict=True)]
     snap = create_with_files(
         storage,
         schema,
@@ -208,6 +233,19 @@ def convert_files(
         hint=f"{OPEN_HINT} and adopt files with table.add_files() (`lakelog add-files`)",
     )
     return table_of(storage, snap)
+
+
+def _no_hive_folders(footers: Sequence[Footer], partition_by: Sequence[str]) -> None:
+    """A conversion into partition transforms takes files outside Hive folders: their
+    values come from the files' rows, not from folder names."""
+    inside = [f.path for f in footers if "=" in f.path.rpartition("/")[0]]
+    if inside:
+        raise InvalidArgumentError(
+            f"expected files outside Hive partition folders (col=value/) to convert with "
+            f"partition transforms {list(partition_by)!r}, found {listed(inside, 0)}; "
+            f"convert with the partition_by of their folders, then change the layout for "
+            f"new data with table.set_partitioning. Nothing was committed."
+        )
 
 
 def _metrics(adds: Sequence[AddFile]) -> dict[str, int]:
@@ -294,7 +332,9 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
     commit adds them first), files that are not Parquet, columns the table lacks or of
     types that do not read as the table's (missing nullable columns read as nulls),
     partition columns stored inside the file, and partition folders that do not match
-    the table's partition columns or types.
+    the table's partition columns or types. Into a table partitioned by transforms each
+    file records its values of the current spec (:func:`.spec_values.spec_tags`); a file
+    whose rows hold several values of a field is refused.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -361,6 +401,17 @@ def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
         check_against_table(footers, snap.file_schema)
         adds = add_actions(footers, partitions)
         check_adopted_rows(storage, adds, snap)
+        spec = snap.partition_spec
+        if spec is not None:  # a table of transforms: each file's values of its spec
+            tags = spec_tags(
+                storage,
+                footers,
+                spec,
+                schema,
+                hint="split the file by that field (or write its rows with table.append); "
+                "nothing was committed.",
+            )
+            adds = [msgspec.structs.replace(a, tags=t) for a, t in zip(adds, tags, strict=True)]
         lease.confirm_adopted(_vacuumable(infos, snap.properties))
         return table.commit(
             adds,

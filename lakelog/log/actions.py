@@ -16,6 +16,7 @@ import pyarrow as pa
 from . import format as fmt
 
 __all__ = [
+    "encode_with_metadata",
     "Action",
     "AddFile",
     "AppTransaction",
@@ -77,6 +78,22 @@ class Metadata(msgspec.Struct, tag="metadata", frozen=True, kw_only=True):
 
     def arrow_schema(self) -> pa.Schema:
         return decode_schema(self.schema)
+
+
+_NO_SPECS = b',"partition_specs":[]}'
+
+
+def encode_with_metadata(encoded: bytes, metadata: Metadata | None) -> bytes:
+    """``encoded`` (the JSON of ``metadata``, or of a document holding it) without an
+    empty ``partition_specs``: a table without transforms writes exactly the bytes it
+    wrote before format version 8 (``docs/format.md``, "Partition transforms and
+    evolution"). The field is the struct's last, so its JSON ends the object."""
+    if metadata is None or metadata.partition_specs:
+        return encoded
+    own = msgspec.json.encode(metadata)
+    if not own.endswith(_NO_SPECS):  # pragma: no cover - the field order is fixed above
+        return encoded
+    return encoded.replace(own, own[: -len(_NO_SPECS)] + b"}", 1)
 
 
 class DeletionVector(msgspec.Struct, frozen=True, gc=False):

@@ -18,7 +18,16 @@ from .._failpoints import pausepoint
 from ..errors import CorruptLogError, InvalidArgumentError, LogGapError, UnsupportedFormatError
 from ..paths import LOG_FOLDER, first_bad_data_path
 from ..storage import Storage
-from .actions import Action, AddFile, ChangeFile, Commit, CommitHeader, RemoveFile
+from .actions import (
+    Action,
+    AddFile,
+    ChangeFile,
+    Commit,
+    CommitHeader,
+    Metadata,
+    RemoveFile,
+    encode_with_metadata,
+)
 from .format import BASE, CURRENT, check_readable, readable
 
 __all__ = [
@@ -78,7 +87,12 @@ def encode_commit(header: CommitHeader, actions: Sequence[Action]) -> bytes:
             f"root-relative paths without '..', a leading '/' or a scheme (copy files from "
             f"elsewhere into the table's folder)."
         )
-    body = b",\n".join(_ENCODER.encode(a) for a in actions)
+    body = b",\n".join(
+        encode_with_metadata(_ENCODER.encode(a), a)
+        if isinstance(a, Metadata)
+        else _ENCODER.encode(a)
+        for a in actions
+    )
     return b'{"header":' + _ENCODER.encode(header) + b',"actions":[\n' + body + b"\n]}\n"
 
 

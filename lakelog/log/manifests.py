@@ -29,7 +29,7 @@ from ..errors import CorruptLogError
 from ..filters import FileStatsColumns
 from ..paths import check_manifest_paths, check_read_paths
 from ..storage import Storage
-from .actions import Metadata
+from .actions import Metadata, encode_with_metadata
 from .commits import LOG_DIR
 from .file_index import bounded_columns
 from .files import _FILES_SCHEMA, ReplayState
@@ -117,6 +117,8 @@ def _v1_header(header: ManifestHeader) -> bytes:
     raw["format_version"] = BASE
     for name in _V2_FIELDS:
         raw.pop(name, None)
+    if not header.metadata.partition_specs:
+        raw["metadata"].pop("partition_specs", None)
     return msgspec.json.encode(raw)
 
 
@@ -393,11 +395,13 @@ def encode_root(header: ManifestHeader, entries: pa.Table) -> bytes:
         header, format_version=max(ROOTS.version, header.format_version)
     )
     stub = msgspec.structs.replace(header, plans=msgspec.Raw(b"{}"))
-    table = entries.replace_schema_metadata({_META_KEY: msgspec.json.encode(stub)})
+    stub_json = encode_with_metadata(msgspec.json.encode(stub), header.metadata)
+    table = entries.replace_schema_metadata({_META_KEY: stub_json})
     buf = io.BytesIO()
     with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
         writer.write_table(table, row_group_size=max(1, entries.num_rows))
-        writer.add_key_value_metadata({_META_KEY: msgspec.json.encode(header)})
+        header_json = encode_with_metadata(msgspec.json.encode(header), header.metadata)
+        writer.add_key_value_metadata({_META_KEY: header_json})
     return buf.getvalue()
 
 

@@ -31,11 +31,10 @@ from ..io.schema import conform
 from ..io.writer import write_files
 from ..log.actions import AddFile, DataFile
 from ..log.snapshot import Snapshot, load_snapshot
-from ..partitioning import check_partition_columns
 from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result
-from ..transforms import PartitionSpec
+from ..transforms import PartitionSpec, partition_layout
 from .errors import carry
 from .feed import bins, spark_batches
 from .modes import (
@@ -46,6 +45,7 @@ from .modes import (
     outside_rows,
     parse_replace_where,
     refuse_outside,
+    same_partitioning,
 )
 from .options import ReadOptions, WriteOptions, resolve_snapshot
 from .pushdown import translate_pushed
@@ -167,9 +167,9 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.skip = False  # the app version is already in the table: write nothing
         if snap is not None:
             self.skip = skipped_result(snap, spec.app) is not None
-            if spec.partition_by and spec.partition_by != snap.partition_by:
+            if spec.partition_by and not same_partitioning(snap, spec.partition_by):
                 raise SchemaMismatchError(
-                    f"expected option partitionBy {','.join(snap.partition_by)!r} of the "
+                    f"expected option partitionBy {','.join(snap.partitioning)!r} of the "
                     f"existing table, found {','.join(spec.partition_by)!r}; omit partitionBy "
                     f"when writing to an existing table."
                 )
@@ -180,8 +180,9 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             self.props = dict(snap.properties)
         else:
             table_schema = to_arrow_schema(schema)
-            parts = check_partition_columns(table_schema, spec.partition_by)
-            self.partition_spec = None
+            parts, specs = partition_layout(table_schema, spec.partition_by)
+            # a spec of transforms: the tasks split rows by it, the table is created with it
+            self.partition_spec = PartitionSpec.of(0, specs[0]) if specs else None
             plan = WritePlan(table_schema)
             self.read_version = None
             # the table properties given as options (lakelog.*), checked by name already
@@ -253,7 +254,9 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             adds,
             spec,
             plan=plan,
-            partition_by=self.partition_by,
+            partition_by=self.partition_by
+            if self.partition_spec is None or snap is not None
+            else self.partition_spec.texts,
             properties=self.props if snap is None else {},
             where=where,
             parameters={"format": "lakelog"},

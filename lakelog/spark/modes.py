@@ -69,6 +69,7 @@ from ..partitioning import partition_string
 from ..properties import get_bool
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, check_app_versions
+from ..transforms import parse_field
 from .schema import (
     check_dataframe_schema,
     strip_nullability,
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PARTITION_OVERWRITE_CONF",
+    "same_partitioning",
     "Mode",
     "PartitionOverwrite",
     "WriteSpec",
@@ -456,6 +458,15 @@ def auto_compact_here(storage: Storage, result: CommitResult | None, *, entry: s
         )
 
 
+def same_partitioning(snap: Snapshot, partition_by: Sequence[str]) -> bool:
+    """Whether ``partition_by`` (columns, or transforms in any spelling: ``days(ts)``,
+    ``bucket(16,id)``) is the table's current partitioning."""
+    spec = snap.partition_spec
+    if spec is None:
+        return tuple(partition_by) == tuple(snap.partition_by)
+    return tuple(parse_field(p).text for p in partition_by) == spec.texts
+
+
 def commit_written(
     storage: Storage,
     snap: Snapshot | None,
@@ -539,9 +550,9 @@ def _commit(
             if spec.mode == "error":
                 raise
             snap = load_snapshot(storage)  # created concurrently: commit on top of it
-            if tuple(snap.partition_by) != partition_by:
+            if not same_partitioning(snap, partition_by):
                 raise SchemaMismatchError(
-                    f"expected partition_by {list(snap.partition_by)} of the table created "
+                    f"expected partition_by {snap.partitioning} of the table created "
                     f"concurrently, found {list(partition_by)}; nothing was committed."
                 ) from None
             if to_spark_schema(snap.schema) != to_spark_schema(plan.schema):

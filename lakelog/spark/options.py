@@ -143,6 +143,23 @@ def _comma_names(name: str, raw: str) -> tuple[str, ...]:
     return tuple(c.strip() for c in raw.split(",") if c.strip())
 
 
+def _partition_fields(name: str, raw: str) -> tuple[str, ...]:
+    """Comma-separated columns or partition transforms: a comma inside parentheses
+    (``bucket(16, id)``) belongs to its field."""
+    out: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(raw):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(raw[start:i])
+            start = i + 1
+    out.append(raw[start:])
+    return tuple(f.strip() for f in out if f.strip())
+
+
 def _choice(*values: str) -> Parser:
     def parse(name: str, raw: str) -> str:
         text = raw.strip().lower()
@@ -456,11 +473,12 @@ _SCHEMA_MODE = Option(
 )
 _PARTITION_BY = Option(
     "partitionBy",
-    _comma_names,
-    "comma-separated columns",
+    _partition_fields,
+    "comma-separated columns or transforms",
     "none",
-    "Partition columns of a table the write creates (Spark does not hand "
-    "`.partitionBy(...)` to a Python data source).",
+    "Partitioning of a table the write creates: columns, or transforms such as "
+    "`day(ts),bucket(16, id)` (Spark does not hand `.partitionBy(...)` to a Python data "
+    "source).",
     aliases=("partition_by",),
 )
 _APP_ID = Option(

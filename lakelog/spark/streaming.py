@@ -69,13 +69,19 @@ from ..io.schema import readable_as
 from ..leases import Lease, LeaseRecord, lease_path
 from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
-from ..partitioning import check_partition_columns
 from ..properties import get_float, validate_properties
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, skipped_result
+from ..transforms import PartitionSpec, partition_layout
 from .batch import TaskFiles, decode_adds, write_task_files
 from .errors import carry
-from .modes import as_written, auto_compact_here, commit_written, dataframe_plan
+from .modes import (
+    as_written,
+    auto_compact_here,
+    commit_written,
+    dataframe_plan,
+    same_partitioning,
+)
 from .options import stream_write_options
 from .schema import to_arrow_schema
 
@@ -217,13 +223,15 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         spec = self.spec
         if snap is None:
             schema = to_arrow_schema(self.spark_schema)
-            parts = check_partition_columns(schema, spec.partition_by)
+            parts, specs = partition_layout(schema, spec.partition_by)
+            # a spec of transforms: the tasks split rows by it, the table is created with it
+            self.partition_spec = PartitionSpec.of(0, specs[0]) if specs else None
             props = validate_properties(spec.properties or {})
             check_parquet_properties(props, schema, parts)
             return WritePlan(schema), tuple(parts), props
-        if spec.partition_by and spec.partition_by != snap.partition_by:
+        if spec.partition_by and not same_partitioning(snap, spec.partition_by):
             raise SchemaMismatchError(
-                f"expected option partitionBy {','.join(snap.partition_by)!r} of the "
+                f"expected option partitionBy {','.join(snap.partitioning)!r} of the "
                 f"existing table, found {','.join(spec.partition_by)!r}; omit partitionBy "
                 f"when writing to an existing table."
             )
@@ -325,7 +333,9 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             adds,
             dataclasses.replace(self.spec, app=app),
             plan=plan,
-            partition_by=parts,
+            partition_by=parts
+            if snap is not None or self.partition_spec is None
+            else self.partition_spec.texts,
             properties=props,
             lease=lease,
             parameters={"output_mode": "complete" if self.overwrite else "append"},

@@ -30,13 +30,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import threads
+from ..changes.predicate import Where
 from ..core import SchemaMode, WritePlan, load_table
 from ..errors import (
     CommitConflictError,
@@ -52,11 +54,12 @@ from ..log.actions import AddFile
 from ..log.snapshot import Snapshot, load_snapshot
 from ..maintenance.auto import run_auto_compaction
 from ..maintenance.clustering.spec import declared_clustering
-from ..partitioning import STAGING_DIR, check_partition_columns, hidden_name, parse_partition_dir
+from ..partitioning import STAGING_DIR, hidden_name, parse_partition_dir
 from ..properties import get_bool, get_int, get_str, validate_properties
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transaction import CommitResult, skipped_result
+from ..transforms import PartitionSpec, partition_layout
 from .columns import conformed, physical_columns
 from .guards import filled_columns, guarded
 from .modes import (
@@ -67,8 +70,10 @@ from .modes import (
     commit_written,
     count_outside,
     dataframe_plan,
+    outside_rows,
     parse_replace_where,
     refuse_outside,
+    same_partitioning,
     write_spec,
 )
 from .read import columns_of, session_conf, spark_url
@@ -143,7 +148,8 @@ def write(
             columns it holds in a wider type, in the same commit as the rows (columns it
             lacks are written as nulls), as ``Table.append(schema_mode="merge")`` does;
             default ``"strict"``.
-        partition_by: partition columns if the table is created; default none.
+        partition_by: partition columns or transforms (``"day(ts)"``, ``"bucket(16, id)"``)
+            if the table is created; default none.
         properties: table properties if the table is created (checked by name and value
             whatever the table: an unknown ``lakelog.*`` name is refused); default none.
         storage_options: fsspec options for lakelog's access; Spark writes through its
@@ -279,9 +285,9 @@ def write_dataframe(
         done = skipped_result(snap, spec.app, operation=operation)
         if done is not None:  # a retried batch: already in the table
             return done
-        if spec.partition_by and spec.partition_by != snap.partition_by:
+        if spec.partition_by and not same_partitioning(snap, spec.partition_by):
             raise SchemaMismatchError(
-                f"expected partition_by {list(snap.partition_by)} of the existing table, "
+                f"expected partition_by {snap.partitioning} of the existing table, "
                 f"found {list(spec.partition_by)}; omit partition_by when writing to an "
                 f"existing table."
             )
@@ -290,15 +296,30 @@ def write_dataframe(
         # the table's rules, checked in the tasks that write the rows (spark/guards.py)
         frame = guarded(frame, plan.schema, filled)
         parts, props = snap.partition_by, snap.properties
+        transforms = snap.partition_spec
     else:
         created = to_arrow_schema(df.schema)
-        parts = check_partition_columns(created, spec.partition_by)
+        parts, specs = partition_layout(created, spec.partition_by)
+        transforms = PartitionSpec.of(0, specs[0]) if specs else None
         props = validate_properties(spec.properties or {})
         check_dataframe_schema(df.schema, created)
         check_parquet_properties(props, created, parts)
         frame, plan = df.select(*columns_of(created.names)), WritePlan(created)
     schema = plan.schema
     where = parse_replace_where(spec, schema)  # a bad filter fails before Spark runs
+    if transforms is not None:  # Spark's writer cannot compute them: lakelog's tasks do
+        return _write_in_tasks(
+            storage,
+            snap,
+            frame,
+            spec,
+            plan=plan,
+            transforms=transforms,
+            properties=props,
+            where=where,
+            operation=operation,
+            parameters=parameters,
+        )
     file_schema = pa.schema([f for f in schema if f.name not in parts])
     # files hold their columns under physical names, with ids as Parquet field ids, and
     # the log keys their statistics by those names (format.md, "Column ids")
@@ -366,6 +387,91 @@ def write_dataframe(
             )
         finally:
             discard_staging(storage, staging)
+
+
+def _write_in_tasks(
+    storage: Storage,
+    snap: Snapshot | None,
+    frame: DataFrame,
+    spec: WriteSpec,
+    *,
+    plan: WritePlan,
+    transforms: PartitionSpec,
+    properties: Mapping[str, str],
+    where: Where | None,
+    operation: str,
+    parameters: Mapping[str, Any] | None,
+) -> CommitResult:
+    """A write into a table partitioned by transforms (or creating one): Spark's tasks
+    write their rows with lakelog's writer, which splits them by the spec's values and
+    records them in each file's tags (as ``df.write.format("lakelog")`` does); the files
+    carry the write's lease; one commit on the driver."""
+    from .batch import write_task_files
+    from .environment import check_executors
+    from .rowlevel.jobs import RECORDS, collect_records, decode_records, map_in_arrow, task_record
+
+    check_executors(frame.sparkSession)
+    uri, options = storage.uri, dict(storage.storage_options)
+    schema_bytes = plan.schema.serialize().to_pybytes()
+    props = dict(properties)
+    condition = spec.replace_where
+    lease_id = ""  # set below, before Spark ships the task
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        here = Storage(uri, options)
+        schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+        expression = (
+            None
+            if condition is None
+            else Where(condition, schema, operation="OVERWRITE").expression
+        )
+        outside = 0
+
+        def rows() -> Iterator[pa.RecordBatch]:
+            nonlocal outside
+            for b in batches:
+                if expression is not None:
+                    outside += outside_rows(b, expression, schema)
+                    if outside:  # refused: count the rest, write nothing
+                        continue
+                yield b
+
+        adds = write_task_files(
+            here,
+            rows(),
+            schema=schema,
+            partition_by=(),
+            properties=props,
+            lease_id=lease_id,
+            spec=transforms,
+        )
+        if outside:
+            here.delete([a.path for a in adds])
+            yield task_record("outside", str(outside).encode())
+        elif adds:
+            yield task_record("new", msgspec.json.encode(adds))
+
+    with Lease.acquire(storage, operation=operation, properties=props) as lease:
+        lease_id = lease.lease_id
+        records = collect_records(map_in_arrow(frame, run, RECORDS), operation)
+        adds = decode_records(records).new
+        outside = sum(int(bytes(r.payload)) for r in records if r.kind == "outside")
+        if where is not None and outside:
+            storage.delete([a.path for a in adds])
+            refuse_outside(where, outside)
+        return commit_written(
+            storage,
+            snap,
+            adds,
+            spec,
+            plan=plan,
+            partition_by=snap.partition_by if snap is not None else transforms.texts,
+            properties=props,
+            where=where,
+            lease=lease,
+            parameters=parameters,
+            operation=operation,
+        )
 
 
 def _aligned(

@@ -194,3 +194,24 @@ def test_what_the_tasks_cannot_run_on_is_refused(spark: Any, tmp_path: Path) -> 
         lspark.convert(spark, "memory://convert-me")
     with pytest.raises(InvalidArgumentError, match="files_per_task"):
         lspark.convert(spark, str(tmp_path), files_per_task=0)
+
+
+def test_a_conversion_into_transforms_records_the_embedded_values(
+    spark: Any, tmp_path: Path
+) -> None:
+    fields = ["day(day)", "bucket(4, id)"]
+    for where in ("embedded", "spark"):
+        root = tmp_path / where
+        root.mkdir()
+        for i in range(6):  # one day and one bucket per file: one id per file
+            rows = _part(i).slice(0, 1)
+            pq.write_table(rows, root / f"part-{i:03d}.parquet")
+    lakelog.convert(str(tmp_path / "embedded"), partition_by=fields)
+    table = lspark.convert(spark, str(tmp_path / "spark"), partition_by=fields, files_per_task=2)
+    md, adds, _ = _version_zero(tmp_path / "spark")
+    want_md, want_adds, _ = _version_zero(tmp_path / "embedded")
+    assert md.partition_specs == want_md.partition_specs == (tuple(fields),)
+    assert [a.tags for a in adds] == [a.tags for a in want_adds]
+    assert all(a.tags["partition.id_bucket_4"] for a in adds)
+    kept = table.snapshot().files("day = '2026-01-03'")
+    assert [f.path for f in kept] == ["part-002.parquet"]

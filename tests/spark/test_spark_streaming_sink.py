@@ -27,6 +27,7 @@ import lakelog
 import lakelog.spark as lspark
 from lakelog.leases import LeaseRecord, lease_path
 from lakelog.log.commits import read_commit
+from lakelog.transforms import parse_field
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
@@ -270,3 +271,17 @@ def test_a_batch_killed_around_its_commit_lands_exactly_once(tmp_path: Path) -> 
     expected = Counter((r["id"], r["part"]) for batch in rows for r in batch)
     assert Counter(_rows(uri)) == expected  # every row once, every committed file there
     assert _commits(uri) == [(CREATE, app_id, 0), (WRITE, app_id, 1), (WRITE, app_id, 2)]
+
+
+def test_a_stream_creates_a_table_partitioned_by_transforms(spark: Any, tmp_path: Path) -> None:
+    src, uri, checkpoint = tmp_path / "src", str(tmp_path / "t"), tmp_path / "checkpoint"
+    _batches(src, [[{"id": i, "part": i % 3} for i in range(20)], [{"id": 40, "part": 1}]])
+    _run(spark, _source(spark, src), uri, checkpoint, partitionBy="bucket(4, id),part")
+    snap = lakelog.open_table(uri).snapshot()
+    assert snap.partitioning == ["bucket(4, id)", "identity(part)"] and snap.partition_by == ()
+    assert all(f.tags["partition.spec"] == "0" for f in snap.files())
+    bucket = parse_field("bucket(4, id)")
+    want = str(bucket.apply(pa.array([40], pa.int64())).to_pylist()[0])
+    kept = snap.files("id = 40")
+    assert kept and {f.tags["partition.id_bucket_4"] for f in kept} == {want}
+    assert sorted(_rows(uri)) == sorted([(i, i % 3) for i in range(20)] + [(40, 1)])

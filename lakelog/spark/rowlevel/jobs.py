@@ -22,6 +22,7 @@ from ...leases import Lease
 from ...log.actions import AddFile, ChangeFile, DataFile
 from ...log.snapshot import Snapshot
 from ...storage import Storage
+from ...transforms import PartitionSpec
 from ..errors import carry, lakelog_error
 from ..read import spark_url
 
@@ -112,12 +113,16 @@ class Job:
     slots: tuple[tuple[int, ...], ...] = ()
     feed: bool = False
     """Whether tasks record change files (``lakelog.change_data_feed``)."""
+    spec: PartitionSpec | None = None
+    """The table's current spec of transforms: the files tasks write record its values
+    in their tags, as the embedded change's do."""
 
     def context(self) -> Context:
         ctx = Context(
             storage=Storage(self.uri, self.storage_options),
             schema=self.schema,
             partition_by=self.partition_by,
+            spec=self.spec,
             version=self.version,
             options=self.options,
             lease_id=self.lease_id,
@@ -256,6 +261,7 @@ def make_job(
         files=dict(enumerate(files)),
         slots=spread_files(files, TASKS_PER_CORE * cores) if files else (),
         feed=feed_enabled(snap.properties),
+        spec=snap.partition_spec,
     )
 
 
@@ -265,6 +271,7 @@ def driver_context(table: Table, snap: Snapshot) -> Context:
         storage=table.storage,
         schema=snap.schema,
         partition_by=snap.partition_by,
+        spec=snap.partition_spec,
         version=snap.version,
         options=write_options_from(snap.properties),
         lease_id=None,

@@ -160,6 +160,7 @@ def insert_task(
                 partition_by=job.partition_by,
                 options=job.options,
                 lease_id=job.lease_id,
+                spec=job.spec,
             )
             changes = feed.flush() if feed is not None else []
         except BaseException:
