@@ -74,7 +74,7 @@ import pyarrow.compute as pc
 
 from .. import threads
 from .._failpoints import failpoint, pausepoint
-from ..core import load_table
+from ..core import TableCore
 from ..errors import CommitConflictError
 from ..hooks import AutoCompaction
 from ..log.actions import AddFile, DataFile, RemoveFile
@@ -94,7 +94,7 @@ from .options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .pipeline import Prepared, RewriteExecutor, RewriteKind, run_prepared
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = [
     "AUTO_OPERATIONS",
@@ -288,7 +288,7 @@ def _within(groups: Sequence[Any], budget: int) -> tuple[Any, ...]:
 
 
 def _prepare(
-    table: Table,
+    table: TableHandle,
     partitions: Mapping[Partition, Mapping[str, str | None]],
     trigger_version: int,
     mode: Mode,
@@ -360,7 +360,7 @@ same run then merges (a carry), as long as the byte budget lasts."""
 
 
 def _run_once(
-    table: Table,
+    table: TableHandle,
     partitions: Mapping[Partition, Mapping[str, str | None]],
     trigger_version: int,
     mode: Mode,
@@ -435,7 +435,7 @@ class _Background:
 
     def submit(
         self,
-        table: Table,
+        table: TableHandle,
         partitions: Mapping[Partition, dict[str, str | None]],
         trigger: int,
         executor: RewriteExecutor | None = None,
@@ -452,10 +452,10 @@ class _Background:
         return future
 
     def drain(self, storage: Storage, executor: RewriteExecutor | None = None) -> None:
-        table: Table | None = None
+        table: TableHandle | None = None
         error: Exception | None = None
         try:  # its own handle: the writer's cached snapshot stays the writer's
-            table = load_table(storage)
+            table = TableCore.load(storage)
         except Exception as e:  # noqa: BLE001 - reported to every waiter below
             error = e
         while True:
@@ -498,7 +498,7 @@ _backgrounds_lock = threading.Lock()
 
 
 def _submit_async(
-    table: Table,
+    table: TableHandle,
     partitions: Mapping[Partition, dict[str, str | None]],
     trigger_version: int,
     executor: RewriteExecutor | None = None,
@@ -513,7 +513,7 @@ def _submit_async(
 
 
 def run_auto_compaction(
-    table: Table,
+    table: TableHandle,
     landed: CommitResult,
     *,
     mode: Mode | None = None,
@@ -545,7 +545,7 @@ def run_auto_compaction(
     return _run_once(table, partitions, landed.version, "inline", executor)
 
 
-def attach_auto_compaction(table: Table, result: R) -> R:
+def attach_auto_compaction(table: TableHandle, result: R) -> R:
     """``result`` with :func:`run_auto_compaction`'s outcome in ``auto_compaction``."""
     outcome = run_auto_compaction(table, result)
     return result if outcome is None else dataclasses.replace(result, auto_compaction=outcome)

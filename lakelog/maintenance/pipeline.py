@@ -30,7 +30,7 @@ from .options import ExecutionOptions, ExecutionSettings, check_flag
 from .report import MaintenanceReport, raise_if_all_failed
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = [
     "Executed",
@@ -72,7 +72,7 @@ class RewriteKind(Generic[PlanT]):
     parameters: Callable[[PlanT], dict[str, Any]]
     """The commit's parameters, from the plan."""
     report: ReportBuilder[PlanT]
-    runner: Callable[[Table, PlanT, Snapshot | None, str], GroupRunner]
+    runner: Callable[[TableHandle, PlanT, Snapshot | None, str], GroupRunner]
     """The in-process rewrite of one group: table, plan, the snapshot it was made from
     (None: a saved plan) and the run's lease id in; a :data:`GroupRunner` out."""
 
@@ -81,7 +81,7 @@ class RewriteKind(Generic[PlanT]):
 class Prepared(Generic[PlanT]):
     """A rewrite ready to run: options resolved, plan made (or loaded)."""
 
-    table: Table
+    table: TableHandle
     kind: RewriteKind[PlanT]
     plan: PlanT
     execution: ExecutionSettings
@@ -151,7 +151,7 @@ class ThreadExecutor:
 
 
 def prepare_plan(
-    table: Table,
+    table: TableHandle,
     kind: RewriteKind[PlanT],
     plan: PlanT,
     execution: ExecutionOptions | None = None,

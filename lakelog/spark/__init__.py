@@ -42,8 +42,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
+from ..table import returning_table
 from .changes import delete, merge, update
-from .convert import convert
+from .convert import convert as convert_core
 from .errors import raises_typed, typed_errors, unwrap
 from .feed import read_changes
 from .maintain import maintain
@@ -98,7 +99,7 @@ def register(spark: SparkSession) -> None:
 
 # lakelog errors raised in Spark's workers reach callers as their own classes
 compact = raises_typed(compact)
-convert = raises_typed(convert)
+convert = raises_typed(returning_table(convert_core))  # the user gets a Table over the core
 delete = raises_typed(delete)
 history = raises_typed(history)
 maintain = raises_typed(maintain)

@@ -63,7 +63,7 @@ from ..changes.predicate import DeleteChange, UpdateChange, Where, check_assignm
 from ..changes.read import evaluate, matched, read_rows
 from ..changes.result import ChangeResult, MergeReport
 from ..changes.run import commit_outcomes
-from ..core import load_table, write_options_from
+from ..core import TableCore, write_options_from
 from ..errors import InvalidArgumentError, LakelogError
 from ..filters import FileStatsColumns, FilterLike
 from ..io.schema import conform
@@ -1346,7 +1346,9 @@ def _probe(
 def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
     storage = Storage(uri, storage_options)
     spark_url(storage)  # refuses filesystems the executors cannot reach
-    return load_table(storage)
+    from ..table import Table  # until this module moves onto the handle (issue 38)
+
+    return Table.from_core(TableCore.load(storage))
 
 
 def _parallelism(spark: SparkSession) -> int:

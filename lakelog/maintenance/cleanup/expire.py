@@ -51,7 +51,7 @@ from .logscan import read_changes
 from .report import ExpireReport
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = ["duration_seconds", "expire_snapshots", "listed_by_view", "resolve_oldest"]
 
@@ -181,7 +181,7 @@ def _txn_ids(storage: Storage, versions: list[int]) -> dict[int, str]:
 
 
 def expire_snapshots(
-    table: Table,
+    table: TableHandle,
     *,
     older_than: dt.timedelta | None = None,
     retain_last: int | None = None,
@@ -206,7 +206,7 @@ def expire_snapshots(
 
 
 def _expire(
-    table: Table,
+    table: TableHandle,
     lease: Lease | None,
     *,
     older_than: dt.timedelta | None,

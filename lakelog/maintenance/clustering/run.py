@@ -40,7 +40,7 @@ from .sampling import fresh_keys_reader, resolve_spec
 from .spec import declared_clustering, validate_clustering
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = [
     "CLUSTERING",
@@ -114,7 +114,7 @@ def optimize_report(
 
 
 def _runner(
-    table: Table, plan: ClusterPlan, snapshot: Snapshot | None, lease_id: str
+    table: TableHandle, plan: ClusterPlan, snapshot: Snapshot | None, lease_id: str
 ) -> GroupRunner:
     # a saved plan's spec decodes against the schema at its read version (the latest
     # version's if that one was expired since)
@@ -144,7 +144,7 @@ CLUSTERING: RewriteKind[ClusterPlan] = RewriteKind(
 
 
 def prepare_clustering(
-    table: Table,
+    table: TableHandle,
     options: ClusteringOptions | None = None,
     execution: ExecutionOptions | None = None,
     *,
@@ -219,7 +219,7 @@ def prepare_clustering(
 
 
 def optimize_table(
-    table: Table,
+    table: TableHandle,
     options: ClusteringOptions | None = None,
     execution: ExecutionOptions | None = None,
     *,
@@ -232,7 +232,7 @@ def optimize_table(
 
 
 def execute_cluster_plan(
-    table: Table,
+    table: TableHandle,
     plan: ClusterPlan,
     *,
     execution: ExecutionOptions | None = None,
