@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -14,7 +14,7 @@ from .changes import ChangeResult, MergeReport, delete_rows, merge_rows, overwri
 from .changes.rename import rename_column
 from .changes.restore import restore_table
 from .changes.schema import add_columns, drop_columns, widen_column
-from .core.handle import TableCore
+from .core.handle import TableCore, TableHandle
 from .errors import InvalidArgumentError, TableNotFoundError
 from .filters import FilterLike, PartitionFilterLike
 from .inspect import TableInspect
@@ -934,6 +934,10 @@ class Table:
         return TableInspect(self._core)
 
 
+if TYPE_CHECKING:  # mypy checks that the facade is a handle, by delegation to its core
+    _FACADE_IS_A_HANDLE: type[TableHandle] = Table
+
+
 def returning_table(operation: Callable[_Args, TableCore]) -> Callable[_Args, Table]:
     """``operation``, an entry point that opens or creates a table below the facade and
     returns its core, handing the user a :class:`Table` over that core instead (same
@@ -1006,8 +1010,6 @@ def _clustering_properties(
     cluster_curve: Literal["hilbert", "zorder", "linear"],
 ) -> dict[str, str]:
     """The properties declaring ``create_table``'s ``cluster_by``."""
-    from .maintenance.clustering.spec import declaration_properties
-
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
     linear = cluster_curve == "linear"
