@@ -53,7 +53,6 @@ from .errors import (
 )
 from .filters import FilterLike
 from .hooks import AutoCompaction
-from .interop.convert import convert
 from .interop.delta import (
     delta_view_status,
     disable_delta_view,
@@ -64,7 +63,7 @@ from .log.actions import DataFile, FileStats
 from .maintenance.maintain import MaintainReport, maintain_catalog
 from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
 from .scan import Snapshot
-from .table import Table, create_table, open_table, write_table
+from .table import Table, convert, create_table, open_table, write_table
 from .transaction import CommitResult
 
 __all__ = [

@@ -19,6 +19,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .core import commit_history
 from .filters import FileStatsColumns, FilterLike
 from .log.actions import AddFile, CommitHeader, RemoveFile
 from .log.commits import commits_between, list_log, read_header
@@ -27,7 +28,7 @@ from .log.files import files_from_adds
 from .log.snapshot import Snapshot, load_snapshot, oldest_readable_version
 
 if TYPE_CHECKING:
-    from .table import Table
+    from .core.handle import TableHandle
 
 __all__ = ["TIMESTAMP", "TableInspect", "flatten"]
 
@@ -47,7 +48,7 @@ partition's value combines its files'."""
 class TableInspect:
     """Metadata tables of one table (``table.inspect``)."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: TableHandle) -> None:
         self._table = table
 
     def files(self, *, version: int | None = None, filter: FilterLike = None) -> pa.Table:
@@ -125,7 +126,7 @@ class TableInspect:
         """One row per commit, newest first (at most ``limit``): ``version``,
         ``timestamp``, ``operation``, ``read_version``, ``txn_id``, ``engine``,
         ``format_version``, and ``parameters`` and ``metrics`` as JSON text."""
-        return _history_table(self._table.history(limit=limit))
+        return _history_table(commit_history(self._table.storage, limit))
 
     def snapshots(self) -> pa.Table:
         """One row per readable version, newest first: ``version``, ``timestamp``,
@@ -224,7 +225,7 @@ class _Change(msgspec.Struct):
     """Removed paths whose rows and size the base manifest must tell."""
 
 
-def _snapshots(table: Table) -> pa.Table:
+def _snapshots(table: TableHandle) -> pa.Table:
     storage = table.storage
     listing = list_log(storage)
     oldest = oldest_readable_version(storage, listing)

@@ -3,46 +3,74 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import core
-from .errors import InvalidArgumentError, LogGapError, TableNotFoundError
+from .changes import (
+    ChangeResult,
+    MergeClause,
+    MergeReport,
+    delete_rows,
+    merge_rows,
+    overwrite_rows,
+    update_rows,
+)
+from .changes.rename import rename_column
+from .changes.restore import restore_table
+from .changes.schema import add_columns, drop_columns, widen_column
+from .core.handle import TableCore, TableHandle
+from .errors import InvalidArgumentError, TableNotFoundError
+from .filters import FilterLike, PartitionFilterLike
+from .inspect import TableInspect
+from .interop.convert import add_files
+from .interop.convert import convert as convert_in_place
 from .io.guards import constraints_of, guards_of
 from .io.writer import WriteOptions
 from .leases import Lease
-from .log.actions import Action, AddFile, AppTransaction, Commit, CommitHeader, Metadata
-from .log.commits import decode_commit, read_tail
-from .log.manifests import read_hint
-from .log.snapshot import Snapshot, advance, load_snapshot, version_as_of
+from .log.actions import Action, AddFile, AppTransaction, CommitHeader, Metadata
+from .log.snapshot import Snapshot, load_snapshot
+from .maintenance.auto import attach_auto_compaction
+from .maintenance.claims import PlanStatus, plan_statuses
+from .maintenance.cleanup.expire import expire_snapshots
+from .maintenance.cleanup.report import ExpireReport, VacuumReport
+from .maintenance.cleanup.vacuum import vacuum
+from .maintenance.clustering.layout import ClusteringReport, clustering_report
+from .maintenance.clustering.run import optimize_table
+from .maintenance.clustering.spec import (
+    DeclaredClustering,
+    declaration_properties,
+    declared_clustering,
+)
+from .maintenance.compaction.run import compact_table
+from .maintenance.maintain.report import MaintainReport
+from .maintenance.maintain.run import maintain_table
+from .maintenance.options import (
+    ClusteringOptions,
+    CompactionOptions,
+    ExecutionOptions,
+    execution_from_arguments,
+    from_arguments,
+)
+from .maintenance.report import MaintenanceReport
+from .maintenance.resume import resume_plan
 from .partitioning import check_partition_columns
-from .properties import get_bool, get_int, validate_properties
+from .properties import get_bool, validate_properties
 from .scan import Snapshot as ReadableSnapshot
-from .scan import readable
+from .scan.changes import ChangeFeed, open_feed
 from .storage import Storage
 from .transaction import CommitResult, Kind, Rebase, Rebuild
+from .upgrade import UpgradeReport, upgrade_table
 
-__all__ = ["Table", "create_table", "open_table", "write_table"]
-
-if TYPE_CHECKING:
-    from .changes import ChangeResult, MergeClause, MergeReport
-    from .filters import FilterLike, PartitionFilterLike
-    from .inspect import TableInspect
-    from .maintenance.claims import PlanStatus
-    from .maintenance.cleanup.report import ExpireReport, VacuumReport
-    from .maintenance.clustering.layout import ClusteringReport
-    from .maintenance.clustering.spec import DeclaredClustering
-    from .maintenance.maintain.report import MaintainReport
-    from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
-    from .maintenance.report import MaintenanceReport
-    from .scan.changes import ChangeFeed
-    from .upgrade import UpgradeReport
+__all__ = ["Table", "convert", "create_table", "open_table", "returning_table", "write_table"]
 
 WriteMode = Literal["append", "overwrite", "error"]
 _Result = TypeVar("_Result", bound=CommitResult)
+_Args = ParamSpec("_Args")
 
 
 class Table:
@@ -60,50 +88,68 @@ class Table:
             storage: the table's storage: its root URI and filesystem.
             snapshot: the resolved snapshot to cache, a version of that table.
         """
-        self.storage = storage
-        self._snapshot = snapshot
+        self._core = TableCore(storage, snapshot)
+
+    @classmethod
+    def from_core(cls, core: TableCore) -> Table:
+        """The facade over ``core`` (sharing its cached snapshot): how an entry point
+        hands the user the table an operation opened or created."""
+        table = cls.__new__(cls)
+        table._core = core
+        return table
 
     def __repr__(self) -> str:
         return f"Table({self.uri!r}, version={self.version})"
 
     # -- state -------------------------------------------------------------------
     @property
+    def storage(self) -> Storage:
+        """The table's storage: its root URI and filesystem."""
+        return self._core.storage
+
+    @property
+    def cached(self) -> Snapshot:
+        """The snapshot last resolved or committed, without reading the log (see
+        :meth:`refresh`)."""
+        return self._core.cached
+
+    @property
     def uri(self) -> str:
         """The URI of the table's root."""
-        return self.storage.uri
+        return self._core.uri
 
     @property
     def version(self) -> int:
         """Version of the cached snapshot (call :meth:`refresh` for the newest)."""
-        return self._snapshot.version
+        return self._core.version
 
     @property
     def schema(self) -> pa.Schema:
         """The Arrow schema of the cached snapshot."""
-        return self._snapshot.schema
+        return self._core.schema
 
     @property
     def partition_by(self) -> tuple[str, ...]:
         """The identity partition columns kept out of the data files, in order (empty:
         not partitioned, or partitioned by transforms: see :attr:`partitioning`)."""
-        return self._snapshot.partition_by
+        return self._core.partition_by
 
     @property
     def partitioning(self) -> list[str]:
         """The partitioning new data is written in: the fields of the current spec
         (``["day(ts)", "bucket(16, id)"]``) or the partition columns."""
-        return self._snapshot.partitioning
+        return self._core.cached.partitioning
 
     @property
     def properties(self) -> dict[str, str]:
         """The table properties of the cached snapshot."""
-        return self._snapshot.properties
+        return self._core.properties
 
     @property
     def metadata(self) -> Metadata:
         """The ``metadata`` action of the cached snapshot (id, schema, partitioning,
         properties, format version)."""
-        return self._snapshot.metadata
+        return self._core.metadata
 
     def refresh(self) -> Table:
         """Bring the cached snapshot up to the latest version; returns self.
@@ -111,25 +157,7 @@ class Table:
         Reads only the commits after the cached version; when it is far
         behind (more than two manifest intervals), resolves from scratch.
         """
-        snap = self._snapshot
-        limit = 2 * get_int(snap.properties, "lakelog.manifest_interval")
-        new: list[Commit] = []
-        try:
-            for v, data in read_tail(self.storage, snap.version + 1):
-                new.append(decode_commit(data, v))
-                if len(new) > limit:
-                    self._snapshot = load_snapshot(self.storage)
-                    return self
-        except LogGapError:
-            # commits after the cached version were expired meanwhile, or the log is
-            # damaged: resolve from scratch, which tells the two apart
-            self._snapshot = load_snapshot(self.storage)
-            return self
-        if new:
-            self._snapshot = advance(snap, new)
-        elif (read_hint(self.storage) or -1) > snap.version:
-            # the commits after the cached version are gone (expired): start over
-            self._snapshot = load_snapshot(self.storage)
+        self._core.refresh()
         return self
 
     def snapshot(
@@ -148,21 +176,7 @@ class Table:
             VersionNotFoundError: no such version (:class:`VersionExpiredError` when
                 it was expired).
         """
-        if version is not None and as_of is not None:
-            raise InvalidArgumentError("expected version or as_of, found both")
-        if as_of is not None:
-            if not isinstance(as_of, dt.datetime):
-                raise InvalidArgumentError(
-                    f"expected as_of to be a datetime, found {type(as_of).__name__}"
-                )
-            version = version_as_of(self.storage, as_of)
-        if version is None:
-            return readable(self.refresh()._snapshot)
-        if version == self._snapshot.version:
-            return readable(self._snapshot)
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise InvalidArgumentError(f"expected an integer version, found {version!r}")
-        return readable(load_snapshot(self.storage, version))
+        return self._core.snapshot(version, as_of=as_of)
 
     def history(self, limit: int | None = None) -> list[CommitHeader]:
         """Commit headers, newest first (operation, parameters, metrics, time).
@@ -205,9 +219,8 @@ class Table:
             A :class:`~lakelog.scan.changes.ChangeFeed`: ``to_arrow()``,
             ``to_batches(batch_size)``, ``schema``.
         """
-        from .scan.changes import open_feed
 
-        latest = self.refresh()._snapshot
+        latest = self._core.refresh().cached
         return open_feed(self.storage, start, end, columns=columns, filter=filter, latest=latest)
 
     # -- low-level commit ----------------------------------------------------------
@@ -254,12 +267,11 @@ class Table:
         Raises:
             CommitConflictError: a concurrent commit conflicts with these actions.
         """
-        done = core.commit(
-            self.storage,
-            read_snapshot or self._snapshot,
+        return self._core.commit(
             actions,
             operation=operation,
             kind=kind,
+            read_snapshot=read_snapshot,
             parameters=parameters,
             metrics=metrics,
             replaced_partitions=replaced_partitions,
@@ -267,13 +279,6 @@ class Table:
             rebuild=rebuild,
             lease=lease,
         )
-        self._advance(done.landed)
-        return done.result
-
-    def _advance(self, landed: Snapshot | None) -> None:
-        """Cache ``landed`` (a version this handle committed) if it is newer."""
-        if landed is not None and landed.version > self.version:
-            self._snapshot = landed
 
     # -- writes --------------------------------------------------------------------
     def write_options(
@@ -335,8 +340,8 @@ class Table:
         """
         return self._after_write(
             core.append(
-                self,
-                self._snapshot,
+                self._core,
+                self._core.cached,
                 data,
                 schema_mode=schema_mode,
                 app_id=app_id,
@@ -369,12 +374,10 @@ class Table:
             schema_mode: ``"strict"`` (default) or ``"merge"``, as for :meth:`append`.
         """
         if where is not None:
-            from .changes import overwrite_rows
-
             core.check_overwrite_where(partitions=partitions, schema_mode=schema_mode)
-            return self._after_write(overwrite_rows(self, data, where))
+            return self._after_write(overwrite_rows(self._core, data, where))
         return self._after_write(
-            core.overwrite(self, data, partitions=partitions, schema_mode=schema_mode)
+            core.overwrite(self._core, data, partitions=partitions, schema_mode=schema_mode)
         )
 
     def _after_write(self, result: _Result) -> _Result:
@@ -382,9 +385,8 @@ class Table:
         ``lakelog.auto_compact`` on (see :mod:`lakelog.maintenance.auto`)."""
         if result.skipped or not get_bool(self.properties, "lakelog.auto_compact"):
             return result
-        from .maintenance.auto import attach_auto_compaction
 
-        return attach_auto_compaction(self, result)
+        return attach_auto_compaction(self._core, result)
 
     def commit_files(
         self,
@@ -414,19 +416,16 @@ class Table:
         Raises:
             AppVersionCommittedError: ``app`` is not newer than the version recorded.
         """
-        done = core.commit_files(
-            self.storage,
-            read_snapshot or self._snapshot,
+        return self._core.commit_files(
             adds,
             mode=mode,
             operation=operation,
+            read_snapshot=read_snapshot,
             parameters=parameters,
             metrics=metrics,
             lease=lease,
             app=app,
         )
-        self._advance(done.landed)
-        return done.result
 
     # -- row-level changes (see lakelog.changes) -----------------------------------
     def delete(self, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:
@@ -441,9 +440,8 @@ class Table:
             where: the rows to delete, a :data:`~lakelog.FilterLike`; required.
             dry_run: only report the files and rows that would change; default False.
         """
-        from .changes import delete_rows
 
-        return self._after_write(delete_rows(self, where, dry_run=dry_run))
+        return self._after_write(delete_rows(self._core, where, dry_run=dry_run))
 
     def update(
         self, where: FilterLike, *, set: Mapping[str, Any], dry_run: bool = False
@@ -457,9 +455,8 @@ class Table:
                 current values.
             dry_run: only report the files and rows that would change; default False.
         """
-        from .changes import update_rows
 
-        return self._after_write(update_rows(self, where, set, dry_run=dry_run))
+        return self._after_write(update_rows(self._core, where, set, dry_run=dry_run))
 
     def merge(
         self,
@@ -498,7 +495,6 @@ class Table:
                 source row of a key.
             dry_run: only report what would change; default False.
         """
-        from .changes import merge_rows
 
         text = None
         forms = (when_matched, when_not_matched, when_not_matched_by_source)
@@ -511,7 +507,7 @@ class Table:
             text = merge_text
         return self._after_write(
             merge_rows(
-                self,
+                self._core,
                 source,
                 on,
                 when_matched=when_matched,
@@ -532,7 +528,7 @@ class Table:
         Args:
             properties: the properties to set; the others keep their values.
         """
-        return core.set_properties(self, properties)
+        return core.set_properties(self._core, properties)
 
     def set_partitioning(self, partition_by: Sequence[str] | str) -> CommitResult:
         """Change how new data is partitioned (partition evolution, format version 8):
@@ -550,7 +546,7 @@ class Table:
                 type, or the table is partitioned by columns its files do not hold
                 (created with column names only: its layout is fixed).
         """
-        return core.set_partitioning(self, partition_by)
+        return core.set_partitioning(self._core, partition_by)
 
     def unset_properties(
         self, keys: str | Sequence[str], *, missing_ok: bool = False
@@ -564,7 +560,7 @@ class Table:
             missing_ok: skip names that are not set instead of refusing them; default
                 False. With nothing to remove nothing is committed (``skipped``).
         """
-        return core.unset_properties(self, keys, missing_ok=missing_ok)
+        return core.unset_properties(self._core, keys, missing_ok=missing_ok)
 
     # -- constraints (see lakelog.changes.constraints, docs/constraints.md) -----------
     @property
@@ -594,7 +590,7 @@ class Table:
         """
         from .changes.constraints import add_constraint
 
-        return add_constraint(self, name, expr)
+        return add_constraint(self._core, name, expr)
 
     def drop_constraint(self, name: str, *, missing_ok: bool = False) -> CommitResult:
         """Drop the CHECK constraint ``name`` (a metadata commit).
@@ -606,7 +602,7 @@ class Table:
         """
         from .changes.constraints import drop_constraint
 
-        return drop_constraint(self, name, missing_ok=missing_ok)
+        return drop_constraint(self._core, name, missing_ok=missing_ok)
 
     def set_not_null(self, column: str) -> CommitResult:
         """Declare ``column`` NOT NULL (a nested field as ``"s.x"``, a list's element
@@ -618,7 +614,7 @@ class Table:
         """
         from .changes.constraints import set_not_null
 
-        return set_not_null(self, column)
+        return set_not_null(self._core, column)
 
     # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
@@ -632,9 +628,8 @@ class Table:
                 ``{("s", "z"): pa.int64()}`` (a list's element is ``"element"``, a
                 map's value ``"value"``: ``("events", "element", "score")``).
         """
-        from .changes.schema import add_columns
 
-        return add_columns(self, columns)
+        return add_columns(self._core, columns)
 
     def drop_columns(self, names: str | Sequence[str | Sequence[str]]) -> CommitResult:
         """Remove columns (not partition columns), or fields of a struct, from the
@@ -646,9 +641,8 @@ class Table:
             names: the column, or columns, to drop; paths (tuples) for nested fields,
                 e.g. ``[("s", "x")]`` (the struct keeps at least one field).
         """
-        from .changes.schema import drop_columns
 
-        return drop_columns(self, names)
+        return drop_columns(self._core, names)
 
     def rename_column(self, old: str, new: str) -> CommitResult:
         """Rename a column, in one metadata commit; nothing is rewritten. The column
@@ -661,9 +655,8 @@ class Table:
             old: the column's name.
             new: its new name, one no column has.
         """
-        from .changes.rename import rename_column
 
-        return rename_column(self, old, new)
+        return rename_column(self._core, old, new)
 
     def widen_column(self, name: str | Sequence[str], type: pa.DataType) -> CommitResult:
         """Change a column, or a nested field, to a wider type (``int32`` -> ``int64``,
@@ -674,9 +667,8 @@ class Table:
             name: the column, or the path of a nested field, e.g. ``("s", "x")``.
             type: its new type, one the old type widens to.
         """
-        from .changes.schema import widen_column
 
-        return widen_column(self, name, type)
+        return widen_column(self._core, name, type)
 
     def restore(
         self, version: int | None = None, *, as_of: dt.datetime | None = None
@@ -691,9 +683,8 @@ class Table:
             version: the version to bring back; one of it and ``as_of`` is required.
             as_of: instead, the version current at this datetime; default None.
         """
-        from .changes.restore import restore_table
 
-        return restore_table(self, version, as_of=as_of)
+        return restore_table(self._core, version, as_of=as_of)
 
     # -- maintenance (see lakelog.maintenance) -------------------------------------
     # MAINTENANCE-METHODS (each maintenance module adds its delegating method here)
@@ -718,10 +709,9 @@ class Table:
         Raises:
             CleanupRunningError: another expiry or vacuum is running on the table.
         """
-        from .maintenance.cleanup.expire import expire_snapshots
 
         return expire_snapshots(
-            self, older_than=older_than, retain_last=retain_last, dry_run=dry_run
+            self._core, older_than=older_than, retain_last=retain_last, dry_run=dry_run
         )
 
     def vacuum(
@@ -745,9 +735,8 @@ class Table:
         Raises:
             CleanupRunningError: another expiry or vacuum is running on the table.
         """
-        from .maintenance.cleanup.vacuum import vacuum
 
-        return vacuum(self, older_than=older_than, dry_run=dry_run, force=force)
+        return vacuum(self._core, older_than=older_than, dry_run=dry_run, force=force)
 
     def maintain(
         self, *, budget_bytes: int | None = 1 << 30, dry_run: bool = True
@@ -764,9 +753,8 @@ class Table:
                 default 1 GiB; None: no bound. Actions beyond it are reported as left.
             dry_run: only rank and report; default True.
         """
-        from .maintenance.maintain.run import maintain_table
 
-        return maintain_table(self, budget_bytes=budget_bytes, dry_run=dry_run)
+        return maintain_table(self._core, budget_bytes=budget_bytes, dry_run=dry_run)
 
     def upgrade(self) -> UpgradeReport:
         """Move the table to the newest format version now: declare it (a metadata
@@ -774,18 +762,16 @@ class Table:
         claim their files) and write a version-2 manifest (root and leaves) at the latest
         version unless it has one. See :mod:`lakelog.upgrade` and ``docs/format.md``,
         "Upgrading a table"."""
-        from .upgrade import upgrade_table
 
-        return upgrade_table(self)
+        return upgrade_table(self._core)
 
     def plans(self) -> list[PlanStatus]:
         """Pending maintenance plans: runs that claimed files on the log and have not
         landed or released all their groups, oldest first, each ``running`` (its lease is
         live) or not (it stopped: resume it with :meth:`resume`). See ``docs/format.md``,
         "Maintenance plans and claims"."""
-        from .maintenance.claims import plan_statuses
 
-        return plan_statuses(self.storage, self.refresh()._snapshot)
+        return plan_statuses(self.storage, self._core.refresh().cached)
 
     def resume(
         self,
@@ -810,10 +796,8 @@ class Table:
             partial_progress: commit every ``lakelog.compaction.groups_per_commit``
                 groups; default False, one commit.
         """
-        from .maintenance.options import execution_from_arguments
-        from .maintenance.resume import resume_plan
 
-        return resume_plan(self, plan_id, execution_from_arguments(execution, locals()))
+        return resume_plan(self._core, plan_id, execution_from_arguments(execution, locals()))
 
     def set_clustering(
         self,
@@ -834,9 +818,8 @@ class Table:
             sort_by: instead, the columns of a linear sort; default None.
             curve: the curve over ``zorder_by``, ``"hilbert"`` (default) or ``"zorder"``.
         """
-        from .maintenance.clustering.spec import declaration_properties
 
-        snap = self.refresh()._snapshot
+        snap = self._core.refresh().cached
         props = declaration_properties(
             snap.schema, snap.partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
         )
@@ -845,7 +828,6 @@ class Table:
     @property
     def clustering(self) -> DeclaredClustering | None:
         """The clustering the table declares (:meth:`set_clustering`), None if none."""
-        from .maintenance.clustering.spec import declared_clustering
 
         return declared_clustering(self.properties)
 
@@ -911,11 +893,9 @@ class Table:
                 groups; default False, one commit.
             dry_run: only plan; default False.
         """
-        from .maintenance.clustering.run import optimize_table
-        from .maintenance.options import ClusteringOptions, from_arguments
 
         request, run = from_arguments(ClusteringOptions, options, execution, locals())
-        return optimize_table(self, request, run, dry_run=dry_run)
+        return optimize_table(self._core, request, run, dry_run=dry_run)
 
     def clustering_report(
         self,
@@ -936,10 +916,9 @@ class Table:
             queries: range queries, each ``{column: (low, high)}``, whose exact
                 fractions of bytes read are reported too; default None.
         """
-        from .maintenance.clustering.layout import clustering_report
 
         return clustering_report(
-            self.snapshot(version), columns, selectivity=selectivity, queries=queries
+            self._core.snapshot(version), columns, selectivity=selectivity, queries=queries
         )
 
     def compact(
@@ -999,11 +978,9 @@ class Table:
                 groups; default False, one commit.
             dry_run: only plan, write nothing; default False.
         """
-        from .maintenance.compaction.run import compact_table
-        from .maintenance.options import CompactionOptions, from_arguments
 
         request, run = from_arguments(CompactionOptions, options, execution, locals())
-        return compact_table(self, request, run, dry_run=dry_run)
+        return compact_table(self._core, request, run, dry_run=dry_run)
 
     # -- adopting files and metadata tables (lakelog.interop.convert, lakelog.inspect) --
     def add_files(self, paths: Sequence[str] | str) -> CommitResult:
@@ -1016,21 +993,36 @@ class Table:
             paths: the files or folders (every Parquet file below them): paths relative
                 to the root, absolute paths or URLs under it.
         """
-        from .interop.convert import add_files
 
-        return add_files(self, paths)
+        return add_files(self._core, paths)
 
     @property
     def inspect(self) -> TableInspect:
         """Metadata as pyarrow Tables: ``files()``, ``partitions()``, ``history()``,
         ``snapshots()`` (see :mod:`lakelog.inspect`)."""
-        from .inspect import TableInspect
 
-        return TableInspect(self)
+        return TableInspect(self._core)
 
 
-# entry points below the facade (convert, the Delta view, Spark) hand out Tables through it
-core.use_table_class(Table)
+if TYPE_CHECKING:  # mypy checks that the facade is a handle, by delegation to its core
+    _FACADE_IS_A_HANDLE: type[TableHandle] = Table
+
+
+def returning_table(operation: Callable[_Args, TableCore]) -> Callable[_Args, Table]:
+    """``operation``, an entry point that opens or creates a table below the facade and
+    returns its core, handing the user a :class:`Table` over that core instead (same
+    arguments, same docstring): the one way a ``Table`` reaches the user from below.
+    """
+
+    @functools.wraps(operation)
+    def entry(*args: _Args.args, **kwargs: _Args.kwargs) -> Table:
+        return Table.from_core(operation(*args, **kwargs))
+
+    entry.__annotations__ = {**entry.__annotations__, "return": "Table"}
+    return entry
+
+
+convert = returning_table(convert_in_place)
 
 
 def _storage(uri: str, storage_options: Mapping[str, Any] | None, single_writer: bool) -> Storage:
@@ -1105,8 +1097,6 @@ def _clustering_properties(
     cluster_curve: Literal["hilbert", "zorder", "linear"],
 ) -> dict[str, str]:
     """The properties declaring ``create_table``'s ``cluster_by``."""
-    from .maintenance.clustering.spec import declaration_properties
-
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
     linear = cluster_curve == "linear"
@@ -1177,7 +1167,7 @@ def write_table(
         return core.write_new_table(
             storage, data, mode=mode, partition_by=partition_by, properties=props
         )
-    core.check_write_to(table._snapshot, mode=mode, partition_by=partition_by)
+    core.check_write_to(table.cached, mode=mode, partition_by=partition_by)
     if mode == "append":
         return table.append(data, schema_mode=schema_mode)
     return table.overwrite(data, schema_mode=schema_mode)

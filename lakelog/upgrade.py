@@ -23,7 +23,7 @@ from .log.manifests import manifest_path, read_manifest_header, read_root
 from .properties import get_int
 
 if TYPE_CHECKING:
-    from .table import Table
+    from .core.handle import TableHandle
 
 __all__ = ["UpgradeReport", "upgrade_table"]
 
@@ -82,7 +82,7 @@ class UpgradeReport:
         }
 
 
-def upgrade_table(table: Table) -> UpgradeReport:
+def upgrade_table(table: TableHandle) -> UpgradeReport:
     """Declare the newest format version, then write a version-2 manifest at the latest
     version of ``table`` unless it has one."""
     snap = table.refresh().snapshot()

@@ -24,15 +24,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from sqlalchemy import delete, exc, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from .._failpoints import failpoint
-from ..core import create_with_files, declare_rules, table_of
-from ..core import load_table as load_at
+from ..core import TableCore, create_with_files, declare_rules
 from ..errors import (
     CatalogError,
     InvalidArgumentError,
@@ -48,12 +47,10 @@ from ..errors import (
 )
 from ..properties import validate_properties
 from ..storage import Storage, normalize_uri
+from ..table import Table
 from .database import Database, default_url
 from .names import check_identifier, close_names, split_name
 from .schema import CREATING, DROPPING, READY, meta, namespaces, tables
-
-if TYPE_CHECKING:
-    from ..table import Table
 
 __all__ = ["STALE_AFTER_S", "Catalog", "TableEntry", "connect_catalog"]
 
@@ -367,7 +364,7 @@ class Catalog:
                 f"the name dropped meanwhile; the table is at that location: "
                 f"register_table it again if it is wanted."
             )
-        return table_of(storage, created)
+        return Table(storage, created)
 
     def _location_for(self, ns: str, tb: str, location: str | None) -> str:
         if location is not None:
@@ -399,7 +396,7 @@ class Catalog:
             )
         storage = Storage(location, self._storage_options)
         try:
-            table = load_at(storage)
+            table = Table.from_core(TableCore.load(storage))
         except TableNotFoundError as e:
             raise TableLocationEmptyError(
                 f"expected a lakelog table at {storage.uri} to register as {ns}.{tb}, found "
@@ -482,7 +479,7 @@ class Catalog:
         entry = self.describe_table(name)
         storage = Storage(entry.location, self._storage_options)
         try:
-            return load_at(storage)
+            return Table.from_core(TableCore.load(storage))
         except TableNotFoundError as e:
             raise TableLocationEmptyError(
                 f"expected the lakelog table named {entry.name} at {entry.location}, found "

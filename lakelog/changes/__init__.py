@@ -47,8 +47,8 @@ from .result import ChangeResult, FileChange, MergeReport
 from .run import run_change
 
 if TYPE_CHECKING:
+    from ..core.handle import TableHandle
     from ..filters import FilterLike
-    from ..table import Table
 
 __all__ = [
     "ChangeResult",
@@ -73,7 +73,7 @@ def _dry_run(value: object) -> bool:
     return value
 
 
-def delete_rows(table: Table, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:
+def delete_rows(table: TableHandle, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:
     """Delete the rows matching ``where`` (see :meth:`lakelog.Table.delete`)."""
     dry = _dry_run(dry_run)
     snap = table.snapshot()
@@ -82,7 +82,7 @@ def delete_rows(table: Table, where: FilterLike, *, dry_run: bool = False) -> Ch
 
 
 def update_rows(
-    table: Table, where: FilterLike, assignments: Mapping[str, Any], *, dry_run: bool = False
+    table: TableHandle, where: FilterLike, assignments: Mapping[str, Any], *, dry_run: bool = False
 ) -> ChangeResult:
     """Set columns of the rows matching ``where`` (see :meth:`lakelog.Table.update`)."""
     dry = _dry_run(dry_run)
@@ -93,7 +93,7 @@ def update_rows(
     return run_change(table, change, snap, dry_run=dry)
 
 
-def overwrite_rows(table: Table, data: Any, where: FilterLike) -> ChangeResult:
+def overwrite_rows(table: TableHandle, data: Any, where: FilterLike) -> ChangeResult:
     """Replace the rows matching ``where`` by ``data`` (see :meth:`lakelog.Table.overwrite`)."""
     snap = table.snapshot()
     change = OverwriteChange(
@@ -108,7 +108,7 @@ def overwrite_rows(table: Table, data: Any, where: FilterLike) -> ChangeResult:
 
 
 def merge_rows(
-    table: Table,
+    table: TableHandle,
     source: Any,
     on: Any,
     *,

@@ -41,7 +41,7 @@ from ..transaction import CommitResult
 from .schema import _commit_change
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["add_constraint", "constraint_text", "drop_constraint", "set_not_null"]
 
@@ -113,7 +113,7 @@ def _check_existing(snap: Snapshot, guards: Guards, columns: list[str]) -> None:
         check_rows(pa.RecordBatch.from_arrays(batch.columns, schema=sub), guards)
 
 
-def add_constraint(table: Table, name: str, expr: Any) -> CommitResult:
+def add_constraint(table: TableHandle, name: str, expr: Any) -> CommitResult:
     """:meth:`lakelog.Table.add_constraint`."""
     check_constraint_name(name)
 
@@ -142,7 +142,7 @@ def add_constraint(table: Table, name: str, expr: Any) -> CommitResult:
     return _commit_change(table, build, operation="ADD CONSTRAINT")
 
 
-def drop_constraint(table: Table, name: str, *, missing_ok: bool = False) -> CommitResult:
+def drop_constraint(table: TableHandle, name: str, *, missing_ok: bool = False) -> CommitResult:
     """:meth:`lakelog.Table.drop_constraint`."""
 
     def build(snap: Snapshot) -> tuple[Metadata, dict[str, Any]]:
@@ -164,7 +164,7 @@ def drop_constraint(table: Table, name: str, *, missing_ok: bool = False) -> Com
     return _commit_change(table, build, operation="DROP CONSTRAINT")
 
 
-def set_not_null(table: Table, column: str) -> CommitResult:
+def set_not_null(table: TableHandle, column: str) -> CommitResult:
     """:meth:`lakelog.Table.set_not_null`."""
     if not isinstance(column, str):
         raise InvalidArgumentError(f"expected a column name or path, found {column!r}")

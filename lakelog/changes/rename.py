@@ -25,7 +25,7 @@ from ..transaction import CommitResult
 from .schema import _commit_change
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["NAMING_PROPERTIES", "rename_column"]
 
@@ -36,7 +36,7 @@ NAMING_PROPERTIES = (
 """Table properties whose value is a comma-separated list of column names."""
 
 
-def rename_column(table: Table, old: str, new: str) -> CommitResult:
+def rename_column(table: TableHandle, old: str, new: str) -> CommitResult:
     """Give column ``old`` the name ``new`` (one ``metadata`` commit; no file is
     rewritten). Partition columns keep their names."""
     for what, name in (("old", old), ("new", new)):

@@ -25,7 +25,7 @@ from ..storage import Storage
 from ..transaction import CommitResult
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["restore_table"]
 
@@ -35,7 +35,7 @@ _NAMED = 10
 
 
 def restore_table(
-    table: Table, version: int | None = None, *, as_of: dt.datetime | None = None
+    table: TableHandle, version: int | None = None, *, as_of: dt.datetime | None = None
 ) -> CommitResult:
     """Commit the latest version back to ``version`` (or the version current at
     ``as_of``); ``skipped`` when it already reads like it."""

@@ -34,15 +34,15 @@ from .merge import MergeChange
 from .result import ChangeResult, FileChange, MergeReport
 
 if TYPE_CHECKING:
+    from ..core.handle import TableHandle
     from ..log.snapshot import Snapshot
-    from ..table import Table
     from ..transaction import CommitResult
 
 __all__ = ["commit_outcomes", "run_change"]
 
 
 def run_change(
-    table: Table,
+    table: TableHandle,
     change: RowChange,
     snapshot: Snapshot,
     *,
@@ -134,7 +134,7 @@ RebaseFactory = Callable[
 
 
 def commit_outcomes(
-    table: Table,
+    table: TableHandle,
     change: RowChange,
     snapshot: Snapshot,
     ctx: Context,
@@ -215,7 +215,7 @@ def _metrics_of(
 
 
 def _commit(
-    table: Table,
+    table: TableHandle,
     change: RowChange,
     snapshot: Snapshot,
     actions: list[Action],

@@ -37,7 +37,7 @@ from ..log.snapshot import Snapshot
 from ..transaction import CommitResult, Replan
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["add_columns", "drop_columns", "widen_column"]
 
@@ -48,7 +48,7 @@ _CLUSTERING = "lakelog.clustering.columns"
 # -- explicit changes -------------------------------------------------------------------
 
 
-def add_columns(table: Table, columns: Any) -> CommitResult:
+def add_columns(table: TableHandle, columns: Any) -> CommitResult:
     """Add nullable columns after the existing ones, or nullable fields at the end of a
     struct (keys that are paths, e.g. ``{("s", "z"): pa.int64()}``; a list's element is
     ``"element"``, a map's value ``"value"``), in one ``metadata`` commit. A nested field
@@ -111,7 +111,7 @@ def _struct_fields(t: pa.DataType) -> list[pa.Field]:
     return [t.field(i) for i in range(t.num_fields)]
 
 
-def drop_columns(table: Table, names: Any) -> CommitResult:
+def drop_columns(table: TableHandle, names: Any) -> CommitResult:
     """Remove columns from the schema, or fields from a struct (paths, e.g.
     ``[("s", "x")]``; its struct keeps at least one field), in one ``metadata`` commit;
     files keep their values, which are no longer read. Partition columns cannot be
@@ -206,7 +206,7 @@ def _drop_fields(schema: pa.Schema, paths: Sequence[FieldPath]) -> tuple[pa.Sche
     return schema, shown
 
 
-def widen_column(table: Table, name: Any, type: pa.DataType) -> CommitResult:
+def widen_column(table: TableHandle, name: Any, type: pa.DataType) -> CommitResult:
     """Change a column, or a nested field (a path, e.g. ``("s", "x")``), to a wider type
     (``int32`` -> ``int64``, ``float32`` -> ``float64``, a struct with more fields, ...;
     see :func:`lakelog.io.schema.widens`). Files keep the old type and are read
@@ -273,7 +273,7 @@ def _why_not(source: pa.DataType, target: pa.DataType) -> str:
 
 
 def _commit_change(
-    table: Table,
+    table: TableHandle,
     build: Callable[[Snapshot], tuple[Metadata, Mapping[str, Any]]],
     *,
     operation: str,

@@ -11,17 +11,18 @@ What ``Table``, :mod:`lakelog.changes`, :mod:`lakelog.maintenance`,
   another tool wrote), and ``write_table``'s first write;
 * :mod:`.properties`: properties checked against the table's columns, and their change;
 * :mod:`.schema`: the schema a write goes with (``strict``, or ``merge`` evolving it);
-* :mod:`.handle`: a ``Table`` for entry points below the facade (registered by it);
+* :mod:`.handle`: the table core every operation takes (:class:`TableHandle`, the
+  protocol; :class:`TableCore`, storage plus the cached snapshot and the one commit);
 * :mod:`.staged`: files written ahead of their commit, removed in exactly one place
   when the commit did not land.
 
-Imports only below it (storage, log, io, transaction); ``Table`` only for type hints
-(the facade registers its class, :mod:`.handle`).
+Imports only below it (storage, log, scan, io, transaction), never the facade: ``Table``
+holds a :class:`TableCore` and delegates to it.
 """
 
 from .commit import Committed, commit, commit_files, commit_history, overwrite_removes
 from .create import OPEN_HINT, create_with_files, declare_rules, write_new_table
-from .handle import load_table, table_of, use_table_class
+from .handle import TableCore, TableHandle
 from .partitions import set_partitioning
 from .properties import set_properties, unset_properties, validate_properties_for
 from .schema import (
@@ -54,6 +55,8 @@ __all__ = [
     "Committed",
     "SchemaMode",
     "Staged",
+    "TableCore",
+    "TableHandle",
     "WritePlan",
     "append",
     "check_overwrite_where",
@@ -67,7 +70,6 @@ __all__ = [
     "declare_rules",
     "evolved_metadata",
     "landed_first",
-    "load_table",
     "not_landed",
     "overwrite",
     "overwrite_removes",
@@ -78,8 +80,6 @@ __all__ = [
     "set_properties",
     "unset_properties",
     "staged",
-    "table_of",
-    "use_table_class",
     "validate_properties_for",
     "write_new_table",
     "write_options_from",

@@ -1,8 +1,8 @@
 """The one way actions reach the log: the storage check, then a :class:`Transaction`.
 
 Every writer (the table's own writes, row-level changes, maintenance, the engines)
-commits through :func:`commit` (``Table.commit`` is it, keeping the table's cached
-snapshot up to date). :func:`commit_files` is the commit of data files already
+commits through :func:`commit` (``TableCore.commit`` is it, keeping the table's
+cached snapshot up to date). :func:`commit_files` is the commit of data files already
 written; :func:`overwrite_removes` builds every overwrite's remove actions;
 :func:`commit_history` reads the commits' headers back.
 """

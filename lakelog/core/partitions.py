@@ -18,12 +18,12 @@ from ..transaction import CommitResult
 from ..transforms import parse_fields
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from .handle import TableHandle
 
 __all__ = ["set_partitioning"]
 
 
-def set_partitioning(table: Table, partition_by: Sequence[str] | str) -> CommitResult:
+def set_partitioning(table: TableHandle, partition_by: Sequence[str] | str) -> CommitResult:
     """:meth:`lakelog.Table.set_partitioning`: one ``metadata`` commit adding a spec of
     ``partition_by``'s fields (checked against the schema) when it differs from the
     current one; otherwise nothing is committed (``skipped``)."""

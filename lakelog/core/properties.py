@@ -19,7 +19,7 @@ from ..properties import PREFIX, PROPERTIES, validate_properties
 from ..transaction import CommitResult
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from .handle import TableHandle
 
 __all__ = ["set_properties", "unset_properties", "validate_properties_for"]
 
@@ -44,7 +44,7 @@ def validate_properties_for(
     return props
 
 
-def set_properties(table: Table, properties: Mapping[str, Any]) -> CommitResult:
+def set_properties(table: TableHandle, properties: Mapping[str, Any]) -> CommitResult:
     """:meth:`lakelog.Table.set_properties`: one ``metadata`` commit on the latest
     snapshot; only the properties changed are checked, so a bad value already stored
     does not block setting a valid one."""
@@ -59,7 +59,7 @@ def set_properties(table: Table, properties: Mapping[str, Any]) -> CommitResult:
 
 
 def unset_properties(
-    table: Table, keys: str | Iterable[str], *, missing_ok: bool = False
+    table: TableHandle, keys: str | Iterable[str], *, missing_ok: bool = False
 ) -> CommitResult:
     """:meth:`lakelog.Table.unset_properties`: one ``metadata`` commit on the latest
     snapshot removing ``keys``, so each reads as its default again (a ``lakelog.*``
@@ -99,7 +99,7 @@ def unset_properties(
 
 
 def _commit_properties(
-    table: Table, snap: Any, props: dict[str, str], operation: str, changed: object
+    table: TableHandle, snap: Any, props: dict[str, str], operation: str, changed: object
 ) -> CommitResult:
     """One ``metadata`` commit of ``snap``'s metadata with ``props`` as its properties."""
     md: Metadata = msgspec.structs.replace(snap.metadata, properties=props)

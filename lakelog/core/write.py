@@ -37,7 +37,7 @@ from .schema import SchemaMode, check_schema_mode, plan_write
 from .staged import Staged, staged
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from .handle import TableHandle
 
 __all__ = [
     "WRITE_MODES",
@@ -131,7 +131,7 @@ def write_rows(
 
 
 def append(
-    table: Table,
+    table: TableHandle,
     snapshot: Snapshot,
     data: Any,
     *,
@@ -286,7 +286,7 @@ def check_overwrite_where(
 
 
 def overwrite(
-    table: Table,
+    table: TableHandle,
     data: Any,
     *,
     partitions: Sequence[Mapping[str, Any]] | None = None,

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pyarrow as pa
 
-from ..core import OPEN_HINT, create_with_files, table_of
+from ..core import OPEN_HINT, TableCore, create_with_files
 from ..errors import (
     AdoptedFilesMissingError,
     CommitConflictError,
@@ -78,7 +78,7 @@ from .footers import (
 from .spec_values import spec_tags
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["ReadFooters", "add_files", "convert", "convert_files", "convert_listing"]
 
@@ -95,7 +95,7 @@ def convert(
     properties: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     single_writer: bool = False,
-) -> Table:
+) -> TableCore:
     """Turn the Parquet files under ``uri`` into a lakelog table in place.
 
     Every Parquet file below the folder (``*.parquet``, ``*.parq``, ``*.pq``; hidden
@@ -180,7 +180,7 @@ def convert_files(
     partition_by: Sequence[str] | pa.Schema | None,
     *,
     read: ReadFooters,
-) -> Table:
+) -> TableCore:
     """Version 0 over the files of :func:`convert_listing`, their footers got by ``read``:
     every check of the files (readable, one partition layout, no partition column inside,
     schemas that unify), statistics over the table's types, and one put-if-absent commit.
@@ -232,7 +232,7 @@ def convert_files(
         metrics=_metrics(adds),
         hint=f"{OPEN_HINT} and adopt files with table.add_files() (`lakelog add-files`)",
     )
-    return table_of(storage, snap)
+    return TableCore(storage, snap)
 
 
 def _no_hive_folders(footers: Sequence[Footer], partition_by: Sequence[str]) -> None:
@@ -322,7 +322,7 @@ def _relative(storage: Storage, given: str) -> str | None:
     return "/".join(p for p in rel.split("/") if p not in ("", "."))
 
 
-def add_files(table: Table, paths: Sequence[str] | str) -> CommitResult:
+def add_files(table: TableHandle, paths: Sequence[str] | str) -> CommitResult:
     """Adopt Parquet files already under the table's root (written by another tool) in
     one ``append`` commit, without moving or rewriting them.
 

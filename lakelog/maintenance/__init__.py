@@ -23,6 +23,7 @@ Rewrites (compaction, clustering) share one pipeline, each step in its own modul
    only the groups whose sources a concurrent commit removed;
 5. the report (:mod:`.report`).
 
-:mod:`.cleanup` (expiry, vacuum) deletes and never rewrites. No module here imports
-:class:`~lakelog.table.Table` except for type checking: ``Table`` calls in, not back.
+:mod:`.cleanup` (expiry, vacuum) deletes and never rewrites. Every function here takes
+the table core (:class:`~lakelog.core.TableHandle`), never the ``Table`` facade, which
+calls in and is never called back.
 """

@@ -86,7 +86,7 @@ import pyarrow.compute as pc
 
 from .. import threads
 from .._failpoints import failpoint, pausepoint
-from ..core import load_table
+from ..core import TableCore
 from ..errors import CommitConflictError, MaintenanceFailedError
 from ..hooks import AutoCompaction
 from ..log.actions import AddFile, DataFile, RemoveFile
@@ -111,7 +111,7 @@ from .pipeline import Executed, Prepared, RewriteExecutor, RewriteKind, run_prep
 from .report import MaintenanceReport
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = [
     "AUTO_OPERATIONS",
@@ -311,7 +311,7 @@ def _within(
 
 
 def _prepare(
-    table: Table,
+    table: TableHandle,
     partitions: Mapping[Partition, Mapping[str, str | None]],
     trigger_version: int,
     mode: Mode,
@@ -463,7 +463,7 @@ class _KeepGoing:
         return "Fix the cause of the first error; the next commit to the partition tries again."
 
 
-def _manifest(table: Table) -> None:
+def _manifest(table: TableHandle) -> None:
     """A manifest at the latest version after an async run's rewrites, written by the
     background run rather than by a later commit of the ingest: until the next one every
     cold open (a query on a fresh handle) replays the rewrite's commit, one remove per
@@ -476,7 +476,7 @@ def _manifest(table: Table) -> None:
 
 
 def run_once(
-    table: Table,
+    table: TableHandle,
     partitions: Mapping[Partition, Mapping[str, str | None]],
     trigger_version: int,
     mode: Mode,
@@ -601,7 +601,7 @@ class _Background:
 
     def submit(
         self,
-        table: Table,
+        table: TableHandle,
         partitions: Mapping[Partition, dict[str, str | None]],
         trigger: int,
         executor: RewriteExecutor | None = None,
@@ -627,7 +627,7 @@ class _Background:
     def drain(
         self, storage: Storage, executor: RewriteExecutor | None = None, *, process: bool = False
     ) -> None:
-        table: Table | None = None
+        table: TableHandle | None = None
         error: Exception | None = None
         if process:  # the runs go to the worker: this thread only waits on its pipe
             if self.worker is None:
@@ -635,7 +635,7 @@ class _Background:
                 _workers.append(self.worker)
         else:
             try:  # its own handle: the writer's cached snapshot stays the writer's
-                table = load_table(storage)
+                table = TableCore.load(storage)
             except Exception as e:  # noqa: BLE001 - reported to every waiter below
                 error = e
         while True:
@@ -654,7 +654,7 @@ class _Background:
                         log.warning("auto-compaction runs on a thread: no worker: %s", e)
                         process = False
                         try:
-                            table = load_table(storage)
+                            table = TableCore.load(storage)
                         except Exception as opened:  # noqa: BLE001 - reported below
                             error = opened
                         out = (
@@ -710,7 +710,7 @@ def _close_workers() -> None:
 
 
 def _submit_async(
-    table: Table,
+    table: TableHandle,
     partitions: Mapping[Partition, dict[str, str | None]],
     trigger_version: int,
     executor: RewriteExecutor | None = None,
@@ -725,7 +725,7 @@ def _submit_async(
 
 
 def run_auto_compaction(
-    table: Table,
+    table: TableHandle,
     landed: CommitResult,
     *,
     mode: Mode | None = None,
@@ -757,7 +757,7 @@ def run_auto_compaction(
     return run_once(table, partitions, landed.version, "inline", executor)
 
 
-def attach_auto_compaction(table: Table, result: R) -> R:
+def attach_auto_compaction(table: TableHandle, result: R) -> R:
     """``result`` with :func:`run_auto_compaction`'s outcome in ``auto_compaction``."""
     outcome = run_auto_compaction(table, result)
     return result if outcome is None else dataclasses.replace(result, auto_compaction=outcome)

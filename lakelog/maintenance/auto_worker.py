@@ -182,7 +182,7 @@ def _lines(fd: int) -> Iterator[str]:
 
 def main() -> None:
     """The worker: open the table, then one run per request line until stdin closes."""
-    from ..core import load_table
+    from ..core import TableCore
     from .auto import run_once
 
     answers = sys.stdout
@@ -203,7 +203,7 @@ def main() -> None:
         trigger = int(request["trigger"])
         parts = {tuple(sorted(p.items(), key=lambda kv: kv[0])): p for p in request["partitions"]}
         try:
-            table = load_table(storage) if table is None else table
+            table = TableCore.load(storage) if table is None else table
         except Exception as e:  # noqa: BLE001 - answered, never raised
             _answer(
                 answers,

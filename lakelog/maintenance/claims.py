@@ -38,7 +38,7 @@ from ..storage import Storage
 from .groups import FileGroup, RewritePlan, stale_groups
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = [
     "PLAN_DIR",
@@ -156,7 +156,7 @@ def _taken(winners: Sequence[Commit]) -> set[str]:
 
 
 def claim_groups(
-    table: Table,
+    table: TableHandle,
     plan: RewritePlan,
     groups: Sequence[FileGroup],
     *,
@@ -248,7 +248,9 @@ def release_action(plan_id: str, group_ids: Iterable[str], *, done: bool = False
     return PlanRelease(plan_id=plan_id, group_ids=sorted(group_ids), done=done)
 
 
-def release_rest(table: Table, claim: Claim, landed: Iterable[str], *, operation: str) -> None:
+def release_rest(
+    table: TableHandle, claim: Claim, landed: Iterable[str], *, operation: str
+) -> None:
     """End the plan's claim on the groups the run did not land (abandoned, failed): one
     ``release`` commit with ``done``, only when such groups are left pending."""
     pending = table.snapshot().plans.get(claim.plan_id)

@@ -27,7 +27,7 @@ from .claims import release_action
 from .groups import FileGroup, GroupResult, RewritePlan
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["commit_rewrite", "delete_outputs"]
 
@@ -71,7 +71,7 @@ def _lost_groups(kept: Mapping[str, tuple[FileGroup, GroupResult]], removed: set
 
 
 def commit_rewrite(
-    table: Table,
+    table: TableHandle,
     plan: RewritePlan,
     results: Sequence[GroupResult],
     *,

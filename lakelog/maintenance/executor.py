@@ -48,7 +48,7 @@ from .options import ExecutionSettings
 from .pacing import Pacer, TokenBucket
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = [
     "GroupRunner",
@@ -155,7 +155,7 @@ class RunOutcome:
 
     def commit_batch(
         self,
-        table: Table,
+        table: TableHandle,
         plan: RewritePlan,
         batch: list[GroupResult],
         *,
@@ -182,7 +182,7 @@ class RunOutcome:
 
 
 def run_groups(
-    table: Table,
+    table: TableHandle,
     plan: RewritePlan,
     run_group: GroupRunner,
     *,
@@ -374,16 +374,19 @@ def _delete_uncommitted(
 # -- a whole plan ------------------------------------------------------------------------
 
 
-def check_plan_table(table: Table, plan: RewritePlan) -> None:
+def check_plan_table(table: TableHandle, plan: RewritePlan) -> None:
     """Refuse a (saved) plan made for another table."""
-    if plan.table_id != table.metadata.table_id:
+    if plan.table_id != table.cached.metadata.table_id:
         raise InvalidArgumentError(
-            f"expected a plan made for table {table.metadata.table_id} ({table.uri}), found "
+            f"expected a plan made for table {table.cached.metadata.table_id} "
+            f"({table.storage.uri}), found "
             f"one for table {plan.table_id}; plan again on this table."
         )
 
 
-def live_groups(table: Table, plan: RewritePlan) -> tuple[Snapshot, list[FileGroup], list[str]]:
+def live_groups(
+    table: TableHandle, plan: RewritePlan
+) -> tuple[Snapshot, list[FileGroup], list[str]]:
     """The snapshot at the plan's read version, the groups whose sources are all still
     live in the latest version, and the ids of the others (*stale*: a saved plan made
     from an older version, whose sources a later commit removed).
@@ -402,7 +405,9 @@ def live_groups(table: Table, plan: RewritePlan) -> tuple[Snapshot, list[FileGro
     return plan_read_snapshot(table, plan, latest), todo, stale
 
 
-def plan_read_snapshot(table: Table, plan: RewritePlan, latest: Snapshot | None = None) -> Snapshot:
+def plan_read_snapshot(
+    table: TableHandle, plan: RewritePlan, latest: Snapshot | None = None
+) -> Snapshot:
     """The snapshot a stored plan was made from, or the latest one if expiry removed it
     since (the sources of its still-live groups are the same files there; files are read
     and written with the latest schema, which reads every older file)."""
@@ -413,7 +418,7 @@ def plan_read_snapshot(table: Table, plan: RewritePlan, latest: Snapshot | None 
 
 
 def execute_groups(
-    table: Table,
+    table: TableHandle,
     plan: RewritePlan,
     make_runner: Callable[[str], GroupRunner],
     *,

@@ -29,7 +29,7 @@ from .options import ExecutionOptions, ExecutionSettings, check_flag
 from .report import MaintenanceReport, raise_if_all_failed, rewrite_report
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = [
     "Executed",
@@ -58,7 +58,7 @@ class RewriteKind(Generic[PlanT]):
     """The kind's own fields of the report (:func:`~lakelog.maintenance.report.rewrite_report`'s
     ``extra``), from the plan and the group results that landed; an engine's fields go
     over them."""
-    runner: Callable[[Table, PlanT, Snapshot | None, str], GroupRunner]
+    runner: Callable[[TableHandle, PlanT, Snapshot | None, str], GroupRunner]
     """The in-process rewrite of one group: table, plan, the snapshot it was made from
     (None: a saved plan) and the run's lease id in; a :data:`GroupRunner` out."""
 
@@ -67,7 +67,7 @@ class RewriteKind(Generic[PlanT]):
 class Prepared(Generic[PlanT]):
     """A rewrite ready to run: options resolved, plan made (or loaded)."""
 
-    table: Table
+    table: TableHandle
     kind: RewriteKind[PlanT]
     plan: PlanT
     execution: ExecutionSettings
@@ -137,7 +137,7 @@ class ThreadExecutor:
 
 
 def prepare_plan(
-    table: Table,
+    table: TableHandle,
     kind: RewriteKind[PlanT],
     plan: PlanT,
     execution: ExecutionOptions | None = None,

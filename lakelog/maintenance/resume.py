@@ -26,13 +26,13 @@ from .pipeline import RewriteKind, prepare_plan, run_prepared
 from .report import MaintenanceReport
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["resume_plan"]
 
 
 def resume_plan(
-    table: Table,
+    table: TableHandle,
     plan_id: str,
     execution: ExecutionOptions | None = None,
     *,
@@ -46,8 +46,8 @@ def resume_plan(
     except FileNotFoundError as e:
         raise CorruptLogError(
             f"expected the plan file {plan_path(plan_id)} of pending plan {plan_id} in "
-            f"{table.uri}, found none; it cannot be resumed. Run the maintenance again: its "
-            f"planner takes the plan's files over once the plan's lease has expired."
+            f"{table.storage.uri}, found none; it cannot be resumed. Run the maintenance "
+            f"again: its planner takes the plan's files over once the plan's lease has expired."
         ) from e
     if pending.operation in ("OPTIMIZE", "AUTO OPTIMIZE"):
         cluster = ClusterPlan.from_json(raw)
@@ -60,7 +60,7 @@ Plan = TypeVar("Plan", CompactionPlan, ClusterPlan)
 
 
 def _run_pending(
-    table: Table,
+    table: TableHandle,
     kind: RewriteKind[Plan],
     plan: Plan,
     pending: PendingPlan,

@@ -42,7 +42,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
-from .convert import convert
+from ..table import returning_table
+from .convert import convert as convert_core
 from .datasource import register as register_source
 from .errors import raises_typed, typed_errors, unwrap
 from .maintain import maintain
@@ -96,7 +97,7 @@ def register(spark: SparkSession) -> None:
 
 # lakelog errors raised in Spark's workers reach callers as their own classes
 compact = raises_typed(compact)
-convert = raises_typed(convert)
+convert = raises_typed(returning_table(convert_core))  # the user gets a Table over the core
 delete = raises_typed(delete)
 history = raises_typed(history)
 maintain = raises_typed(maintain)

@@ -49,7 +49,7 @@ from .runner import default_parallelism, run_payloads
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ..table import Table
+    from ..core import TableCore
 
 __all__ = ["convert", "read_footers_task"]
 
@@ -222,7 +222,7 @@ def convert(
     storage_options: Mapping[str, Any] | None = None,
     single_writer: bool = False,
     files_per_task: int | None = None,
-) -> Table:
+) -> TableCore:
     """Turn the Parquet files under ``uri`` into a lakelog table in place, as
     :func:`lakelog.convert` does, with the footers read by Spark tasks.
 

@@ -44,7 +44,7 @@ from .tasks import TaskOutcome, run_group_task
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["GroupJob", "SparkRunOutcome", "run_group_jobs", "short_error", "task_job"]
 
@@ -105,7 +105,7 @@ def task_job(
 
 def run_group_jobs(
     spark: SparkSession,
-    table: Table,
+    table: TableHandle,
     plan: RewritePlan,
     jobs: Sequence[GroupJob],
     *,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..core import load_table
+from ..core import TableCore
 from ..errors import InvalidArgumentError
 from ..maintenance.maintain.report import MaintainReport
 from ..maintenance.maintain.run import DEFAULT_BUDGET_BYTES, maintain_tables
@@ -27,14 +27,14 @@ from .maintenance import SparkExecutor, default_concurrency
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ..table import Table
+    from ..core.handle import TableHandle
 
 __all__ = ["maintain"]
 
 
 def maintain(
     spark: SparkSession,
-    uri_or_table: str | Table,
+    uri_or_table: str | TableHandle,
     *,
     budget_bytes: int | None = DEFAULT_BUDGET_BYTES,
     dry_run: bool = True,
@@ -65,14 +65,14 @@ def maintain(
             f"shared by them, S3, HDFS, ...), found {storage.uri}: fsspec's in-memory "
             f"filesystem lives in one process. Use table.maintain() instead."
         )
-    table = load_table(storage) if isinstance(uri_or_table, str) else uri_or_table
+    table = TableCore.load(storage) if isinstance(uri_or_table, str) else uri_or_table
     executor = SparkExecutor(spark)
 
     def execute(prepared: Prepared[Any]) -> MaintenanceReport:
         return run_prepared(prepared, executor)
 
     return maintain_tables(
-        [(table.uri, table)],
+        [(table.storage.uri, table)],
         budget_bytes=budget_bytes,
         dry_run=dry_run,
         execute=execute,

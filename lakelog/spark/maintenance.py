@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..core import load_table
+from ..core import TableCore
 from ..errors import InvalidArgumentError
 from ..leases import Lease
 from ..log.actions import encode_schema
@@ -70,15 +70,15 @@ from .tasks import GroupTask
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ..core.handle import TableHandle
     from ..filters import PartitionFilterLike
-    from ..table import Table
 
 __all__ = ["SparkExecutor", "compact", "default_concurrency", "optimize", "run_rewrite"]
 
 log = logging.getLogger("lakelog.spark")
 
 
-def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
+def _open(uri: str, storage_options: Mapping[str, Any] | None) -> TableHandle:
     storage = Storage(uri, storage_options)
     if storage.protocol == "memory":
         raise InvalidArgumentError(
@@ -86,7 +86,7 @@ def _open(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
             f"by them, S3, HDFS, ...), found {storage.uri}: fsspec's in-memory filesystem lives "
             f"in one process. Use table.compact() / table.optimize() instead."
         )
-    return load_table(storage)
+    return TableCore.load(storage)
 
 
 def default_concurrency(spark: SparkSession) -> int:
@@ -192,7 +192,7 @@ class SparkExecutor:
 
     def _compact_jobs(
         self,
-        table: Table,
+        table: TableHandle,
         plan: CompactionPlan,
         groups: Sequence[FileGroup],
         lease_id: str,
@@ -219,7 +219,7 @@ class SparkExecutor:
 
     def _cluster_jobs(
         self,
-        table: Table,
+        table: TableHandle,
         plan: ClusterPlan,
         groups: Sequence[FileGroup],
         snap: Snapshot,

@@ -42,6 +42,7 @@ from ..changes.read import evaluate, matched
 from ..changes.run import run_change
 from ..core import (
     SchemaMode,
+    TableCore,
     WritePlan,
     check_schema_mode,
     commit,
@@ -50,7 +51,6 @@ from ..core import (
     overwrite_removes,
     plan_write,
     staged,
-    table_of,
 )
 from ..errors import (
     AppVersionCommittedError,
@@ -434,7 +434,7 @@ def auto_compact_here(storage: Storage, result: CommitResult | None, *, entry: s
     from ..maintenance.auto import run_auto_compaction
 
     try:
-        table = table_of(storage, load_snapshot(storage))
+        table = TableCore.load(storage)
         if not get_bool(table.properties, "lakelog.auto_compact"):
             return
         outcome = run_auto_compaction(table, result, mode="inline")
@@ -566,7 +566,7 @@ def _commit(
                 where = Where(spec.replace_where, snap.schema, operation="OVERWRITE")
     if where is not None:
         done = run_change(
-            table_of(storage, snap),
+            TableCore(storage, snap),
             _StagedOverwrite(where, adds),
             snap,
             lease=lease,

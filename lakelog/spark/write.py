@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from .. import threads
 from ..changes.predicate import Where
-from ..core import SchemaMode, WritePlan, load_table
+from ..core import SchemaMode, TableCore, WritePlan
 from ..errors import (
     CommitConflictError,
     InvalidArgumentError,
@@ -214,7 +214,7 @@ def auto_compact(
     if result.skipped or not any(isinstance(a, AddFile) for a in result.actions):
         return result
     try:
-        table = load_table(Storage(uri, storage_options))
+        table = TableCore.load(Storage(uri, storage_options))
     except Exception as e:  # noqa: BLE001 - the commit landed; the next one tries again
         log.warning("auto-compaction could not open %s (the commit stays): %r", uri, e)
         return result

@@ -252,8 +252,7 @@ def test_a_hole_after_the_newest_manifest_is_corrupt_everywhere(local_backend: A
     """A commit missing after the hint's manifest: open_table, snapshot(), refresh and
     every version at or above the hole raise CorruptLogError, and no writer fills it."""
     t = _table_with_manifest(local_backend.uri)
-    stale = lakelog.open_table(local_backend.uri)
-    stale._snapshot = t.snapshot(5)  # a handle cached just below the hole
+    stale = lakelog.Table(t.storage, t.snapshot(5))  # a handle cached just below the hole
     t.storage.delete([commit_path(6)])
     for read in (
         lambda: lakelog.open_table(local_backend.uri),

@@ -346,7 +346,7 @@ def test_a_commit_that_loses_to_a_rewrite_rebases_without_backing_off(
     real_sleep = transaction.time.sleep
 
     def spy(seconds: float) -> None:  # records the commit's pauses, still sleeps
-        if sys._getframe(1).f_code.co_name == "pause":  # the commit's backoff
+        if sys._getframe(1).f_code.co_name == "backoff":  # the commit's backoff
             slept.append(seconds)
         real_sleep(seconds)
 

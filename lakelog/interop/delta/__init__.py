@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...core import load_table
+from ...core import TableCore
 from ...errors import InvalidArgumentError
 from ...storage import Storage
 from .types import check_schema, delta_protocol, delta_schema_string
 from .view import DeltaViewStatus, SyncReport, disable_view, enable_view, sync_view, view_status
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = [
     "DeltaViewStatus",
@@ -40,9 +40,9 @@ __all__ = [
 ]
 
 
-def _table(table: Table | str, storage_options: Mapping[str, Any] | None) -> Table:
+def _table(table: TableHandle | str, storage_options: Mapping[str, Any] | None) -> TableHandle:
     if isinstance(table, str):
-        return load_table(Storage(table, storage_options))
+        return TableCore.load(Storage(table, storage_options))
     if not isinstance(getattr(table, "storage", None), Storage):
         raise InvalidArgumentError(
             f"expected a lakelog Table or a table URI, found {type(table).__name__}"
@@ -51,7 +51,10 @@ def _table(table: Table | str, storage_options: Mapping[str, Any] | None) -> Tab
 
 
 def enable_delta_view(
-    table: Table | str, *, rebuild: bool = False, storage_options: Mapping[str, Any] | None = None
+    table: TableHandle | str,
+    *,
+    rebuild: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> DeltaViewStatus:
     """Turn the Delta view on (property ``lakelog.delta_view=true``) and bring it up to
     date: it starts with a Delta checkpoint at the version that enabled it.
@@ -74,7 +77,10 @@ def enable_delta_view(
 
 
 def disable_delta_view(
-    table: Table | str, *, keep_log: bool = False, storage_options: Mapping[str, Any] | None = None
+    table: TableHandle | str,
+    *,
+    keep_log: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> int:
     """Turn the view off and delete ``_delta_log/`` (a view left behind would serve an
     old version to Delta readers).
@@ -91,7 +97,7 @@ def disable_delta_view(
 
 
 def sync_delta_view(
-    table: Table | str, *, storage_options: Mapping[str, Any] | None = None
+    table: TableHandle | str, *, storage_options: Mapping[str, Any] | None = None
 ) -> SyncReport:
     """Write every Delta version the view is missing (a writer killed after its commit
     leaves one), in order, and delete Delta entries below the oldest readable version.
@@ -104,7 +110,7 @@ def sync_delta_view(
 
 
 def delta_view_status(
-    table: Table | str, *, storage_options: Mapping[str, Any] | None = None
+    table: TableHandle | str, *, storage_options: Mapping[str, Any] | None = None
 ) -> DeltaViewStatus:
     """Where the view stands: the Delta version readers see, versions missing, and
     whether another engine wrote to it.

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..._failpoints import failpoint
+from ...core import set_properties
 from ...errors import DeltaViewError, VersionExpiredError
 from ...log.actions import (
     Action,
@@ -75,8 +76,8 @@ from .types import check_schema
 from .vectors import descriptor_file, holds_vectors, vectors_of, write_vector_files
 
 if TYPE_CHECKING:
+    from ...core.handle import TableHandle
     from ...hooks import Landed
-    from ...table import Table
 
 __all__ = [
     "PROPERTY",
@@ -700,7 +701,7 @@ def delete_view(storage: Storage) -> int:
     return before
 
 
-def enable_view(table: Table, *, rebuild: bool) -> DeltaViewStatus:
+def enable_view(table: TableHandle, *, rebuild: bool) -> DeltaViewStatus:
     """Turn the view on (a ``SET PROPERTIES`` commit, whose entry starts the view with
     a checkpoint) and bring it up to date. ``rebuild``: delete ``_delta_log/`` first."""
     storage = table.storage
@@ -728,12 +729,12 @@ def enable_view(table: Table, *, rebuild: bool) -> DeltaViewStatus:
                     f"{_REBUILD}."
                 )
     if not view_enabled(snap.properties):
-        table.set_properties({PROPERTY: "true"})
+        set_properties(table, {PROPERTY: "true"})
     sync_view(storage, target=table.snapshot())
     return view_status(storage)
 
 
-def disable_view(table: Table, *, keep_log: bool) -> int:
+def disable_view(table: TableHandle, *, keep_log: bool) -> int:
     """Turn the view off; unless ``keep_log``, delete ``_delta_log/`` (a frozen view
     would go on serving an old version to Delta readers). Returns files deleted."""
     storage = table.storage
@@ -747,7 +748,7 @@ def disable_view(table: Table, *, keep_log: bool) -> int:
             info = None
         was_ours = _is_lakelog(info)
     if view_enabled(snap.properties):
-        table.set_properties({PROPERTY: "false"})
+        set_properties(table, {PROPERTY: "false"})
     if keep_log or not was_ours:
         return 0
     return delete_view(storage)

@@ -6,5 +6,6 @@
 * :mod:`.report`: what each of them deleted, or would delete in a dry run.
 
 Neither rewrites data, so neither uses the rewrite pipeline of
-:mod:`lakelog.maintenance`; both write the log only through ``Table.commit``.
+:mod:`lakelog.maintenance`; both write the log only through the handle's
+``commit`` (:class:`~lakelog.core.TableHandle`).
 """

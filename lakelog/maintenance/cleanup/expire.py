@@ -54,7 +54,7 @@ from .logscan import FileChanges, read_changes
 from .report import ExpireReport
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = ["duration_seconds", "expire_snapshots", "listed_by_view", "resolve_oldest"]
 
@@ -184,7 +184,7 @@ def _txn_ids(storage: Storage, versions: list[int]) -> dict[int, str]:
 
 
 def expire_snapshots(
-    table: Table,
+    table: TableHandle,
     *,
     older_than: dt.timedelta | None = None,
     retain_last: int | None = None,
@@ -312,7 +312,7 @@ def _prepare(storage: Storage, plan: _Plan) -> None:
 
 
 def _commit(
-    table: Table,
+    table: TableHandle,
     plan: _Plan,
     *,
     older_than: dt.timedelta | None,
@@ -361,7 +361,7 @@ def _commit(
 
 
 def _expire(
-    table: Table,
+    table: TableHandle,
     lease: Lease | None,
     *,
     older_than: dt.timedelta | None,

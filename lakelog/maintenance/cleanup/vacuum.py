@@ -90,7 +90,7 @@ from .logscan import read_changes
 from .report import VacuumReport
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = ["normalize_path", "referenced_paths", "vacuum"]
 
@@ -322,7 +322,7 @@ def _finished_plans(
 
 
 def vacuum(
-    table: Table,
+    table: TableHandle,
     *,
     older_than: dt.timedelta | None = None,
     dry_run: bool = True,

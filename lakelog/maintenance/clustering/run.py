@@ -39,7 +39,7 @@ from .sampling import fresh_keys_reader, resolve_spec
 from .spec import declared_clustering, validate_clustering
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = [
     "CLUSTERING",
@@ -88,7 +88,7 @@ def _report_fields(plan: ClusterPlan, committed: Sequence[GroupResult]) -> dict[
 
 
 def _runner(
-    table: Table, plan: ClusterPlan, snapshot: Snapshot | None, lease_id: str
+    table: TableHandle, plan: ClusterPlan, snapshot: Snapshot | None, lease_id: str
 ) -> GroupRunner:
     # a saved plan's spec decodes against the schema at its read version (the latest
     # version's if that one was expired since)
@@ -122,7 +122,7 @@ CLUSTERING: RewriteKind[ClusterPlan] = RewriteKind(
 
 
 def prepare_clustering(
-    table: Table,
+    table: TableHandle,
     options: ClusteringOptions | None = None,
     execution: ExecutionOptions | None = None,
     *,
@@ -197,7 +197,7 @@ def prepare_clustering(
 
 
 def optimize_table(
-    table: Table,
+    table: TableHandle,
     options: ClusteringOptions | None = None,
     execution: ExecutionOptions | None = None,
     *,
@@ -210,7 +210,7 @@ def optimize_table(
 
 
 def execute_cluster_plan(
-    table: Table,
+    table: TableHandle,
     plan: ClusterPlan,
     *,
     execution: ExecutionOptions | None = None,

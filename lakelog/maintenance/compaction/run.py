@@ -31,7 +31,7 @@ from .planner import CompactionPlan, plan_compaction
 from .rewrite import RewriteOptions, rewrite_group
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = [
     "COMPACTION",
@@ -59,7 +59,7 @@ def commit_parameters(plan: CompactionPlan) -> dict[str, Any]:
 
 
 def _runner(
-    table: Table, plan: CompactionPlan, snapshot: Snapshot | None, lease_id: str
+    table: TableHandle, plan: CompactionPlan, snapshot: Snapshot | None, lease_id: str
 ) -> GroupRunner:
     options = RewriteOptions.from_compaction(plan.options)
     options = msgspec.structs.replace(options, lease_id=lease_id)
@@ -91,7 +91,7 @@ COMPACTION: RewriteKind[CompactionPlan] = RewriteKind(
 
 
 def prepare_compaction(
-    table: Table,
+    table: TableHandle,
     options: CompactionOptions | None = None,
     execution: ExecutionOptions | None = None,
     *,
@@ -125,7 +125,7 @@ def prepare_compaction(
 
 
 def compact_table(
-    table: Table,
+    table: TableHandle,
     options: CompactionOptions | None = None,
     execution: ExecutionOptions | None = None,
     *,
@@ -139,7 +139,7 @@ def compact_table(
 
 
 def execute_plan(
-    table: Table,
+    table: TableHandle,
     plan: CompactionPlan,
     *,
     execution: ExecutionOptions | None = None,

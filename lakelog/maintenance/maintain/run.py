@@ -57,7 +57,7 @@ from .report import ActionResult, MaintainReport, describe_partition
 from .stats import table_stats
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -130,7 +130,7 @@ def _note_of(batch: Sequence[Candidate]) -> dict[str, Any]:
 
 
 def _compact(
-    table: Table,
+    table: TableHandle,
     batch: Sequence[Candidate],
     execute: RewriteRunner,
     default_concurrency: int | None,
@@ -177,7 +177,7 @@ def _compact(
 
 
 def _run(
-    table: Table,
+    table: TableHandle,
     c: Candidate,
     execute: RewriteRunner,
     default_concurrency: int | None,
@@ -218,7 +218,7 @@ def _run(
 
 
 def maintain_tables(
-    tables: Sequence[tuple[str, Table]],
+    tables: Sequence[tuple[str, TableHandle]],
     *,
     budget_bytes: int | None = DEFAULT_BUDGET_BYTES,
     dry_run: bool = True,
@@ -291,7 +291,9 @@ def maintain_tables(
 REWRITES = ("compact", "purge", "cluster")
 
 
-def _manifest_after_rewrites(tables: dict[str, Table], results: Sequence[ActionResult]) -> None:
+def _manifest_after_rewrites(
+    tables: dict[str, TableHandle], results: Sequence[ActionResult]
+) -> None:
     """A manifest at the latest version of each table a rewrite of this round changed:
     until the next one, every cold open (each query on a fresh handle) replays the
     rewrite's commit, one remove per file it merged (on a streaming table, a round's
@@ -309,7 +311,7 @@ def _manifest_after_rewrites(tables: dict[str, Table], results: Sequence[ActionR
 
 
 def maintain_table(
-    table: Table,
+    table: TableHandle,
     *,
     budget_bytes: int | None = DEFAULT_BUDGET_BYTES,
     dry_run: bool = True,
@@ -318,7 +320,7 @@ def maintain_table(
 ) -> MaintainReport:
     """:func:`maintain_tables` for one table (named by its URI)."""
     return maintain_tables(
-        [(table.uri, table)],
+        [(table.storage.uri, table)],
         budget_bytes=budget_bytes,
         dry_run=dry_run,
         execute=execute,
@@ -331,7 +333,7 @@ class CatalogLike(Protocol):
 
     def list_tables(self, namespace: str | None = None) -> list[str]: ...
 
-    def load_table(self, name: str) -> Table: ...
+    def load_table(self, name: str) -> TableHandle: ...
 
 
 def maintain_catalog(
@@ -345,7 +347,7 @@ def maintain_catalog(
 ) -> MaintainReport:
     """:func:`maintain_tables` over every table of ``catalog`` (of ``namespace``; None:
     all), ranked together under one budget and named by their catalog names."""
-    tables: list[tuple[str, Table]] = []
+    tables: list[tuple[str, TableHandle]] = []
     unread: dict[str, str] = {}
     for name in catalog.list_tables(namespace):
         try:

@@ -25,7 +25,7 @@ from ..options import CompactionOptions
 from .model import ClusteringStats, FileStat, PartitionStats, TableStats
 
 if TYPE_CHECKING:
-    from ...table import Table
+    from ...core.handle import TableHandle
 
 __all__ = ["CLUSTER_SELECTIVITY", "table_stats"]
 
@@ -33,7 +33,7 @@ CLUSTER_SELECTIVITY = 0.01
 """The selectivity of the typical range query ``maintain`` measures clustering with."""
 
 
-def table_stats(table: Table, *, name: str | None = None) -> TableStats:
+def table_stats(table: TableHandle, *, name: str | None = None) -> TableStats:
     """The statistics of ``table``'s latest version (``name``: how reports call it)."""
     snap = table.snapshot()
     settings = resolve_options(snap, CompactionOptions())
@@ -85,7 +85,7 @@ def table_stats(table: Table, *, name: str | None = None) -> TableStats:
     except InvalidArgumentError:  # retention below the minimum age: vacuum needs force
         vacuum_files, vacuum_bytes = 0, 0
     return TableStats(
-        name=name or table.uri,
+        name=name or table.storage.uri,
         target_file_size=target,
         min_file_size=settings.min_file_size or max(1, int(target * 0.75)),
         min_input_files=settings.min_input_files,

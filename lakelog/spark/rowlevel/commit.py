@@ -50,7 +50,7 @@ from .tasks import MergeSpec, insert_task, merge_task
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ...table import Table
+    from ...core import TableHandle
 
 __all__ = ["DriverMerge", "run_merge"]
 
@@ -186,7 +186,7 @@ class _SparkRebase(RowLevelRebase):
 
 def run_merge(
     spark: SparkSession,
-    table: Table,
+    table: TableHandle,
     snap: Snapshot,
     change: DriverMerge,
     candidates: Sequence[DataFile],

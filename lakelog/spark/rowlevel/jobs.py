@@ -15,7 +15,7 @@ import pyarrow as pa
 from ...changes.base import Counts
 from ...changes.execute import Context, FileOutcome, RowSink
 from ...changes.feed import ChangeWriter, feed_enabled
-from ...core import load_table, write_options_from
+from ...core import TableCore, write_options_from
 from ...io.schema import conform
 from ...io.writer import WriteOptions
 from ...leases import Lease
@@ -29,7 +29,7 @@ from ..read import spark_url
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ...table import Table
+    from ...core import TableHandle
 
 __all__ = [
     "FID",
@@ -201,10 +201,10 @@ def by_file(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]
         yield current, pa.Table.from_batches(parts)
 
 
-def open_target(uri: str, storage_options: Mapping[str, Any] | None) -> Table:
+def open_target(uri: str, storage_options: Mapping[str, Any] | None) -> TableHandle:
     storage = Storage(uri, storage_options)
     spark_url(storage)  # refuses filesystems the executors cannot reach
-    return load_table(storage)
+    return TableCore.load(storage)
 
 
 def session_cores(spark: SparkSession) -> int:
@@ -247,7 +247,7 @@ def route_of(job: Job, fid: int) -> int:
 
 
 def make_job(
-    table: Table, snap: Snapshot, lease: Lease, files: Sequence[DataFile], cores: int
+    table: TableHandle, snap: Snapshot, lease: Lease, files: Sequence[DataFile], cores: int
 ) -> Job:
     return Job(
         uri=table.storage.uri,
@@ -265,7 +265,7 @@ def make_job(
     )
 
 
-def driver_context(table: Table, snap: Snapshot) -> Context:
+def driver_context(table: TableHandle, snap: Snapshot) -> Context:
     """What the rebase reads and (for delete and update) rewrites winners' files with."""
     return Context(
         storage=table.storage,

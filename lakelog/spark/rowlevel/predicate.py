@@ -40,7 +40,7 @@ from .jobs import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
-    from ...table import Table
+    from ...core import TableHandle
 
 __all__ = ["delete", "update"]
 
@@ -199,7 +199,7 @@ def _assignments(spark: SparkSession, schema: pa.Schema, assignments: Any) -> An
 
 
 def _run_predicate(
-    spark: SparkSession, table: Table, snap: Snapshot, change: RowChange
+    spark: SparkSession, table: TableHandle, snap: Snapshot, change: RowChange
 ) -> ChangeResult:
     start = time.monotonic()
     candidates = change.candidates(snap)
