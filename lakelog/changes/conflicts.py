@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError, DataFileMissingError, SchemaMismatchError
 from ..log.actions import Action, AddFile, Commit, DataFile, RemoveFile
@@ -30,6 +30,9 @@ from .base import RowChange
 from .execute import Context, FileOutcome, run_files
 from .feed import ChangeWriter
 from .read import read_rows
+
+if TYPE_CHECKING:
+    from ..core.identity import IdentityWrite
 
 __all__ = ["RowLevelRebase", "added_conflicts"]
 
@@ -73,6 +76,15 @@ class RowLevelRebase:
         self._metrics_of = metrics_of
         self._feeds: list[ChangeWriter] = []
         """The change files of each rebase (with the change data feed on)."""
+        self.identity: IdentityWrite | None = None
+        """The identity values the change's inserts gave out: after the rows are
+        rebased, a lost race moves them past the winners' marks (``core.identity``)."""
+
+    @property
+    def identity_base(self) -> Mapping[str, int | None]:
+        """The marks the change's identity values are given out from (read by the
+        transaction's check that no mark goes back)."""
+        return {} if self.identity is None else self.identity.identity_base
 
     @property
     def metrics(self) -> Mapping[str, Any]:
@@ -84,6 +96,10 @@ class RowLevelRebase:
         ]
 
     def __call__(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
+        out = self._rebase(winners, actions)
+        return out if self.identity is None else self.identity(winners, out)
+
+    def _rebase(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
         check_conflicts(kind="rowlevel", actions=actions, winners=winners)
         # files a later winner removed again: by a rewrite (compaction, clustering), whose
         # outputs are not read here, or by a change, whose outputs are (they are adds; a

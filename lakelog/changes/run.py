@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._failpoints import failpoint
 from ..core import staged, write_options_from
+from ..core.identity import IdentityWrite
 from ..leases import Lease
 from ..log.actions import Action, AddFile, ChangeFile
 from .base import RowChange, Written
@@ -97,6 +98,17 @@ def run_change(
         if feed is not None:  # the change data feed: its files go with the data files
             ctx = dataclasses.replace(ctx, feed=feed)
             files.track(feed.written)
+        identity = None
+        if change.numbers:  # the inserts' identity values, given out by this write
+            identity = IdentityWrite(
+                storage,
+                snapshot.schema,
+                partition_by=snapshot.partition_by,
+                options=ctx.options,
+                lease_id=lease.lease_id,
+                files=files,
+            )
+            change.identity = identity
         with files.before_commit():
             before = change.before(storage, lease.lease_id, feed=feed)
             files.add(before.adds)
@@ -113,12 +125,18 @@ def run_change(
             metrics = _metrics_of(change, snapshot, outcomes, new, start)
             rebase = RowLevelRebase(ctx, change, metrics)
             files.track(rebase.written)  # rewrites of files a rebase found changed
+            marks: list[Action] = []
+            if identity is not None and (numbered := identity.metadata(snapshot.metadata)):
+                identity.only = {a.path for a in after.adds}
+                identity.recorded = feed is not None
+                rebase.identity = identity
+                marks.append(numbered)
             failpoint("change:before-commit")
         committed = _commit(
             table,
             change,
             snapshot,
-            _actions(rewritten, new, extra_actions, cdc),
+            [*marks, *_actions(rewritten, new, extra_actions, cdc)],
             metrics,
             rebase,
             lease,
