@@ -67,6 +67,7 @@ __all__ = [
     "SourceKeys",
     "check_keys",
     "put_values",
+    "refuse_assigned_identity",
     "slice_within",
     "sortable_keys",
     "when_matched_delete",
@@ -424,7 +425,7 @@ class MergeChange(RowChange):
             kept=self.numbers,
             text=text,
         )
-        _refuse_assigned_identity(self.clauses, schema)
+        refuse_assigned_identity(self.clauses, schema)
         self.schema = schema
         self.partition_by = partition_by
         self.partition_spec = spec
@@ -600,7 +601,7 @@ class MergeChange(RowChange):
         return sum(self.clauses.count_inserts(part) for part in self._unmatched())
 
 
-def _refuse_assigned_identity(clauses: Clauses, schema: pa.Schema) -> None:
+def refuse_assigned_identity(clauses: Clauses, schema: pa.Schema) -> None:
     """Refuse a clause that sets a GENERATED ALWAYS identity column."""
     for compiled in (*clauses.matched, *clauses.not_matched, *clauses.by_source):
         if compiled.values:

@@ -163,6 +163,8 @@ def commit_outcomes(
     start: float,
     rebase: RebaseFactory = RowLevelRebase,
     changes: Sequence[ChangeFile] = (),
+    marks: Mapping[str, int] | None = None,
+    numbered: Sequence[str] = (),
 ) -> ChangeResult:
     """Step 3 of :func:`run_change` for outcomes computed elsewhere (the Spark tasks of
     :mod:`lakelog.spark.rowlevel`): the same actions, the same ``rowlevel`` commit, and
@@ -170,6 +172,8 @@ def commit_outcomes(
     way) deciding every rebase. ``ctx`` is what the rebase reads and writes with (with
     the change data feed on, its ``feed`` gives the settings of the change files a rebase
     writes); ``changes``: the change files the tasks wrote, committed with the change.
+    ``marks``: the last identity value the tasks gave out per column, in the files
+    ``numbered`` (the inserts), recorded by the commit and moved past a winner's.
 
     When the commit certainly did not land (a lakelog error: a conflict, an expired
     lease), every file of ``outcomes``, ``new``, ``changes`` and the rebase is deleted before the
@@ -190,11 +194,26 @@ def commit_outcomes(
         files.add(new.adds)
         files.add_paths(c.path for c in changes)
         files.track(checker.written)
+        given: list[Action] = []
+        if marks:
+            identity = IdentityWrite(
+                table.storage,
+                snapshot.schema,
+                partition_by=snapshot.partition_by,
+                options=ctx.options,
+                lease_id=lease.lease_id,
+                files=files,
+            )
+            identity.allocator.marks.update(marks)
+            identity.only = set(numbered)
+            identity.recorded = bool(changes)
+            checker.identity = identity
+            given += [m for m in [identity.metadata(snapshot.metadata)] if m is not None]
         committed = _commit(
             table,
             change,
             snapshot,
-            _actions(rewritten, new, (), changes),
+            [*given, *_actions(rewritten, new, (), changes)],
             metrics,
             checker,
             lease,
