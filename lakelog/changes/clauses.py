@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
+from ..io.guards import regenerate, stale_generated
+from ..io.schema import conform
 from .predicate import Where, check_assignments
 from .read import evaluate, matched
 
@@ -447,7 +449,11 @@ class Clauses:
             else:
                 rows_i = target.take(pa.array(sel))
                 both = self.combined(rows_i, source, idx[sel])
-                part = pa.Table.from_batches([self._assigned(rows_i, both, c.values)])
+                new = self._assigned(rows_i, both, c.values)
+                stale = stale_generated(self.schema, c.values)
+                if stale:  # computed again from the new values, as Delta does
+                    new = regenerate(conform(new, self.schema), self.schema, stale)
+                part = pa.Table.from_batches([new])
             parts.append(part.cast(self.schema) if part.schema != self.schema else part)
             order.append(sel)
         if not parts:
