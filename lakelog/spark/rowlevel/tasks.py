@@ -18,6 +18,7 @@ from ...changes.clauses import (
 )
 from ...changes.execute import FileOutcome, process_file
 from ...changes.merge import MergeChange
+from ...errors import InvalidArgumentError
 from ...io.schema import conform
 from ...io.writer import WriteOptions, write_files
 from ...log.changes import INSERT
@@ -170,6 +171,13 @@ def insert_task(
                 row = row.append_column(column, values)
                 marks[column] = at + (n - 1) * step
             given[0] += n
+            if given[0] > spec.reserved:  # a source that changed between its reads
+                raise InvalidArgumentError(
+                    f"expected at most {spec.reserved} rows to insert in one task (the "
+                    f"source's row count when the merge began), found more: the source "
+                    f"gave other rows when read again; cache or checkpoint it and merge "
+                    f"again. Nothing was committed."
+                )
             return row
 
         def rows() -> Iterator[pa.RecordBatch]:
