@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError, DataFileMissingError, SchemaMismatchError
-from ..log.actions import Action, AddFile, Commit, DataFile, RemoveFile
+from ..log.actions import Action, AddFile, Commit, DataFile, Metadata, RemoveFile
 from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
 from ..transaction import check_conflicts
@@ -76,6 +76,9 @@ class RowLevelRebase:
         self._metrics_of = metrics_of
         self._feeds: list[ChangeWriter] = []
         """The change files of each rebase (with the change data feed on)."""
+        self.read_metadata: Metadata | None = None
+        """The metadata the change read: given, a winner that moved only identity
+        high-water marks is no conflict (its marks are carried)."""
         self.identity: IdentityWrite | None = None
         """The identity values the change's inserts gave out: after the rows are
         rebased, a lost race moves them past the winners' marks (``core.identity``)."""
@@ -100,7 +103,9 @@ class RowLevelRebase:
         return out if self.identity is None else self.identity(winners, out)
 
     def _rebase(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
-        check_conflicts(kind="rowlevel", actions=actions, winners=winners)
+        check_conflicts(
+            kind="rowlevel", actions=actions, winners=winners, read_metadata=self.read_metadata
+        )
         # files a later winner removed again: by a rewrite (compaction, clustering), whose
         # outputs are not read here, or by a change, whose outputs are (they are adds; a
         # new deletion vector re-adds the same path in the winner that removes it)

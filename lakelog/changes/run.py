@@ -124,6 +124,7 @@ def run_change(
             cdc = feed.flush() if feed is not None else []
             metrics = _metrics_of(change, snapshot, outcomes, new, start)
             rebase = RowLevelRebase(ctx, change, metrics)
+            rebase.read_metadata = snapshot.metadata
             files.track(rebase.written)  # rewrites of files a rebase found changed
             marks: list[Action] = []
             if identity is not None and (numbered := identity.metadata(snapshot.metadata)):
@@ -189,6 +190,7 @@ def commit_outcomes(
     ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
     ctx = dataclasses.replace(ctx, feed=change_writer(ctx, snapshot.properties))
     checker = rebase(ctx, change, metrics)
+    checker.read_metadata = snapshot.metadata
     with staged(table.storage) as files:
         files.add_paths(p for o in outcomes for p in o.written)
         files.add(new.adds)

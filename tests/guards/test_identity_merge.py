@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -135,3 +136,46 @@ def test_two_appenders_and_two_merges_racing_never_repeat_an_identity_value(
     t = lakelog.open_table(uri)
     t.append(pa.table({"k": [-1], "v": ["after"]}))
     assert t.snapshot().to_arrow().sort_by("id")["id"][-1].as_py() > max(ids)
+
+
+MERGER = r"""
+import sys
+import time
+import pyarrow as pa
+import lakelog
+t = lakelog.open_table(sys.argv[1])
+t.merge(pa.table({"k": [1, 7, 8], "v": ["A", "g", "h"]}), on="k",
+        when_matched="update", when_not_matched="insert")
+"""
+
+
+@pytest.mark.processes
+def test_a_merge_that_loses_to_an_append_moves_its_inserted_values(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    t.append(pa.table({"k": [1, 2], "v": ["a", "b"]}))  # ids 100, 110
+    gate = tmp_path / "go"
+    env = {**os.environ, "LAKELOG_PAUSE_AT": f"commit:before-put:MERGE:{gate}"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", MERGER, t.uri], env=env, stderr=subprocess.PIPE, text=True
+    )
+    paused = Path(f"{gate}.paused")
+    deadline = time.monotonic() + 60
+    while not paused.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert paused.exists()
+    t.append(pa.table({"k": [5, 6], "v": ["e", "f"]}))  # takes 120, 130 first
+    gate.touch()
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 0, stderr[-3000:]
+    t.refresh()
+    rows = t.snapshot().to_arrow().sort_by("k")
+    assert [(r["k"], r["id"]) for r in rows.to_pylist()] == [
+        (1, 100),
+        (2, 110),
+        (5, 120),
+        (6, 130),
+        (7, 140),  # given out as 120, 130, moved past the append's mark
+        (8, 150),
+    ]
+    merge = t.history(1)[0]
+    assert merge.operation == "MERGE" and merge.read_version == merge.version - 2
