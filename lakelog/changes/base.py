@@ -25,6 +25,7 @@ from ..log.snapshot import Snapshot
 from ..storage import Storage
 
 if TYPE_CHECKING:
+    from ..core.identity import IdentityWrite
     from .feed import ChangeWriter
 
 __all__ = ["Counts", "RowChange", "Written"]
@@ -68,6 +69,11 @@ class RowChange(ABC):
     rebase_rewrites: bool = False
     """Whether rows a concurrent commit added that this change would touch are
     rewritten while rebasing (True) or a conflict (False); see :mod:`.conflicts`."""
+    numbers: tuple[str, ...] = ()
+    """Identity columns the new rows of :meth:`after` get values of from the write
+    (``run_change`` then sets :attr:`identity` before calling it)."""
+    identity: IdentityWrite | None = None
+    """Gives out the identity values of :attr:`numbers` (set by ``run_change``)."""
 
     def for_file(self, file: DataFile) -> RowChange:
         """This change specialized to the rows of one file (default: itself)."""

@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
+from ..io.guards import regenerate, stale_generated
+from ..io.schema import conform
 from .predicate import Where, check_assignments
 from .read import evaluate, matched
 
@@ -203,6 +205,7 @@ class Clauses:
         *,
         extra: pa.Schema | None = None,
         missing: Sequence[str] = (),
+        kept: Sequence[str] = (),
         text: TextReader | None = None,
     ) -> None:
         self.schema = schema
@@ -210,6 +213,10 @@ class Clauses:
         self.text = text
         self.missing = tuple(missing)
         """Columns of the table the source lacks (no ``*`` clause may then be given)."""
+        self.kept = tuple(kept)
+        """Columns of the table the source lacks that ``*`` clauses take elsewhere (an
+        identity column: ``UPDATE SET *`` keeps the target's value, ``INSERT *`` leaves it
+        null for the write to number)."""
         source = [*(f for f in schema if f.name not in self.missing), *(extra or [])]
         src = [pa.field(SOURCE + f.name, f.type) for f in source]
         self.source_schema = pa.schema(source)
@@ -244,11 +251,12 @@ class Clauses:
                     f"a condition; add condition= or move it last"
                 )
             where = f"{option} clause {i + 1} ({c.action})"
-            if c.values is None and c.action != "delete" and self.missing:
+            lacking = [m for m in self.missing if m not in self.kept]
+            if c.values is None and c.action != "delete" and lacking:
                 raise InvalidArgumentError(
                     f"expected the source to hold every column of the table for the {where}, "
                     f"which takes every column from the source row (UPDATE SET * / INSERT *), "
-                    f"found it lacks {list(self.missing)}; name the columns to set instead"
+                    f"found it lacks {lacking}; name the columns to set instead"
                 )
             cond = None if c.condition is None else self._condition(when, c.condition, where)
             values = None if c.values is None else self._values(when, c, where)
@@ -433,10 +441,19 @@ class Clauses:
             c = every[i]
             if c.values is None:
                 part = source.take(pa.array(idx[sel])).select(self.schema.names)
+                for name in self.kept:  # the target's own value
+                    i = self.schema.get_field_index(name)
+                    part = part.set_column(
+                        i, self.schema.field(i), target.column(name).take(pa.array(sel))
+                    )
             else:
                 rows_i = target.take(pa.array(sel))
                 both = self.combined(rows_i, source, idx[sel])
-                part = pa.Table.from_batches([self._assigned(rows_i, both, c.values)])
+                new = self._assigned(rows_i, both, c.values)
+                stale = stale_generated(self.schema, c.values)
+                if stale:  # computed again from the new values, as Delta does
+                    new = regenerate(conform(new, self.schema), self.schema, stale)
+                part = pa.Table.from_batches([new])
             parts.append(part.cast(self.schema) if part.schema != self.schema else part)
             order.append(sel)
         if not parts:

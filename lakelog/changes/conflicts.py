@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError, DataFileMissingError, SchemaMismatchError
-from ..log.actions import Action, AddFile, Commit, DataFile, RemoveFile
+from ..log.actions import Action, AddFile, Commit, DataFile, Metadata, RemoveFile
 from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
 from ..transaction import check_conflicts
@@ -30,6 +30,9 @@ from .base import RowChange
 from .execute import Context, FileOutcome, run_files
 from .feed import ChangeWriter
 from .read import read_rows
+
+if TYPE_CHECKING:
+    from ..core.identity import IdentityWrite
 
 __all__ = ["RowLevelRebase", "added_conflicts"]
 
@@ -73,6 +76,18 @@ class RowLevelRebase:
         self._metrics_of = metrics_of
         self._feeds: list[ChangeWriter] = []
         """The change files of each rebase (with the change data feed on)."""
+        self.read_metadata: Metadata | None = None
+        """The metadata the change read: given, a winner that moved only identity
+        high-water marks is no conflict (its marks are carried)."""
+        self.identity: IdentityWrite | None = None
+        """The identity values the change's inserts gave out: after the rows are
+        rebased, a lost race moves them past the winners' marks (``core.identity``)."""
+
+    @property
+    def identity_base(self) -> Mapping[str, int | None]:
+        """The marks the change's identity values are given out from (read by the
+        transaction's check that no mark goes back)."""
+        return {} if self.identity is None else self.identity.identity_base
 
     @property
     def metrics(self) -> Mapping[str, Any]:
@@ -84,7 +99,13 @@ class RowLevelRebase:
         ]
 
     def __call__(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
-        check_conflicts(kind="rowlevel", actions=actions, winners=winners)
+        out = self._rebase(winners, actions)
+        return out if self.identity is None else self.identity(winners, out)
+
+    def _rebase(self, winners: Sequence[Commit], actions: list[Action]) -> list[Action]:
+        check_conflicts(
+            kind="rowlevel", actions=actions, winners=winners, read_metadata=self.read_metadata
+        )
         # files a later winner removed again: by a rewrite (compaction, clustering), whose
         # outputs are not read here, or by a change, whose outputs are (they are adds; a
         # new deletion vector re-adds the same path in the winner that removes it)

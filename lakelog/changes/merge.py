@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
 from ..filters import FileStatsColumns
-from ..io.guards import refuse_given_identity
+from ..io.guards import guards_of, refuse_given_identity
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log import mapping
@@ -67,6 +67,7 @@ __all__ = [
     "SourceKeys",
     "check_keys",
     "put_values",
+    "refuse_assigned_identity",
     "slice_within",
     "sortable_keys",
     "when_matched_delete",
@@ -411,6 +412,7 @@ class MergeChange(RowChange):
         if all(isinstance(f, str) for f in self.forms.values()):
             check_schema(given, schema)  # the string forms: the table's columns exactly
         own, others, missing = source_columns(given, schema, self.keys)
+        self.numbers = tuple(c for c in guards_of(schema).identity if c in missing)
         every_extra = [*others, *(extra.schema if extra is not None else [])]
         self.clauses = Clauses(
             schema,
@@ -420,8 +422,10 @@ class MergeChange(RowChange):
             legacy("not_matched_by_source", when_not_matched_by_source),
             extra=pa.schema(every_extra) if every_extra else None,
             missing=missing,
+            kept=self.numbers,
             text=text,
         )
+        refuse_assigned_identity(self.clauses, schema)
         self.schema = schema
         self.partition_by = partition_by
         self.partition_spec = spec
@@ -439,7 +443,7 @@ class MergeChange(RowChange):
         self.by_source = bool(self.clauses.by_source)
         """Whether target rows no source row matches may change (every file is read)."""
         # with WHEN NOT MATCHED BY SOURCE clauses nearly every file changes: no probe
-        probe = tuple(dict.fromkeys([*self.keys, *self.clauses.target_columns()]))
+        probe = tuple(dict.fromkeys([*self.keys, *self.clauses.target_columns(), *self.numbers]))
         self.probe_columns = None if self.by_source else probe
         self.conflict_columns = self.keys
         # rows updated from the source row as it is need only the columns that decide;
@@ -565,9 +569,13 @@ class MergeChange(RowChange):
             return Written()
         counted = [0]
 
+        identity = self.identity if self.numbers else None
+
         def batches() -> Iterator[pa.RecordBatch]:
             for part in self._unmatched():
                 for b in self.clauses.inserts(part):
+                    if identity is not None and b.num_rows:  # numbered by the write
+                        b = conform(identity.fill(b.drop_columns(list(self.numbers))), self.schema)
                     counted[0] += b.num_rows
                     if feed is not None:
                         feed.add(b, INSERT)
@@ -591,6 +599,15 @@ class MergeChange(RowChange):
         if not self.clauses.not_matched:
             return 0
         return sum(self.clauses.count_inserts(part) for part in self._unmatched())
+
+
+def refuse_assigned_identity(clauses: Clauses, schema: pa.Schema) -> None:
+    """Refuse a clause that sets a GENERATED ALWAYS identity column."""
+    for compiled in (*clauses.matched, *clauses.not_matched, *clauses.by_source):
+        if compiled.values:
+            refuse_given_identity(
+                compiled.values, schema, where=f"a {compiled.clause.action} clause's values"
+            )
 
 
 def source_columns(

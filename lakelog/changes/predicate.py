@@ -28,6 +28,7 @@ from ..filters import (
     to_expression,
 )
 from ..filters.bind import cast_value
+from ..io.guards import regenerate, stale_generated
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import DataFile
@@ -144,6 +145,8 @@ class UpdateChange(_PredicateChange):
         super().__init__(where)
         self.schema = schema
         self.values, self.shown = check_assignments(schema, assignments)
+        self.stale = stale_generated(schema, self.values)
+        """Generated columns the update computes again (it changes what they read)."""
 
     def parameters(self) -> dict[str, Any]:
         return {"predicate": self.where.text, "set": self.shown}
@@ -172,7 +175,7 @@ class UpdateChange(_PredicateChange):
                 col = _set_where(mask, new, col, field)
             arrays.append(col)
         out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        return conform(out, self.schema)
+        return conform(regenerate(out, self.schema, self.stale), self.schema)
 
     def split(self, batch: pa.RecordBatch) -> tuple[np.ndarray, pa.RecordBatch | None, Counts]:
         mask, hits = self._hits(batch)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._failpoints import failpoint
 from ..core import staged, write_options_from
+from ..core.identity import IdentityWrite
 from ..leases import Lease
 from ..log.actions import Action, AddFile, ChangeFile
 from .base import RowChange, Written
@@ -97,6 +98,17 @@ def run_change(
         if feed is not None:  # the change data feed: its files go with the data files
             ctx = dataclasses.replace(ctx, feed=feed)
             files.track(feed.written)
+        identity = None
+        if change.numbers:  # the inserts' identity values, given out by this write
+            identity = IdentityWrite(
+                storage,
+                snapshot.schema,
+                partition_by=snapshot.partition_by,
+                options=ctx.options,
+                lease_id=lease.lease_id,
+                files=files,
+            )
+            change.identity = identity
         with files.before_commit():
             before = change.before(storage, lease.lease_id, feed=feed)
             files.add(before.adds)
@@ -112,13 +124,20 @@ def run_change(
             cdc = feed.flush() if feed is not None else []
             metrics = _metrics_of(change, snapshot, outcomes, new, start)
             rebase = RowLevelRebase(ctx, change, metrics)
+            rebase.read_metadata = snapshot.metadata
             files.track(rebase.written)  # rewrites of files a rebase found changed
+            marks: list[Action] = []
+            if identity is not None and (numbered := identity.metadata(snapshot.metadata)):
+                identity.only = {a.path for a in after.adds}
+                identity.recorded = feed is not None
+                rebase.identity = identity
+                marks.append(numbered)
             failpoint("change:before-commit")
         committed = _commit(
             table,
             change,
             snapshot,
-            _actions(rewritten, new, extra_actions, cdc),
+            [*marks, *_actions(rewritten, new, extra_actions, cdc)],
             metrics,
             rebase,
             lease,
@@ -145,6 +164,8 @@ def commit_outcomes(
     start: float,
     rebase: RebaseFactory = RowLevelRebase,
     changes: Sequence[ChangeFile] = (),
+    marks: Mapping[str, int] | None = None,
+    numbered: Sequence[str] = (),
 ) -> ChangeResult:
     """Step 3 of :func:`run_change` for outcomes computed elsewhere (the Spark tasks of
     :mod:`lakelog.spark.rowlevel`): the same actions, the same ``rowlevel`` commit, and
@@ -152,6 +173,8 @@ def commit_outcomes(
     way) deciding every rebase. ``ctx`` is what the rebase reads and writes with (with
     the change data feed on, its ``feed`` gives the settings of the change files a rebase
     writes); ``changes``: the change files the tasks wrote, committed with the change.
+    ``marks``: the last identity value the tasks gave out per column, in the files
+    ``numbered`` (the inserts), recorded by the commit and moved past a winner's.
 
     When the commit certainly did not land (a lakelog error: a conflict, an expired
     lease), every file of ``outcomes``, ``new``, ``changes`` and the rebase is deleted before the
@@ -167,16 +190,32 @@ def commit_outcomes(
     ctx = dataclasses.replace(ctx, lease_id=lease.lease_id)
     ctx = dataclasses.replace(ctx, feed=change_writer(ctx, snapshot.properties))
     checker = rebase(ctx, change, metrics)
+    checker.read_metadata = snapshot.metadata
     with staged(table.storage) as files:
         files.add_paths(p for o in outcomes for p in o.written)
         files.add(new.adds)
         files.add_paths(c.path for c in changes)
         files.track(checker.written)
+        given: list[Action] = []
+        if marks:
+            identity = IdentityWrite(
+                table.storage,
+                snapshot.schema,
+                partition_by=snapshot.partition_by,
+                options=ctx.options,
+                lease_id=lease.lease_id,
+                files=files,
+            )
+            identity.allocator.marks.update(marks)
+            identity.only = set(numbered)
+            identity.recorded = bool(changes)
+            checker.identity = identity
+            given += [m for m in [identity.metadata(snapshot.metadata)] if m is not None]
         committed = _commit(
             table,
             change,
             snapshot,
-            _actions(rewritten, new, (), changes),
+            [*given, *_actions(rewritten, new, (), changes)],
             metrics,
             checker,
             lease,

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import CommitConflictError
 from ..io.guards import IdentityAllocator, marks_of, with_marks
 from ..io.writer import RollingWriter, WriteOptions
 from ..log import mapping
@@ -61,6 +62,12 @@ class IdentityWrite:
         """The marks this write's values are given out from (read by the transaction's
         check that no mark goes back, ``transaction._carry_marks``)."""
         self.shifts = 0
+        self.only: set[str] | None = None
+        """The paths of the files holding this write's values, when the commit adds
+        others too (a merge's rewritten files keep their values); None: every file."""
+        self.recorded = False
+        """Whether the values were recorded elsewhere too (a change data feed): then a
+        lost race is a conflict, since moving them would make the two disagree."""
 
     def __bool__(self) -> bool:
         return bool(self.allocator)
@@ -94,10 +101,25 @@ class IdentityWrite:
             shifts[column] = w + step - first
         if not shifts:
             return actions
+        if self.recorded:
+            column = next(iter(shifts))
+            raise CommitConflictError(
+                f"expected identity column {column!r} to be given out from mark "
+                f"{self.identity_base.get(column)}, found it moved to {won[column]} by a "
+                f"concurrent write (the change data feed recorded this write's values); "
+                f"write again (the values are given out anew)."
+            )
         out: list[Action] = []
         for a in actions:
-            if isinstance(a, AddFile) and a.data_change:
-                out.extend(self._shifted(a, shifts))
+            if (
+                isinstance(a, AddFile)
+                and a.data_change
+                and (self.only is None or a.path in self.only)
+            ):
+                moved = self._shifted(a, shifts)
+                if self.only is not None:
+                    self.only.update(m.path for m in moved)
+                out.extend(moved)
             elif isinstance(a, Metadata):
                 marks = {c: m + shifts.get(c, 0) for c, m in self.allocator.marks.items()}
                 # on the winner's metadata: its properties and marks, this write's marks

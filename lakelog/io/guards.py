@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -52,6 +52,8 @@ __all__ = [
     "marks_of",
     "nested_not_null",
     "refuse_given_identity",
+    "regenerate",
+    "stale_generated",
     "sample_row",
     "with_constraints",
     "with_generated",
@@ -328,6 +330,28 @@ def generate_missing(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch
             ) from None
         fields.append(pa.field(c, t))
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def stale_generated(schema: pa.Schema, assigned: Iterable[str]) -> list[str]:
+    """The generated columns of ``schema`` a change setting the columns ``assigned``
+    must compute again: those it does not set that read one it sets."""
+    given = set(assigned)
+    return [
+        c
+        for c, expr in guards_of(schema).generated.items()
+        if c not in given and expr.columns & given
+    ]
+
+
+def regenerate(batch: pa.RecordBatch, schema: pa.Schema, columns: Sequence[str]) -> pa.RecordBatch:
+    """``batch`` (the columns of ``schema``) with the generated ``columns`` computed
+    again from its other columns, as Delta does when an update changes what they read."""
+    if not columns or not batch.num_rows:
+        return batch
+    fresh = generate_missing(batch.drop_columns(list(columns)), schema)
+    return pa.RecordBatch.from_arrays(
+        [fresh.column(n) for n in batch.schema.names], schema=batch.schema
+    )
 
 
 class IdentityAllocator:

@@ -467,6 +467,13 @@ def _alter(tree: exp.Alter) -> p.Plan:
         return p.AddColumns(name, _schema([action], "ADD COLUMN"))
     if isinstance(action, exp.AlterColumn):
         return _alter_column(name, action)
+    if isinstance(action, exp.AddConstraint):
+        return _add_constraint(name, action)
+    if isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() == "CONSTRAINT":
+        dropped = action.args.get("tables") or []
+        if len(dropped) != 1:
+            raise unsupported("DROP CONSTRAINT of several names", "drop them one by one")
+        return p.DropConstraint(name, dropped[0].name, bool(action.args.get("exists")))
     if isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() in (
         "COLUMN",
         "COLUMNS",
@@ -482,12 +489,53 @@ def _alter(tree: exp.Alter) -> p.Plan:
     raise unsupported(f"ALTER TABLE ... {action.sql(DIALECT)[:40]}")
 
 
+def _add_constraint(name: str, action: exp.AddConstraint) -> p.Plan:
+    """``ADD CONSTRAINT c CHECK (expr)`` (Delta's syntax; no other kind of constraint)."""
+    found = action.expressions
+    if len(found) != 1 or not isinstance(found[0], exp.Constraint):
+        raise unsupported(
+            f"ALTER TABLE ... {action.sql(DIALECT)[:60]}",
+            "lakelog adds one named constraint: ADD CONSTRAINT c CHECK (expr)",
+        )
+    d = found[0]
+    checks = [c for c in d.expressions if isinstance(c, exp.CheckColumnConstraint)]
+    if len(checks) != 1 or len(d.expressions) != 1:
+        raise unsupported(
+            f"the constraint {d.sql(DIALECT)!r} in ALTER TABLE ... ADD CONSTRAINT",
+            "lakelog adds CHECK constraints (and SET NOT NULL on a column)",
+        )
+    return p.AddConstraint(name, d.name, _rule_text(checks[0].this))
+
+
+def _nullability(name: str, action: exp.AlterColumn) -> p.Plan:
+    """``ALTER COLUMN c SET NOT NULL``; ``DROP NOT NULL`` is named as not run."""
+    column = action.this
+    if isinstance(column, exp.Identifier):
+        path = column.name
+    elif isinstance(column, (exp.Dot, exp.Column)):
+        path = ".".join(i.name for i in column.find_all(exp.Identifier))
+    else:
+        raise SqlSyntaxError(
+            f"expected a column name in ALTER TABLE {name} ALTER COLUMN, found "
+            f"{column.sql(DIALECT)!r}"
+        )
+    if action.args.get("drop"):
+        raise unsupported(
+            f"ALTER TABLE {name} ALTER COLUMN {path} DROP NOT NULL",
+            "lakelog keeps NOT NULL once declared (a table's readers may rely on it); "
+            "copy the rows into a new table whose column is nullable",
+        )
+    return p.SetNotNull(name, path)
+
+
 def _alter_column(name: str, action: exp.AlterColumn) -> p.Plan:
     """``ALTER COLUMN c TYPE t`` and Delta's ``CHANGE [COLUMN] c c t``: a type change (the
     table's widening); anything else an ALTER COLUMN says is named as not run."""
     column = action.this
     kind: Any = action.args.get("dtype")
     to: Any = action.args.get("rename_to")
+    if action.args.get("allow_null") is not None and kind is None and to is None:
+        return _nullability(name, action)
     change = to is not None
     words = f"ALTER TABLE {name} {'CHANGE' if change else 'ALTER'} COLUMN {column.sql(DIALECT)}"
     if not isinstance(column, exp.Identifier):

@@ -262,6 +262,34 @@ class UnsetProperties:
     if_exists: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class AddConstraint:
+    """``ALTER TABLE t ADD CONSTRAINT c CHECK (expr)``: the rows there are are checked
+    first (:meth:`lakelog.Table.add_constraint`)."""
+
+    name: str
+    constraint: str
+    expr: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DropConstraint:
+    """``ALTER TABLE t DROP CONSTRAINT [IF EXISTS] c``."""
+
+    name: str
+    constraint: str
+    if_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SetNotNull:
+    """``ALTER TABLE t ALTER COLUMN c SET NOT NULL``: the rows there are are checked
+    first (:meth:`lakelog.Table.set_not_null`)."""
+
+    name: str
+    column: str
+
+
 Plan = (
     CreateNamespace
     | DropNamespace
@@ -287,5 +315,8 @@ Plan = (
     | SetProperties
     | ChangePartitionField
     | UnsetProperties
+    | AddConstraint
+    | DropConstraint
+    | SetNotNull
 )
 """Every statement lakelog runs."""

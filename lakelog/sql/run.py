@@ -119,6 +119,9 @@ CATALOG_PLANS = (
     p.SetProperties,
     p.UnsetProperties,
     p.ChangePartitionField,
+    p.AddConstraint,
+    p.DropConstraint,
+    p.SetNotNull,
 )
 """The plans :func:`run_catalog` runs."""
 
@@ -158,9 +161,11 @@ def committed(result: Any) -> pa.Table:
 
 def conform(rows: pa.Table, schema: pa.Schema, clause: str = "INSERT") -> pa.Table:
     """A query's rows with the table's types where a column has another (a literal
-    ``1.0`` is a DECIMAL to SQL), as Delta casts on INSERT and MERGE."""
+    ``1.0`` is a DECIMAL to SQL), as Delta casts on INSERT and MERGE. Nullability is
+    the write's to check (a typed error naming the NOT NULL column), not the cast's."""
     fields = [
-        schema.field(n) if n in schema.names else rows.schema.field(n) for n in rows.column_names
+        schema.field(n).with_nullable(True) if n in schema.names else rows.schema.field(n)
+        for n in rows.column_names
     ]
     try:
         return rows.cast(pa.schema(fields))
@@ -489,6 +494,13 @@ def run_catalog(plan: p.Plan, catalog: Catalog) -> pa.Table:
         table.unset_properties(list(plan.keys), missing_ok=plan.if_exists)
     elif isinstance(plan, p.ChangePartitionField):
         table.set_partitioning(changed_partitioning(table.partitioning, plan))
+    elif isinstance(plan, p.AddConstraint):
+        table.add_constraint(plan.constraint, plan.expr)
+    elif isinstance(plan, p.DropConstraint):
+        table.drop_constraint(plan.constraint, missing_ok=plan.if_exists)
+    elif isinstance(plan, p.SetNotNull):
+        check_columns(table, [plan.column.split(".")[0]], "ALTER TABLE ... SET NOT NULL")
+        table.set_not_null(plan.column)
     else:
         raise TypeError(f"not a catalog plan: {type(plan).__name__}")
     return NONE

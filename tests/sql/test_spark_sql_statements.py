@@ -152,7 +152,7 @@ def test_ctas_with_partitions_and_show_namespaces(spark: Any, catalog: Any) -> N
         ("ALTER TABLE s.by_sql ALTER COLUMN amount TYPE INT", SchemaMismatchError, "TYPE INT:"),
         ("ALTER TABLE s.by_sql CHANGE COLUMN id key BIGINT", UnsupportedStatementError, "RENAME"),
         (
-            "ALTER TABLE s.by_sql ALTER COLUMN id SET NOT NULL",
+            "ALTER TABLE s.by_sql ALTER COLUMN id DROP NOT NULL",
             UnsupportedStatementError,
             "NOT NULL",
         ),

@@ -63,9 +63,9 @@ CASES: list[tuple[str, type[Exception], str]] = [
     ),
     ("CREATE TABLE sales.p (a INT) USING delta", UnsupportedStatementError, "USING lakelog"),
     (
-        "ALTER TABLE sales.orders ALTER COLUMN id SET NOT NULL",
+        "ALTER TABLE sales.orders ALTER COLUMN id DROP NOT NULL",
         UnsupportedStatementError,
-        "SET NOT NULL",
+        "DROP NOT NULL",
     ),
     ("ALTER TABLE sales.orders ALTER COLUMN s.x TYPE BIGINT", UnsupportedStatementError, "s.x"),
     ("UPDATE sales.orders SET amount = sqrt(amount)", UnsupportedStatementError, "SQRT(amount)"),

@@ -204,6 +204,8 @@ def run_merge(
         outcomes: list[FileOutcome] = []
         new: list[AddFile] = []
         changes: list[ChangeFile] = []
+        last: dict[str, int] = {}  # identity marks of the inserts
+        numbered: list[str] = []
         try:
             require_executors(spark)
             matched_paths: list[str] = []
@@ -249,6 +251,12 @@ def run_merge(
                 inserted = decode_records(collect_records(written, "lakelog merge: inserts"))
                 new += inserted.new
                 changes += inserted.changes
+                numbered = [a.path for a in inserted.new]
+                for task_marks in inserted.marks:  # the last value given out wins
+                    for column, mark in task_marks.items():
+                        before = last.get(column)
+                        if before is None or (mark - before) * spec.step_of(column) > 0:
+                            last[column] = mark
                 change.inserted = sum(a.num_rows for a in inserted.new)
         except BaseException:
             discard_files(storage, outcomes, new, changes)
@@ -277,6 +285,8 @@ def run_merge(
                 start=start,
                 rebase=rebase,
                 changes=changes,
+                marks=last,
+                numbered=numbered,
             )
         finally:
             discard_staging(storage, staging)

@@ -308,6 +308,8 @@ class _Decoded:
     new: list[AddFile] = dataclasses.field(default_factory=list)
     changes: list[ChangeFile] = dataclasses.field(default_factory=list)
     matched: list[str] = dataclasses.field(default_factory=list)
+    marks: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    """Per insert task: the last identity value it gave out, per column."""
 
 
 def decode_records(rows: Sequence[Any]) -> _Decoded:
@@ -323,6 +325,8 @@ def decode_records(rows: Sequence[Any]) -> _Decoded:
             out.changes += msgspec.json.decode(payload, type=list[ChangeFile])
         elif r.kind == "matched":
             out.matched.append(payload.decode())
+        elif r.kind == "marks":
+            out.marks.append(msgspec.json.decode(payload, type=dict[str, int]))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -11,9 +12,10 @@ from ...changes.clauses import (
     When,
     legacy,
 )
-from ...changes.merge import check_keys
+from ...changes.merge import check_keys, refuse_assigned_identity
 from ...changes.result import MergeReport
 from ...errors import InvalidArgumentError
+from ...io.guards import guards_of, refuse_given_identity
 from ..read import columns_of
 from .commit import DriverMerge, run_merge
 from .jobs import open_target
@@ -109,6 +111,9 @@ def merge(
         values.clause(c, "not_matched_by_source")
         for c in legacy("not_matched_by_source", when_not_matched_by_source)
     ]
+    refuse_given_identity(source.columns, schema, where="the merge's source")
+    identity = guards_of(schema).identity
+    numbers = tuple(c for c in identity if c in missing)
     spec = MergeSpec(
         keys=keys,
         matched=tuple(on_match),
@@ -116,6 +121,8 @@ def merge(
         by_source=tuple(by_source),
         computed=(*others, *(c for c, _ in values.computed)),
         missing=missing,
+        numbers=numbers,
+        firsts=tuple((c, identity[c].first(), identity[c].step) for c in numbers),
     )
     # the source as the tasks see it; Spark reads it again in each job (route, inserts)
     prepared = prepared_source(source, schema, own, others, missing, values.computed)
@@ -125,6 +132,7 @@ def merge(
         else None
     )
     clauses = spec.clauses(schema, extra)  # refused here, before anything runs
+    refuse_assigned_identity(clauses, schema)
     parameters = _parameters(keys, forms, values, duplicates, matched_condition)
     if duplicates != "error":
         prepared = prepared.withColumn(ORDER, F.monotonically_increasing_id())
@@ -134,6 +142,8 @@ def merge(
     deduped = keep_one_per_key(prepared, keys, duplicates) if facts.repeated else prepared
     if duplicates != "error":
         deduped = deduped.drop(ORDER)
+    if numbers:  # each insert task's range of identity values (MergeSpec.reserved)
+        spec = dataclasses.replace(spec, reserved=max(facts.given, 1))
     change = DriverMerge(spec, schema, facts, parameters, extra)
     noop = clauses.noop
     candidates = [] if noop else change.candidates(snap)

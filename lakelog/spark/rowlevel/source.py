@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ...errors import InvalidArgumentError
+from ...io.guards import guards_of
 from ..read import columns_of
 from ..schema import check_dataframe_schema, to_spark_schema
 
@@ -152,8 +153,12 @@ def source_columns(
     columns exactly."""
     from ..schema import to_arrow_schema
 
-    if exact:
-        check_dataframe_schema(source.schema, schema)
+    if exact:  # identity columns the source lacks are numbered by the write
+        idents = guards_of(schema).identity
+        check_dataframe_schema(
+            source.schema,
+            pa.schema([f for f in schema if f.name in source.columns or f.name not in idents]),
+        )
     lacking = [k for k in keys if k not in source.columns]
     if lacking:
         raise InvalidArgumentError(

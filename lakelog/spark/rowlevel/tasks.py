@@ -18,6 +18,7 @@ from ...changes.clauses import (
 )
 from ...changes.execute import FileOutcome, process_file
 from ...changes.merge import MergeChange
+from ...errors import InvalidArgumentError
 from ...io.schema import conform
 from ...io.writer import WriteOptions, write_files
 from ...log.changes import INSERT
@@ -43,6 +44,20 @@ class MergeSpec:
     Column values."""
     missing: tuple[str, ...] = ()
     """The table's columns the source lacks (null in the rows the tasks get)."""
+    numbers: tuple[str, ...] = ()
+    """Identity columns among :attr:`missing`: ``UPDATE SET *`` keeps the target's
+    value, the inserts are numbered by their task (:class:`IdentityRange`)."""
+    reserved: int = 0
+    """Values each insert task may give out per identity column (the source's row
+    count: no task inserts more), so task ``p`` numbers from ``first + p * reserved``
+    steps: disjoint ranges, given out before the job, with no coordination."""
+    firsts: tuple[tuple[str, int, int], ...] = ()
+    """Per identity column of :attr:`numbers`: its first value above the mark of the
+    snapshot read, and its step."""
+
+    def step_of(self, column: str) -> int:
+        """The step of identity column ``column`` of :attr:`numbers`."""
+        return next(step for c, _, step in self.firsts if c == column)
 
     @property
     def insert(self) -> bool:
@@ -59,6 +74,7 @@ class MergeSpec:
             self.by_source,
             extra=extra,
             missing=self.missing,
+            kept=self.numbers,
         )
 
 
@@ -77,7 +93,7 @@ class _TaskMerge(MergeChange):
         super().__init__(
             schema,
             partition_by,
-            rows.select(schema.names),
+            rows.select([n for n in schema.names if n not in spec.numbers]),
             spec.keys,
             when_matched=list(spec.matched),
             when_not_matched=[],
@@ -138,6 +154,31 @@ def insert_task(
         storage = Storage(job.uri, job.storage_options)
         feed = job.change_writer(storage) if job.feed else None
         clauses = spec.clauses(job.schema, extra)
+        marks: dict[str, int] = {}
+        from pyspark import TaskContext
+
+        task = TaskContext.get() if spec.numbers else None
+        given = [0]  # values given out so far by this task, per column
+        offset = 0 if task is None else task.partitionId() * spec.reserved
+
+        def numbered(row: pa.RecordBatch) -> pa.RecordBatch:
+            # each source row is inserted at most once: a task never passes its range
+            n = row.num_rows
+            row = row.drop_columns(list(spec.numbers))
+            for column, first, step in spec.firsts:
+                at = first + (offset + given[0]) * step
+                values = pa.array(range(at, at + n * step, step), pa.int64())
+                row = row.append_column(column, values)
+                marks[column] = at + (n - 1) * step
+            given[0] += n
+            if given[0] > spec.reserved:  # a source that changed between its reads
+                raise InvalidArgumentError(
+                    f"expected at most {spec.reserved} rows to insert in one task (the "
+                    f"source's row count when the merge began), found more: the source "
+                    f"gave other rows when read again; cache or checkpoint it and merge "
+                    f"again. Nothing was committed."
+                )
+            return row
 
         def rows() -> Iterator[pa.RecordBatch]:
             for b in batches:
@@ -147,6 +188,8 @@ def insert_task(
                     pa.Table.from_batches([b]), job.schema, spec.computed, spec.missing
                 )
                 for row in clauses.inserts(source):
+                    if spec.numbers and row.num_rows:
+                        row = numbered(row)
                     row = conform(row, job.schema)
                     if feed is not None:
                         feed.add(row, INSERT)
@@ -171,5 +214,7 @@ def insert_task(
             yield task_record("new", msgspec.json.encode(adds))
         if changes:
             yield task_record("cdc", msgspec.json.encode(changes))
+        if marks:
+            yield task_record("marks", msgspec.json.encode(marks))
 
     return run
