@@ -10,17 +10,6 @@
 
 from .__about__ import __version__
 from .catalog import connect_catalog
-from .changes import (
-    ChangeResult,
-    FileChange,
-    MergeClause,
-    MergeReport,
-    when_matched_delete,
-    when_matched_update,
-    when_not_matched_by_source_delete,
-    when_not_matched_by_source_update,
-    when_not_matched_insert,
-)
 from .errors import (
     AdoptedFilesMissingError,
     AppVersionCommittedError,
@@ -62,6 +51,17 @@ from .interop.delta import (
 from .log.actions import DataFile, FileStats
 from .maintenance.maintain import MaintainReport, maintain_catalog
 from .maintenance.options import ClusteringOptions, CompactionOptions, ExecutionOptions
+from .rowlevel import (
+    ChangeResult,
+    FileChange,
+    MergeClause,
+    MergeReport,
+    when_matched_delete,
+    when_matched_update,
+    when_not_matched_by_source_delete,
+    when_not_matched_by_source_update,
+    when_not_matched_insert,
+)
 from .scan import Snapshot
 from .table import Table, convert, create_table, open_table, write_table
 from .transaction import CommitResult

@@ -10,10 +10,10 @@ writer, or ``lakelog delta-view sync``, writes the Delta view's missing entries)
 Checks that must refuse a commit are not hooks: they run before the put (for the
 Delta view, :func:`lakelog.interop.delta.view.check_view_metadata`).
 
-Hooks are registered here, in one place. A hook above the log (the Delta view, and
-the change feed to come) is a :class:`LazyHook`: named by module path and imported
-only when the table turns it on with a table property, so that committing imports
-nothing above the log.
+Hooks are registered here, in one place. A hook above the log (the Delta view) is a
+:class:`LazyHook`: named by module path and imported only when the table turns it on
+with a table property. (The Delta view's check before the put, above, is imported by
+the transaction when a commit carries a ``metadata`` action on a table with the view.)
 
 Auto-compaction (``lakelog.auto_compact``) is post-commit work too, but not a hook: it
 runs at the writer's entry point once the commit returned

@@ -11,20 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import core
-from .changes import (
-    ChangeResult,
-    MergeClause,
-    MergeReport,
-    delete_rows,
-    merge_rows,
-    overwrite_rows,
-    update_rows,
-)
-from .changes.rename import rename_column
-from .changes.restore import restore_table
-from .changes.schema import add_columns, drop_columns, widen_column
 from .core.handle import TableCore, TableHandle
+from .core.restore import restore_table
 from .errors import InvalidArgumentError, TableNotFoundError
+from .evolution.rename import rename_column
+from .evolution.schema import add_columns, drop_columns, widen_column
 from .filters import FilterLike, PartitionFilterLike
 from .inspect import TableInspect
 from .interop.convert import add_files
@@ -60,8 +51,17 @@ from .maintenance.report import MaintenanceReport
 from .maintenance.resume import resume_plan
 from .partitioning import check_partition_columns
 from .properties import get_bool, validate_properties
+from .rowlevel import (
+    ChangeResult,
+    MergeClause,
+    MergeReport,
+    delete_rows,
+    merge_rows,
+    overwrite_rows,
+    update_rows,
+)
 from .scan import Snapshot as ReadableSnapshot
-from .scan.changes import ChangeFeed, open_feed
+from .scan.feed import ChangeFeed, open_feed
 from .storage import Storage
 from .transaction import CommitResult, Kind, Rebase, Rebuild
 from .upgrade import UpgradeReport, upgrade_table
@@ -216,7 +216,7 @@ class Table:
                 columns; it also skips files whose statistics cannot match. Default None.
 
         Returns:
-            A :class:`~lakelog.scan.changes.ChangeFeed`: ``to_arrow()``,
+            A :class:`~lakelog.scan.feed.ChangeFeed`: ``to_arrow()``,
             ``to_batches(batch_size)``, ``schema``.
         """
 
@@ -362,7 +362,7 @@ class Table:
         ``partitions`` lists partition values, e.g. ``[{"date": date(2024, 1, 2)}]``;
         every row of ``data`` must belong to one of them. ``where`` (a predicate, as
         for :meth:`delete`) replaces exactly the rows it matches, partitioned or not;
-        every row of ``data`` must match it (returns a :class:`~lakelog.changes.ChangeResult`).
+        every row of ``data`` must match it (returns a :class:`~lakelog.rowlevel.ChangeResult`).
         ``schema_mode="merge"`` evolves the schema as for :meth:`append`.
 
         Args:
@@ -427,7 +427,7 @@ class Table:
             app=app,
         )
 
-    # -- row-level changes (see lakelog.changes) -----------------------------------
+    # -- row-level changes (see lakelog.rowlevel) -----------------------------------
     def delete(self, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:
         """Delete the rows matching ``where`` (a pyarrow Expression, DNF tuples or a
         string such as ``"customer_id = 42"``; required: ``"true"`` deletes every row).
@@ -562,7 +562,7 @@ class Table:
         """
         return core.unset_properties(self._core, keys, missing_ok=missing_ok)
 
-    # -- constraints (see lakelog.changes.constraints, docs/constraints.md) -----------
+    # -- constraints (see lakelog.evolution.constraints, docs/constraints.md) -----------
     @property
     def constraints(self) -> dict[str, str]:
         """The table's CHECK constraints (name to SQL text), as of the cached snapshot."""
@@ -588,7 +588,7 @@ class Table:
         Raises:
             ConstraintViolationError: a live row breaks it (nothing is committed).
         """
-        from .changes.constraints import add_constraint
+        from .evolution.constraints import add_constraint
 
         return add_constraint(self._core, name, expr)
 
@@ -600,7 +600,7 @@ class Table:
             missing_ok: commit nothing (``skipped``) when there is no such constraint
                 instead of refusing; default False.
         """
-        from .changes.constraints import drop_constraint
+        from .evolution.constraints import drop_constraint
 
         return drop_constraint(self._core, name, missing_ok=missing_ok)
 
@@ -612,11 +612,11 @@ class Table:
         Raises:
             ConstraintViolationError: a live row holds a null there.
         """
-        from .changes.constraints import set_not_null
+        from .evolution.constraints import set_not_null
 
         return set_not_null(self._core, column)
 
-    # -- schema evolution and restore (see lakelog.changes.schema, .restore) ---------
+    # -- schema evolution and restore (see lakelog.evolution.schema, .restore) ---------
     def add_columns(self, columns: Any) -> CommitResult:
         """Add nullable columns after the existing ones, or nullable fields at the end
         of a struct, in one metadata commit. Files written before read them as null;
@@ -1175,7 +1175,7 @@ def write_table(
 
 def _has_text(clauses: Any) -> bool:
     """Whether a merge option's clauses hold SQL text (conditions or values)."""
-    from .changes import MergeClause
+    from .rowlevel import MergeClause
 
     if isinstance(clauses, MergeClause):
         clauses = [clauses]

@@ -38,7 +38,7 @@ Conflict rules (``kind``):
 * ``rowlevel``: a row-level change (delete, update, merge, overwrite with a
   predicate): ``data_change=true`` remove+add of the files holding changed rows.
   Conflicts when a winner removed one of the files it removes; its rebase
-  callback (:mod:`lakelog.changes.conflicts`) also reads the winners' added
+  callback (:mod:`lakelog.rowlevel.conflicts`) also reads the winners' added
   rows that it would have matched. See ``docs/format.md``, "Conflict rules for
   row-level changes".
 * ``metadata``: a schema, partitioning or property change; conflicts with

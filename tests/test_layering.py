@@ -55,12 +55,12 @@ CATALOG_USERS = {"catalog", "cli", "__init__", "sql"}
 """Who may import ``lakelog.catalog``: the public API, the command line and the SQL
 statements over its names."""
 
-SQL_USES = {"sql", "catalog", "changes", "errors", "filters", "properties", "scan", "transforms"}
+SQL_USES = {"sql", "catalog", "rowlevel", "errors", "filters", "properties", "scan", "transforms"}
 """What ``lakelog.sql`` may import: it sits beside ``spark/`` under the facade, maps
 statements onto the catalog and the tables' own operations (reached through the tables
 the catalog loads), reads through the scan's engine adapters, turns OPTIMIZE's WHERE
 into a filter, names partition fields as the table does (ALTER TABLE ... PARTITION
-FIELD), builds a MERGE's clauses (``lakelog.changes.clauses``, plain values) and reads a
+FIELD), builds a MERGE's clauses (``lakelog.rowlevel.clauses``, plain values) and reads a
 table property's value as the table does (VACUUM's least RETAIN); no engine of its own."""
 
 SQL_USERS = {"sql", "cli", "__init__"}
@@ -274,12 +274,10 @@ def test_only_the_cli_and_spark_sql_import_the_sql_package(path: Path) -> None:
 
 
 PRIVATE_IMPORTS_PENDING = {
-    ("lakelog.changes.rename", "_commit_change"),
-    ("lakelog.changes.constraints", "_commit_change"),
     ("lakelog.log.manifests", "_FILES_SCHEMA"),  # version-1 manifests: the codec's one user
 }
 """Private names still imported between modules, each to go with its package's next
-change (the schema changes' commit moves into the one retry rule)."""
+change."""
 
 
 def _imports_with_functions(path: Path) -> Iterator[tuple[str, list[str], int]]:
@@ -347,3 +345,42 @@ def test_no_module_imports_another_modules_private_names(path: Path) -> None:
         if (module, n) not in PRIVATE_IMPORTS_PENDING
     ]
     assert not bad, f"{module} imports another module's private names: {bad}"
+
+
+def _architecture() -> str:
+    return (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def _tree_block(text: str) -> str:
+    start = text.index("## The tree")
+    begin = text.index("```text\n", start) + len("```text\n")
+    return text[begin : text.index("```", begin)]
+
+
+def test_the_architecture_tree_lists_every_module() -> None:
+    """docs/architecture.md's tree names every module file and every package folder of
+    ``lakelog/`` (a newcomer finds every file there)."""
+    words = set(_tree_block(_architecture()).split())
+    missing = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if "__pycache__" in rel.parts or (rel.name == "__init__.py" and len(rel.parts) > 1):
+            continue
+        if rel.name not in words:
+            missing.append(str(rel))
+        for folder in rel.parts[:-1]:
+            if f"{folder}/" not in words:
+                missing.append(f"{folder}/")
+    assert not sorted(set(missing)), f"add to docs/architecture.md's tree: {sorted(set(missing))}"
+
+
+def test_the_architecture_names_every_test_folder() -> None:
+    text = _architecture()
+    tests = text[text.index("## Tests") :]
+    folders = [
+        p.relative_to(ROOT.parent).as_posix()
+        for p in sorted((ROOT.parent / "tests").iterdir())
+        if p.is_dir() and p.name != "__pycache__" and any(p.glob("test_*.py"))
+    ]
+    missing = [f for f in folders if f"`{f}" not in tests]
+    assert not missing, f"add to docs/architecture.md's Tests section: {missing}"

@@ -41,7 +41,7 @@ COMMAND_MODULES = (
     "lakelog.cli.cleanup",
     "lakelog.cli.cluster",
     "lakelog.cli.upgrade",
-    "lakelog.cli.changes",
+    "lakelog.cli.delete",
     "lakelog.cli.feed",
     "lakelog.cli.restore",
     "lakelog.cli.delta_view",

@@ -1,6 +1,6 @@
 """The table core: writing, creating and committing, under the :class:`~lakelog.Table` facade.
 
-What ``Table``, :mod:`lakelog.changes`, :mod:`lakelog.maintenance`,
+What ``Table``, :mod:`lakelog.rowlevel`, :mod:`lakelog.maintenance`,
 :mod:`lakelog.interop` and :mod:`lakelog.spark` use to change a table, in one place:
 
 * :mod:`.commit`: the one commit path (the storage check, then a transaction), the

@@ -5,7 +5,7 @@ converted). In ``merge`` mode its new columns are added (nullable), columns it h
 a wider type widen the table's, and columns it lacks are written as nulls; the
 ``metadata`` action that evolves the table goes in the same commit as the files
 (``docs/schema-evolution.md``). The explicit schema changes of
-:mod:`lakelog.changes.schema` build their metadata with the same helpers.
+:mod:`lakelog.evolution.schema` build their metadata with the same helpers.
 """
 
 from __future__ import annotations

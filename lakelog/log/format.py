@@ -5,9 +5,9 @@ rules derived from it.
 code, and the only place a format version number is written down. Readers call
 :func:`check_readable` on every versioned thing they read (commit headers, the table's
 ``metadata``, manifest roots and leaves); writers ask :func:`commit_version`,
-:func:`metadata_version` and :func:`manifest_version` what to declare. Adding format
-version 6 is a change here (a :class:`Feature` in :data:`FEATURES`, and the rule that
-declares it) plus the spec.
+:func:`metadata_version` and :func:`manifest_version` what to declare. A new format
+version is a change here (a :class:`Feature` in :data:`FEATURES`, and the rule that
+declares it) plus the spec, written first.
 
 Nothing here imports the rest of ``lakelog.log``: the actions import their versions
 from this module.

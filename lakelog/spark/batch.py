@@ -22,7 +22,6 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..changes.predicate import Where
 from ..core import WritePlan, write_options_from
 from ..errors import SchemaMismatchError, TableNotFoundError
 from ..io.guards import refuse_given_identity
@@ -31,6 +30,7 @@ from ..io.schema import conform
 from ..io.writer import write_files
 from ..log.actions import AddFile, DataFile
 from ..log.snapshot import Snapshot, load_snapshot
+from ..rowlevel.predicate import Where
 from ..scan.rows import read_rows
 from ..storage import Storage
 from ..transaction import skipped_result

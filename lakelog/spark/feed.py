@@ -3,9 +3,9 @@
 streaming source.
 
 The driver only plans: it reads the commits of the range and cuts the feed into parts
-(:class:`~lakelog.scan.changes.ChangePart`: a file of a commit whose rows are inserts,
+(:class:`~lakelog.scan.feed.ChangePart`: a file of a commit whose rows are inserts,
 deletes or change rows); Spark tasks read the parts' rows with
-:func:`lakelog.scan.changes.read_part`, so the DataFrame holds exactly the rows of
+:func:`lakelog.scan.feed.read_part`, so the DataFrame holds exactly the rows of
 :meth:`lakelog.Table.changes` on the same versions.
 
 Options of ``spark.read.format("lakelog").option("readChangeFeed", "true")``
@@ -29,9 +29,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..errors import InvalidArgumentError
 from ..filters import parse_filter, to_expression
-from ..log.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from ..log.feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from ..log.snapshot import Snapshot, load_snapshot, version_as_of
-from ..scan.changes import ChangeFeed, ChangePart, feed_schema, open_feed, read_part
+from ..scan.feed import ChangeFeed, ChangePart, feed_schema, open_feed, read_part
 from ..storage import Storage
 from .errors import carry
 from .schema import to_arrow_type, to_spark_schema

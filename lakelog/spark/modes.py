@@ -12,7 +12,7 @@ whatever wrote the files:
   another partition rebases); on an unpartitioned table it is the full overwrite,
   as in Spark and Delta;
 * with ``replace_where`` the rows matching the filter, through the embedded row-level
-  overwrite (:func:`lakelog.changes.run.run_change`, operation ``OVERWRITE``): files
+  overwrite (:func:`lakelog.rowlevel.run.run_change`, operation ``OVERWRITE``): files
   holding matching rows are rewritten without them, or removed when every row matches,
   in the commit that adds the new files; before that, every new row must match the
   filter (counted on executors), or nothing is committed;
@@ -36,10 +36,6 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..changes.base import Written
-from ..changes.predicate import DeleteChange, Where
-from ..changes.read import evaluate, matched
-from ..changes.run import run_change
 from ..core import (
     SchemaMode,
     TableCore,
@@ -63,10 +59,14 @@ from ..io.schema import conform
 from ..leases import Lease
 from ..log import mapping
 from ..log.actions import Action, AddFile, AppTransaction, encode_schema
-from ..log.changes import INSERT
+from ..log.feed import INSERT
 from ..log.snapshot import Snapshot, load_snapshot
 from ..partitioning import partition_string
 from ..properties import get_bool
+from ..rowlevel.base import Written
+from ..rowlevel.predicate import DeleteChange, Where
+from ..rowlevel.read import evaluate, matched
+from ..rowlevel.run import run_change
 from ..storage import Storage
 from ..transaction import CommitResult, app_transaction, check_app_versions
 from ..transforms import parse_field
@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from ..changes.feed import ChangeWriter
+    from ..rowlevel.change_files import ChangeWriter
 
 __all__ = [
     "PARTITION_OVERWRITE_CONF",

@@ -13,7 +13,7 @@ What it streams (the behaviour of Delta's source, in lakelog's terms):
   update, merge, overwrite or restore) stops the query with
   :class:`~lakelog.errors.ChangeFeedError`, since its changes are not appends; unless
   ``skipChangeCommits`` (the commit is skipped whole) or ``readChangeFeed``: then every
-  commit gives its rows of the change feed (:mod:`lakelog.scan.changes`) with
+  commit gives its rows of the change feed (:mod:`lakelog.scan.feed`) with
   ``_change_type``, ``_commit_version`` and ``_commit_timestamp``, and the starting
   snapshot's rows are inserts at its version.
 * **Offsets** are positions ``{"version": v, "index": i}``: the next file is file ``i``
@@ -69,7 +69,7 @@ from ..log.actions import AddFile, Commit, DataFile, Metadata, RemoveFile
 from ..log.commits import commits_between, read_header
 from ..log.manifests import read_hint
 from ..log.snapshot import load_snapshot, oldest_readable_version, version_as_of
-from ..scan.changes import ChangePart, FeedPlanner, read_part
+from ..scan.feed import ChangePart, FeedPlanner, read_part
 from ..storage import Storage
 from .errors import carry
 from .feed import CHANGE_COLUMNS, bins, part_bytes, snapshot_parts, spark_batches

@@ -38,7 +38,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import threads
-from ..changes.predicate import Where
 from ..core import SchemaMode, TableCore, WritePlan
 from ..errors import (
     CommitConflictError,
@@ -56,6 +55,7 @@ from ..maintenance.auto import run_auto_compaction
 from ..maintenance.clustering.spec import declared_clustering
 from ..partitioning import STAGING_DIR, hidden_name, parse_partition_dir
 from ..properties import get_bool, get_int, get_str, validate_properties
+from ..rowlevel.predicate import Where
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transaction import CommitResult, skipped_result

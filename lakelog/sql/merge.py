@@ -2,7 +2,7 @@
 any number of ``WHEN MATCHED [AND cond] THEN UPDATE SET *|col = expr, .. | DELETE``,
 ``WHEN NOT MATCHED [BY TARGET] [AND cond] THEN INSERT *|(cols) VALUES (exprs)`` and
 ``WHEN NOT MATCHED BY SOURCE [AND cond] THEN UPDATE SET col = expr, .. | DELETE``, each
-as a merge clause (:mod:`lakelog.changes.clauses`) whose condition and values are Spark
+as a merge clause (:mod:`lakelog.rowlevel.clauses`) whose condition and values are Spark
 SQL text over the target's columns (bare) and the source's (``source.<col>``), read by
 the executor (lakelog's reader embedded, Spark's analysis on Spark). Anything else is an
 :class:`~lakelog.errors.UnsupportedStatementError` naming the clause.
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ..changes.clauses import (
+from ..errors import SqlSyntaxError
+from ..rowlevel.clauses import (
     MergeClause,
     when_matched_delete,
     when_matched_update,
@@ -20,7 +21,6 @@ from ..changes.clauses import (
     when_not_matched_by_source_update,
     when_not_matched_insert,
 )
-from ..errors import SqlSyntaxError
 from . import plan as p
 from .parser import DIALECT, query, table_name, unsupported
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from ..changes.clauses import MergeClause
+from ..rowlevel.clauses import MergeClause
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pyarrow as pa
 
-from ..changes.clauses import MergeClause
 from ..errors import (
     InvalidArgumentError,
     LakelogError,
@@ -30,6 +29,7 @@ from ..errors import (
     TableAlreadyExistsError,
     TableLocationEmptyError,
 )
+from ..rowlevel.clauses import MergeClause
 from ..transforms import parse_field
 from . import plan as p
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 
 import lakelog
 from lakelog import core
-from lakelog.changes import delete_rows
 from lakelog.core import TableCore
 from lakelog.maintenance.compaction.run import compact_table
 from lakelog.maintenance.options import CompactionOptions
+from lakelog.rowlevel import delete_rows
 from lakelog.storage import Storage
 
 SCHEMA = pa.schema([("k", pa.int64())])

@@ -311,7 +311,7 @@ def test_batches_are_bounded(tmp_path: Path) -> None:
 
 
 def test_many_commits_are_read_again_when_they_do_not_fit_the_cache(tmp_path: Path) -> None:
-    from lakelog.scan.changes import open_feed
+    from lakelog.scan.feed import open_feed
 
     t = _table(tmp_path)
     for i in range(3):

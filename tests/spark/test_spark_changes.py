@@ -1,4 +1,4 @@
-"""merge/delete/update of DataFrames on Spark executors (``lakelog.spark.changes``).
+"""merge/delete/update of DataFrames on Spark executors (``lakelog.spark.rowlevel``).
 
 * The same rows as the embedded ``Table.merge/delete/update`` on a copy of the table
   (a property test: keys with nulls and duplicates, partitioned or not, with and

@@ -38,7 +38,7 @@ from ...log.actions import (
     PlanRelease,
     RemoveFile,
 )
-from ...log.changes import PROPERTY as CDF_PROPERTY
+from ...log.feed import PROPERTY as CDF_PROPERTY
 from ...log.snapshot import Snapshot
 from ...properties import get_bool
 from ...storage import Storage

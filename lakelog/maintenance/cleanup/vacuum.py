@@ -73,9 +73,9 @@ from ...leases import (
     lease_path,
     read_leases,
 )
-from ...log.changes import CHANGE_DIR
 from ...log.checkpoint import repair_roots
 from ...log.commits import LOG_DIR, list_log
+from ...log.feed import CHANGE_DIR
 from ...log.format import DELETION_VECTORS
 from ...log.leaves import LEAF_DIR, leaf_version
 from ...log.manifests import root_leaves

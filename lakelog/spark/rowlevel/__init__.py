@@ -7,7 +7,7 @@ conditions and values), :mod:`.routing` (source rows to candidate files), :mod:`
 
 :func:`merge`, :func:`delete` and :func:`update` mean what :meth:`lakelog.Table.merge`,
 :meth:`~lakelog.Table.delete` and :meth:`~lakelog.Table.update` mean (``docs/changes.md``),
-and run the embedded change code (:mod:`lakelog.changes`) file by file inside Spark tasks:
+and run the embedded change code (:mod:`lakelog.rowlevel`) file by file inside Spark tasks:
 
 1. **Plan on the driver.** The latest snapshot; for a merge, ONE aggregate over the
    source (row count, duplicates, min/max of each key column, the distinct values of key
@@ -26,8 +26,8 @@ and run the embedded change code (:mod:`lakelog.changes`) file by file inside Sp
 4. **Insert (merge).** The source rows whose key matched nothing (an anti-join with the
    staged keys) are written by Spark tasks with lakelog's file writer.
 5. **Commit on the driver.** One ``rowlevel`` commit through
-   :func:`lakelog.changes.run.commit_outcomes`, the embedded path, with the embedded
-   :class:`~lakelog.changes.conflicts.RowLevelRebase`: the conflict rules are the same.
+   :func:`lakelog.rowlevel.run.commit_outcomes`, the embedded path, with the embedded
+   :class:`~lakelog.rowlevel.conflicts.RowLevelRebase`: the conflict rules are the same.
    For a merge, whether a concurrently added file holds a source key is answered by a
    Spark job (the source lives on the executors), not by reading the source on the driver.
 

@@ -12,11 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...changes.base import Counts, RowChange, Written
-from ...changes.conflicts import RowLevelRebase
-from ...changes.execute import Context, FileOutcome
-from ...changes.result import MergeReport
-from ...changes.run import commit_outcomes
 from ...filters import FileStatsColumns
 from ...leases import Lease
 from ...log.actions import AddFile, ChangeFile, DataFile
@@ -24,6 +19,11 @@ from ...log.file_index import stats_columns
 from ...log.files import files_from_adds
 from ...log.snapshot import Snapshot
 from ...partitioning import STAGING_DIR
+from ...rowlevel.base import Counts, RowChange, Written
+from ...rowlevel.conflicts import RowLevelRebase
+from ...rowlevel.execute import Context, FileOutcome
+from ...rowlevel.result import MergeReport
+from ...rowlevel.run import commit_outcomes
 from ..read import columns_of, spark_url
 from ..schema import to_spark_schema
 from ..write import discard_staging

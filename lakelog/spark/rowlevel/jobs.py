@@ -12,15 +12,15 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ...changes.base import Counts
-from ...changes.execute import Context, FileOutcome, RowSink
-from ...changes.feed import ChangeWriter, feed_enabled
 from ...core import TableCore, write_options_from
 from ...io.schema import conform
 from ...io.writer import WriteOptions
 from ...leases import Lease
 from ...log.actions import AddFile, ChangeFile, DataFile
 from ...log.snapshot import Snapshot
+from ...rowlevel.base import Counts
+from ...rowlevel.change_files import ChangeWriter, feed_enabled
+from ...rowlevel.execute import Context, FileOutcome, RowSink
 from ...storage import Storage
 from ...transforms import PartitionSpec
 from ..errors import carry, lakelog_error

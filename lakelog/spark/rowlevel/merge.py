@@ -7,15 +7,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...changes.clauses import (
+from ...errors import InvalidArgumentError
+from ...io.guards import guards_of, refuse_given_identity
+from ...rowlevel.clauses import (
     MergeClause,
     When,
     legacy,
 )
-from ...changes.merge import check_keys, refuse_assigned_identity
-from ...changes.result import MergeReport
-from ...errors import InvalidArgumentError
-from ...io.guards import guards_of, refuse_given_identity
+from ...rowlevel.merge import check_keys, refuse_assigned_identity
+from ...rowlevel.result import MergeReport
 from ..read import columns_of
 from .commit import DriverMerge, run_merge
 from .jobs import open_target

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...changes.base import RowChange, Written
-from ...changes.execute import FileOutcome, process_file
-from ...changes.predicate import DeleteChange, UpdateChange, Where
-from ...changes.result import ChangeResult
-from ...changes.run import commit_outcomes
 from ...errors import InvalidArgumentError
 from ...filters import FilterLike
 from ...leases import Lease
 from ...log.actions import AddFile, ChangeFile
 from ...log.snapshot import Snapshot
+from ...rowlevel.base import RowChange, Written
+from ...rowlevel.execute import FileOutcome, process_file
+from ...rowlevel.predicate import DeleteChange, UpdateChange, Where
+from ...rowlevel.result import ChangeResult
+from ...rowlevel.run import commit_outcomes
 from ..filters import exact_expression, is_spark_column
 from .jobs import (
     RECORDS,

@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...changes.merge import (
+from ...errors import LakelogError
+from ...log.actions import AddFile, DataFile
+from ...rowlevel.merge import (
     SourceKeys,
     slice_within,
     sortable_keys,
 )
-from ...changes.read import read_rows
-from ...errors import LakelogError
-from ...log.actions import AddFile, DataFile
+from ...rowlevel.read import read_rows
 from ...storage import Storage
 from .jobs import (
     FID,

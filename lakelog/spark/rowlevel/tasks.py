@@ -12,17 +12,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...changes.clauses import (
-    Clauses,
-    MergeClause,
-)
-from ...changes.execute import FileOutcome, process_file
-from ...changes.merge import MergeChange
 from ...errors import InvalidArgumentError
 from ...io.schema import conform
 from ...io.writer import WriteOptions, write_files
-from ...log.changes import INSERT
+from ...log.feed import INSERT
 from ...partitioning import STAGING_DIR
+from ...rowlevel.clauses import (
+    Clauses,
+    MergeClause,
+)
+from ...rowlevel.execute import FileOutcome, process_file
+from ...rowlevel.merge import MergeChange
 from ...storage import Storage
 from .jobs import MARK, Job, by_file, conformed_rows, discard_outcomes, task_record, task_records
 

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...changes.clauses import (
+from ...errors import InvalidArgumentError
+from ...rowlevel.clauses import (
     MergeClause,
     legacy,
     when_matched_delete,
     when_matched_update,
 )
-from ...changes.predicate import Where, check_assignments
-from ...errors import InvalidArgumentError
+from ...rowlevel.predicate import Where, check_assignments
 from ..filters import analysis_error, exact_expression, is_spark_column, spark_expression
 from ..schema import to_spark_schema
 

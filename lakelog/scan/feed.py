@@ -47,7 +47,9 @@ from ..filters import (
 from ..io.schema import readable_as
 from ..log import mapping
 from ..log.actions import AddFile, ChangeFile, Commit, DataFile, Metadata, RemoveFile
-from ..log.changes import (
+from ..log.commits import commits_between
+from ..log.deletion_vectors import deleted_positions
+from ..log.feed import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
@@ -55,8 +57,6 @@ from ..log.changes import (
     INSERT,
     needs_change_files,
 )
-from ..log.commits import commits_between
-from ..log.deletion_vectors import deleted_positions
 from ..log.files import files_from_adds
 from ..log.fileset import entries_block
 from ..log.snapshot import Snapshot as ResolvedSnapshot

@@ -39,7 +39,7 @@ from ..transaction import CommitResult, Replan
 if TYPE_CHECKING:
     from ..core.handle import TableHandle
 
-__all__ = ["add_columns", "drop_columns", "widen_column"]
+__all__ = ["add_columns", "commit_schema_change", "drop_columns", "widen_column"]
 
 _BLOOM = "lakelog.parquet.bloom_filter_columns"
 _CLUSTERING = "lakelog.clustering.columns"
@@ -76,7 +76,7 @@ def add_columns(table: TableHandle, columns: Any) -> CommitResult:
         params = {"columns": shown}
         return evolved_metadata(snap, evolved, column_mapping=bool(nested)), params
 
-    return _commit_change(table, build, operation="ADD COLUMNS")
+    return commit_schema_change(table, build, operation="ADD COLUMNS")
 
 
 def _add_field(schema: pa.Schema, path: FieldPath, field: pa.Field) -> pa.Schema:
@@ -167,7 +167,7 @@ def drop_columns(table: TableHandle, names: Any) -> CommitResult:
         params = {"columns": [*wanted, *gone]}
         return evolved_metadata(snap, evolved, props, column_mapping=bool(inner)), params
 
-    return _commit_change(table, build, operation="DROP COLUMNS")
+    return commit_schema_change(table, build, operation="DROP COLUMNS")
 
 
 def _drop_fields(schema: pa.Schema, paths: Sequence[FieldPath]) -> tuple[pa.Schema, list[str]]:
@@ -253,7 +253,7 @@ def widen_column(table: TableHandle, name: Any, type: pa.DataType) -> CommitResu
         params = {"column": shown, "from": str(field.type), "to": str(type)}
         return evolved_metadata(snap, evolved, column_mapping=nested), params
 
-    return _commit_change(table, build, operation="WIDEN COLUMN")
+    return commit_schema_change(table, build, operation="WIDEN COLUMN")
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def _why_not(source: pa.DataType, target: pa.DataType) -> str:
     return ""
 
 
-def _commit_change(
+def commit_schema_change(
     table: TableHandle,
     build: Callable[[Snapshot], tuple[Metadata, Mapping[str, Any]]],
     *,

@@ -32,7 +32,7 @@ from ..io.guards import regenerate, stale_generated
 from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import DataFile
-from ..log.changes import INSERT
+from ..log.feed import INSERT
 from ..log.snapshot import Snapshot
 from ..stats import referenced_columns
 from ..storage import Storage
@@ -40,7 +40,7 @@ from ..transforms import PartitionSpec
 from .base import Counts, RowChange, Written, as_mask
 
 if TYPE_CHECKING:
-    from .feed import ChangeWriter
+    from .change_files import ChangeWriter
 from .read import evaluate, matched
 
 __all__ = ["DeleteChange", "OverwriteChange", "UpdateChange", "Where", "check_assignments"]

@@ -9,14 +9,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from _changes_helpers import file_rows, files_on_disk, make_table, table_rows
+from _rowlevel_helpers import file_rows, files_on_disk, make_table, table_rows
 
 import lakelog
 from lakelog import InvalidArgumentError, SchemaMismatchError, threads
-from lakelog.changes import ChangeResult, execute
-from lakelog.changes.base import Counts
 from lakelog.log.actions import AddFile
 from lakelog.log.commits import read_commit
+from lakelog.rowlevel import ChangeResult, execute
+from lakelog.rowlevel.base import Counts
 
 
 def test_delete_rewrites_only_files_holding_matches_and_keeps_order(tmp_path: Path) -> None:

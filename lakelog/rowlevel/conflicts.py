@@ -27,8 +27,8 @@ from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
 from ..transaction import check_conflicts
 from .base import RowChange
+from .change_files import ChangeWriter
 from .execute import Context, FileOutcome, run_files
-from .feed import ChangeWriter
 from .read import read_rows
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ CHILD = r"""
 import json, re, sys
 import pyarrow as pa
 import lakelog
-from lakelog.changes import execute
+from lakelog.rowlevel import execute
 execute.MAX_WORKERS = 1
 
 def status(key):

@@ -22,7 +22,7 @@ from ..log import mapping
 from ..log.actions import Metadata
 from ..log.snapshot import Snapshot
 from ..transaction import CommitResult
-from .schema import _commit_change
+from .schema import commit_schema_change
 
 if TYPE_CHECKING:
     from ..core.handle import TableHandle
@@ -80,7 +80,7 @@ def rename_column(table: TableHandle, old: str, new: str) -> CommitResult:
         md = evolved_metadata(snap, renamed, props, column_mapping=True)
         return md, {"column": old, "to": new}
 
-    return _commit_change(table, build, operation="RENAME COLUMN")
+    return commit_schema_change(table, build, operation="RENAME COLUMN")
 
 
 def _renamed_list(value: str, old: str, new: str) -> str:

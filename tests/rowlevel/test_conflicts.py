@@ -15,20 +15,20 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _changes_helpers import files_on_disk, make_table, rows, table_rows
+from _rowlevel_helpers import files_on_disk, make_table, rows, table_rows
 
 import lakelog
 from lakelog import CommitConflictError
-from lakelog.changes.merge import MergeChange
-from lakelog.changes.predicate import DeleteChange, UpdateChange, Where
-from lakelog.changes.result import ChangeResult
-from lakelog.changes.run import run_change
 from lakelog.log.actions import RemoveFile
 from lakelog.log.commits import read_commit
 from lakelog.log.snapshot import Snapshot
 from lakelog.maintenance.commit import commit_rewrite
 from lakelog.maintenance.compaction.planner import plan_compaction
 from lakelog.maintenance.compaction.rewrite import RewriteOptions, rewrite_group
+from lakelog.rowlevel.merge import MergeChange
+from lakelog.rowlevel.predicate import DeleteChange, UpdateChange, Where
+from lakelog.rowlevel.result import ChangeResult
+from lakelog.rowlevel.run import run_change
 
 
 def delete_on(t: lakelog.Table, snap: Snapshot, where: str) -> ChangeResult:

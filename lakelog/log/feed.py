@@ -4,7 +4,7 @@
 columns (without partition columns) plus :data:`CHANGE_TYPE`; the feed adds
 :data:`COMMIT_VERSION` and :data:`COMMIT_TIMESTAMP`. A commit that changes rows inside
 files (:func:`needs_change_files`) has a complete feed only through its ``cdc``
-actions. Writers (``lakelog.changes``), the reader (``lakelog.scan.changes``), the Delta
+actions. Writers (``lakelog.rowlevel``), the reader (``lakelog.scan.feed``), the Delta
 view and Spark import these names from here.
 """
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import lakelog.changes.merge as merge
-from lakelog.changes.merge import SourceKeys
+import lakelog.rowlevel.merge as merge
 from lakelog.log.actions import DataFile, FileStats
+from lakelog.rowlevel.merge import SourceKeys
 
 SCHEMA = pa.schema(
     [

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _changes_helpers import make_table, table_rows
+from _rowlevel_helpers import make_table, table_rows
 
 CLI = [sys.executable, "-m", "lakelog.cli"]
 

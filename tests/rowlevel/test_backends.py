@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from _changes_helpers import SCHEMA, rows
+from _rowlevel_helpers import SCHEMA, rows
 from conftest import Backend
 
 import lakelog

@@ -26,7 +26,7 @@ from ..storage import Storage
 
 if TYPE_CHECKING:
     from ..core.identity import IdentityWrite
-    from .feed import ChangeWriter
+    from .change_files import ChangeWriter
 
 __all__ = ["Counts", "RowChange", "Written"]
 

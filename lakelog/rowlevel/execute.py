@@ -37,13 +37,13 @@ import pyarrow.compute as pc
 from .. import threads
 from ..io.writer import WriteOptions, write_files
 from ..log.actions import AddFile, DataFile
-from ..log.changes import DELETE, UPDATE_POST, UPDATE_PRE
 from ..log.deletion_vectors import MAX_BITMAP_BYTES, union_vector
+from ..log.feed import DELETE, UPDATE_POST, UPDATE_PRE
 from ..properties import get_bool, get_int
 from ..storage import Storage
 from ..transforms import PartitionSpec
 from .base import Counts, RowChange
-from .feed import ChangeWriter
+from .change_files import ChangeWriter
 from .read import read_positions, read_rows
 
 __all__ = ["MAX_WORKERS", "FileOutcome", "ProbeGuide", "RowSink", "run_files"]

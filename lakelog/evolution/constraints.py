@@ -38,7 +38,7 @@ from ..io.guards import (
 from ..log.actions import Metadata
 from ..log.snapshot import Snapshot
 from ..transaction import CommitResult
-from .schema import _commit_change
+from .schema import commit_schema_change
 
 if TYPE_CHECKING:
     from ..core.handle import TableHandle
@@ -139,7 +139,7 @@ def add_constraint(table: TableHandle, name: str, expr: Any) -> CommitResult:
         new = with_constraints(schema, {**existing, name: text})
         return evolved_metadata(snap, new), {"name": name, "expr": text}
 
-    return _commit_change(table, build, operation="ADD CONSTRAINT")
+    return commit_schema_change(table, build, operation="ADD CONSTRAINT")
 
 
 def drop_constraint(table: TableHandle, name: str, *, missing_ok: bool = False) -> CommitResult:
@@ -161,7 +161,7 @@ def drop_constraint(table: TableHandle, name: str, *, missing_ok: bool = False) 
         if str(name).lower() not in names:
             return CommitResult(version=table.snapshot().version, attempts=0,
                                 operation="DROP CONSTRAINT", skipped=True)  # fmt: skip
-    return _commit_change(table, build, operation="DROP CONSTRAINT")
+    return commit_schema_change(table, build, operation="DROP CONSTRAINT")
 
 
 def set_not_null(table: TableHandle, column: str) -> CommitResult:
@@ -189,4 +189,4 @@ def set_not_null(table: TableHandle, column: str) -> CommitResult:
                     )
         return evolved_metadata(snap, new), {"column": column}
 
-    return _commit_change(table, build, operation="SET NOT NULL")
+    return commit_schema_change(table, build, operation="SET NOT NULL")

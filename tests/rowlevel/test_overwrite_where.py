@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _changes_helpers import files_on_disk, make_table, rows, table_rows
+from _rowlevel_helpers import files_on_disk, make_table, rows, table_rows
 
 from lakelog import InvalidArgumentError
-from lakelog.changes import ChangeResult
 from lakelog.log.commits import read_commit
+from lakelog.rowlevel import ChangeResult
 
 
 def test_replaces_exactly_the_matching_rows(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from ..io.schema import check_schema, conform, to_reader
 from ..io.writer import WriteOptions, write_files
 from ..log import mapping
 from ..log.actions import DataFile
-from ..log.changes import INSERT
+from ..log.feed import INSERT
 from ..log.snapshot import Snapshot
 from ..partitioning import partition_scalar
 from ..stats import stats_scalar
@@ -57,7 +57,7 @@ from .clauses import (
 )
 
 if TYPE_CHECKING:
-    from .feed import ChangeWriter
+    from .change_files import ChangeWriter
 
 __all__ = [
     "MatchedAction",

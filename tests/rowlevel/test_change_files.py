@@ -18,17 +18,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _changes_helpers import SCHEMA, rows, table_rows
+from _rowlevel_helpers import SCHEMA, rows, table_rows
 
 import lakelog
 from lakelog import CommitConflictError
-from lakelog.changes.feed import ChangeWriter
-from lakelog.changes.merge import MergeChange
-from lakelog.changes.predicate import DeleteChange, Where
-from lakelog.changes.run import run_change
 from lakelog.errors import UnsupportedFormatError
 from lakelog.log.actions import ChangeFile
-from lakelog.log.changes import (
+from lakelog.log.commits import read_commit
+from lakelog.log.feed import (
     CHANGE_DIR,
     CHANGE_TYPE,
     DELETE,
@@ -37,7 +34,10 @@ from lakelog.log.changes import (
     UPDATE_PRE,
     needs_change_files,
 )
-from lakelog.log.commits import read_commit
+from lakelog.rowlevel.change_files import ChangeWriter
+from lakelog.rowlevel.merge import MergeChange
+from lakelog.rowlevel.predicate import DeleteChange, Where
+from lakelog.rowlevel.run import run_change
 
 FEED = "lakelog.change_data_feed"
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _changes_helpers import SCHEMA, file_rows, files_on_disk, make_table, rows, table_rows
+from _rowlevel_helpers import SCHEMA, file_rows, files_on_disk, make_table, rows, table_rows
 
 import lakelog
 from lakelog import InvalidArgumentError, SchemaMismatchError
-from lakelog.changes import MergeReport
 from lakelog.log.actions import AddFile
 from lakelog.log.commits import read_commit
+from lakelog.rowlevel import MergeReport
 
 
 def source(ids: list[int], note: str = "new", day: str = "d1") -> pa.Table:

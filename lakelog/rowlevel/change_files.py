@@ -30,7 +30,7 @@ from ..errors import InvalidArgumentError
 from ..io.writer import WriteOptions, split_partitions
 from ..log import mapping
 from ..log.actions import AddFile, ChangeFile, DataFile
-from ..log.changes import CHANGE_DIR, CHANGE_TYPE, CHANGE_TYPES, PROPERTY
+from ..log.feed import CHANGE_DIR, CHANGE_TYPE, CHANGE_TYPES, PROPERTY
 from ..partitioning import check_partition_dir
 from ..properties import get_bool
 from ..storage import Storage
@@ -74,7 +74,7 @@ class ChangeWriter:
 
     Rows given to :meth:`add` have the table's columns (``schema``, partition columns
     included); a file holds them without the partition columns, then
-    :data:`~lakelog.log.changes.CHANGE_TYPE`. :meth:`flush` writes what is buffered and
+    :data:`~lakelog.log.feed.CHANGE_TYPE`. :meth:`flush` writes what is buffered and
     returns the ``cdc`` actions of every file written; :meth:`written` lists their paths
     at any time (for staging)."""
 

@@ -28,9 +28,9 @@ from ..core.identity import IdentityWrite
 from ..leases import Lease
 from ..log.actions import Action, AddFile, ChangeFile
 from .base import RowChange, Written
+from .change_files import change_writer
 from .conflicts import RowLevelRebase
 from .execute import Context, FileOutcome, RowSink, run_files
-from .feed import change_writer
 from .merge import MergeChange
 from .result import ChangeResult, FileChange, MergeReport
 

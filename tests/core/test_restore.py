@@ -132,7 +132,7 @@ def test_restore_of_an_expired_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_restore_conflicts_with_an_expiry_of_its_version() -> None:
-    from lakelog.changes.restore import _KeepReadable
+    from lakelog.core.restore import _KeepReadable
 
     class Target:
         version = 4
