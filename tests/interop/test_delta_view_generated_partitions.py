@@ -158,3 +158,24 @@ def test_files_without_the_spec_tag_keep_the_view_unpartitioned(tmp_path: Path) 
     for v in range(t.version + 1):  # older versions read as they did
         got = deltalake_rows(uri, SCHEMA.names, v)
         assert got == lakelog_rows(t, v), f"version {v}"
+
+
+def test_turning_the_change_feed_on_restarts_the_view_unpartitioned(tmp_path: Path) -> None:
+    """Change files record no transform values, so the view of a table with the feed
+    on is unpartitioned; the version that turns it on restarts the view there, and
+    every version before still reads with its partition column."""
+    uri = str(tmp_path / "t")
+    t = lakelog.create_table(
+        uri, SCHEMA, partition_by=["day(ts)"], properties={"lakelog.delta_view": "true"}
+    )
+    t.append(_batch(0, 10))
+    t.set_properties({"lakelog.change_data_feed": "true"})
+    t.append(_batch(10, 10))
+    assert (Path(uri) / "_delta_log" / f"{2:020d}.checkpoint.parquet").exists()
+    assert deltalake.DeltaTable(uri).metadata().partition_columns == []
+    _check_readers(uri, lakelog_rows(t, t.version), SCHEMA.names)
+    old = deltalake.DeltaTable(uri, version=1)
+    assert old.metadata().partition_columns == ["ts_day"]
+    assert rows(old.to_pyarrow_table(), SCHEMA.names) == lakelog_rows(t, 1)
+    changes = deltalake.DeltaTable(uri).load_cdf(starting_version=t.version).read_all()
+    assert sorted(changes.column("id").to_pylist()) == list(range(10, 20))

@@ -382,8 +382,8 @@ def _repartitioned(
     """Whether the view's partition columns at ``after`` differ from those at the
     version before (read only when ``commit`` can have changed them)."""
     v = commit.header.version
-    if v == 0:
-        return False
+    if v == 0 or not after.metadata.partition_specs:
+        return False  # specs are only ever added: no version before had one either
     changes_md = any(isinstance(a, Metadata) for a in commit.actions)
     if not changes_md and not expressible(after.metadata):
         return False  # unpartitioned before and after
