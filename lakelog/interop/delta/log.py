@@ -10,6 +10,7 @@ its own entries from another engine's.
 from __future__ import annotations
 
 import io
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -42,6 +43,7 @@ from ...log.feed import PROPERTY as CDF_PROPERTY
 from ...log.snapshot import Snapshot
 from ...properties import get_bool
 from ...storage import Storage
+from .partitions import DerivedColumn, derived_delta_fields, view_partitioning
 from .stats import StatsConverter
 from .types import delta_protocol, delta_schema_string, view_schema
 from .vectors import ENABLE_FLAG, DeltaVector, delta_vector, holds_vectors, write_vector_files
@@ -156,18 +158,30 @@ def feed_flag(md: Metadata) -> str | None:
     return "true" if get_bool(md.properties, CDF_PROPERTY) else "false"
 
 
-def protocol_action(md: Metadata, *, deletion_vectors: bool = False) -> dict[str, Any]:
-    """``deletion_vectors``: the view's files may carry vectors (:func:`.vectors.holds_vectors`)."""
-    return delta_protocol(
+def protocol_action(
+    md: Metadata, *, deletion_vectors: bool = False, derived: Sequence[DerivedColumn] = ()
+) -> dict[str, Any]:
+    """``deletion_vectors``: the view's files may carry vectors (:func:`.vectors.holds_vectors`).
+    ``derived``: the view's generated partition columns (:mod:`.partitions`), which
+    need the writer feature ``generatedColumns``."""
+    out = delta_protocol(
         md.arrow_schema(),
         change_data_feed=feed_flag(md) is not None,
         deletion_vectors=deletion_vectors,
     )
+    features = out["writerFeatures"]
+    if derived_delta_fields(md.arrow_schema(), derived) and "generatedColumns" not in features:
+        features.insert(0, "generatedColumns")
+    return out
 
 
-def metadata_action(md: Metadata, *, deletion_vectors: bool = False) -> dict[str, Any]:
+def metadata_action(
+    md: Metadata, *, deletion_vectors: bool = False, derived: Sequence[DerivedColumn] = ()
+) -> dict[str, Any]:
     """``deletion_vectors``: the protocol declares the feature, and the configuration
-    says ``delta.enableDeletionVectors: "true"``."""
+    says ``delta.enableDeletionVectors: "true"``. ``derived``: the view's partition
+    columns of a table partitioned by transforms (:mod:`.partitions`): generated
+    columns appended to the schema, and the partition columns."""
     configuration = {"lakelog.delta_view": "true"}
     flag = feed_flag(md)
     if flag is not None:
@@ -182,22 +196,37 @@ def metadata_action(md: Metadata, *, deletion_vectors: bool = False) -> dict[str
         top = max((mapping.column_id(f) or 0 for _, f in mapping.walk(schema)), default=0)
         declared = (schema.metadata or {}).get(mapping.MAX_ID_KEY)
         configuration["delta.columnMapping.maxColumnId"] = str(max(top, int(declared or 0)))
+    schema_string = delta_schema_string(schema)
+    extra = derived_delta_fields(schema, derived)
+    if extra:
+        struct = json.loads(schema_string)
+        struct["fields"].extend(extra)
+        schema_string = json.dumps(struct, separators=(",", ":"))
     return {
         "id": _table_uuid(md.table_id),
         "name": None,
         "description": None,
         "format": {"provider": "parquet", "options": {}},
-        "schemaString": delta_schema_string(schema),
-        "partitionColumns": list(md.partition_by),
+        "schemaString": schema_string,
+        "partitionColumns": [*md.partition_by, *(d.name for d in derived)],
         "configuration": configuration,
         "createdTime": md.created_ms,
     }
 
 
 def _partition_values(
-    partition: Mapping[str, str | None], partition_by: Sequence[str]
+    partition: Mapping[str, str | None],
+    partition_by: Sequence[str],
+    derived: Sequence[DerivedColumn] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> dict[str, str | None]:
-    return {c: partition.get(c) for c in partition_by}
+    """``derived``: the view's partition columns of transforms, whose values are the
+    file's recorded ``tags`` (None for a ``remove``, which records none: Delta matches
+    a remove by path)."""
+    out = {c: partition.get(c) for c in partition_by}
+    for d in derived:
+        out[d.name] = d.value(tags) if tags is not None else None
+    return out
 
 
 def add_action(
@@ -206,11 +235,12 @@ def add_action(
     stats: StatsConverter,
     default_ms: int,
     vector: DeltaVector | None = None,
+    derived: Sequence[DerivedColumn] = (),
 ) -> dict[str, Any]:
     """``vector``: the Delta form of ``a.deleted``."""
     out: dict[str, Any] = {
         "path": delta_path(a.path),
-        "partitionValues": _partition_values(a.partition, partition_by),
+        "partitionValues": _partition_values(a.partition, partition_by, derived, a.tags),
         "size": a.size_bytes,
         "modificationTime": a.modification_ms or default_ms,
         "dataChange": a.data_change,
@@ -224,7 +254,10 @@ def add_action(
 
 
 def remove_action(
-    r: RemoveFile, partition_by: Sequence[str], vector: DeltaVector | None = None
+    r: RemoveFile,
+    partition_by: Sequence[str],
+    vector: DeltaVector | None = None,
+    derived: Sequence[DerivedColumn] = (),
 ) -> dict[str, Any]:
     """``vector``: the Delta form of the vector the file carried until this commit (a
     ``remove`` names the logical file it ends: path and descriptor)."""
@@ -232,8 +265,8 @@ def remove_action(
         "path": delta_path(r.path),
         "deletionTimestamp": r.deletion_ms,
         "dataChange": r.data_change,
-        "extendedFileMetadata": r.size_bytes is not None,
-        "partitionValues": _partition_values(r.partition, partition_by),
+        "extendedFileMetadata": r.size_bytes is not None and not derived,
+        "partitionValues": _partition_values(r.partition, partition_by, derived),
     }
     if r.size_bytes is not None:
         out["size"] = r.size_bytes
@@ -295,6 +328,7 @@ def translate_commit(
     vectors: bool | Callable[[], bool] = False,
     removed: RemovedVectors | None = None,
     first_vectors: bool | Callable[[], bool] = False,
+    derived: Sequence[DerivedColumn] = (),
 ) -> tuple[bytes, list[DeltaVector]]:
     """The Delta commit translating lakelog commit ``header.version``, and the
     deletion vectors its ``add`` actions carry (whose DV files must exist before it).
@@ -307,14 +341,19 @@ def translate_commit(
     ``vectors``: whether the table as of this version declares it
     (:func:`.vectors.holds_vectors`; callables are asked only when needed).
     ``removed``: the vectors of removed files, which their ``remove`` actions name.
+    ``derived``: the view's partition columns of transforms (:mod:`.partitions`).
     """
     lines: list[dict[str, Any]] = [{"commitInfo": commit_info(header, actions)}]
     adds_vectors = any(isinstance(a, AddFile) and a.deleted is not None for a in actions)
     first = adds_vectors and (first_vectors() if callable(first_vectors) else first_vectors)
     if start or first or any(isinstance(a, Metadata) for a in actions):
         declared = vectors() if callable(vectors) else vectors
-        lines.append({"protocol": protocol_action(metadata, deletion_vectors=declared)})
-        lines.append({"metaData": metadata_action(metadata, deletion_vectors=declared)})
+        lines.append(
+            {"protocol": protocol_action(metadata, deletion_vectors=declared, derived=derived)}
+        )
+        lines.append(
+            {"metaData": metadata_action(metadata, deletion_vectors=declared, derived=derived)}
+        )
     parts = metadata.partition_by
     stats = StatsConverter(metadata.arrow_schema(), parts)
     written: list[DeltaVector] = []
@@ -324,11 +363,11 @@ def translate_commit(
             if a.deleted is not None:
                 vector = delta_vector(a.path, a.deleted, a.num_rows)
                 written.append(vector)
-            lines.append({"add": add_action(a, parts, stats, header.timestamp_ms, vector)})
+            lines.append({"add": add_action(a, parts, stats, header.timestamp_ms, vector, derived)})
         elif isinstance(a, RemoveFile):
             old = (removed or {}).get(a.path)
             gone = delta_vector(a.path, *old) if old is not None else None
-            lines.append({"remove": remove_action(a, parts, gone)})
+            lines.append({"remove": remove_action(a, parts, gone, derived)})
         elif isinstance(a, ChangeFile):
             lines.append({"cdc": cdc_action(a, parts)})
         elif isinstance(a, AppTransaction):  # Delta's own idempotent-write marker
@@ -491,7 +530,7 @@ def _rows(
 
 
 def _checkpoint_adds(
-    snapshot: Snapshot, vectors: list[DeltaVector] | None
+    snapshot: Snapshot, vectors: list[DeltaVector] | None, derived: Sequence[DerivedColumn] = ()
 ) -> Iterator[list[dict[str, Any]]]:
     """The ``add`` actions of every live file, in batches (the file table is columnar:
     each batch is decoded on its own). ``vectors``: where to collect the Delta form of
@@ -521,15 +560,17 @@ def _checkpoint_adds(
             if bitmap is not None and vectors is not None:
                 vector = delta_vector(path, DeletionVector(rows=gone, bitmap=bitmap), rows)
                 vectors.append(vector)
+            tag_map = _TAGS_DEC.decode(tags) if tags else {}
             add: dict[str, Any] = {
                 "path": delta_path(path),
-                "partitionValues": _partition_values(_PART_DEC.decode(part) if part else {}, parts),
+                "partitionValues": _partition_values(
+                    _PART_DEC.decode(part) if part else {}, parts, derived, tag_map
+                ),
                 "size": size,
                 "modificationTime": mtime or snapshot.timestamp_ms,
                 "dataChange": False,
                 "stats": stats.delta_stats_json(rows, st, tight=vector is None),
             }
-            tag_map = _TAGS_DEC.decode(tags) if tags else {}
             if tag_map:
                 add["tags"] = tag_map
             if vector is not None:
@@ -551,17 +592,22 @@ def write_checkpoint(storage: Storage, snapshot: Snapshot, *, write_vectors: boo
     declared = holds_vectors(snapshot)
     schema = CHECKPOINT_SCHEMA_DV if declared else CHECKPOINT_SCHEMA
     vectors: list[DeltaVector] | None = [] if declared else None
+    derived = view_partitioning(snapshot)
     with pq.ParquetWriter(sink, schema, compression="snappy") as writer:
         txns = [_txn(app, v, None) for app, v in sorted(snapshot.app_versions.items())]
         writer.write_table(
             _rows(
-                protocol=protocol_action(snapshot.metadata, deletion_vectors=declared),
-                metadata=metadata_action(snapshot.metadata, deletion_vectors=declared),
+                protocol=protocol_action(
+                    snapshot.metadata, deletion_vectors=declared, derived=derived
+                ),
+                metadata=metadata_action(
+                    snapshot.metadata, deletion_vectors=declared, derived=derived
+                ),
                 txns=txns,
                 schema=schema,
             )
         )
-        for adds in _checkpoint_adds(snapshot, vectors):
+        for adds in _checkpoint_adds(snapshot, vectors, derived):
             writer.write_table(_rows(adds=adds, schema=schema))
             num_adds += len(adds)
     data = sink.getvalue()

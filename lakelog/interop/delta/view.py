@@ -58,6 +58,7 @@ from ...log.format import DELETION_VECTORS
 from ...log.snapshot import Snapshot, advance, load_snapshot
 from ...properties import get_bool, get_int
 from ...storage import Storage
+from ...transforms import SPEC_TAG
 from .log import (
     BROKEN_MARK,
     DELTA_LOG,
@@ -72,6 +73,7 @@ from .log import (
     translate_commit,
     write_checkpoint,
 )
+from .partitions import DerivedColumn, expressible, view_partitioning
 from .types import check_schema
 from .vectors import descriptor_file, holds_vectors, vectors_of, write_vector_files
 
@@ -341,11 +343,19 @@ def _put(
     expired = [a.oldest_version for a in commit.actions if isinstance(a, ExpireVersions)]
     if expired:
         _trim(storage, max(expired), None, progress if progress is not None else _Progress())
+    derived = view_partitioning(after)
+    if not start and _repartitioned(storage, commit, after, derived):
+        # the view's partition columns change (a spec set or dropped, the last file
+        # without the spec's tag gone, or one added): every live file needs its new
+        # partition values, so this version restarts the view with a checkpoint
+        write_checkpoint(storage, after)
+        start = True
     data, vectors = translate_commit(
         commit.header,
         commit.actions,
         after.metadata,
         start=start,
+        derived=derived,
         vectors=lambda: holds_vectors(after),
         removed=removed,
         # the first vectors of the view: no file besides those this entry marks has one
@@ -364,6 +374,32 @@ def _put(
         _verify(storage, v, commit.header.txn_id)
         return False
     return True
+
+
+def _repartitioned(
+    storage: Storage, commit: Commit, after: Snapshot, derived: tuple[DerivedColumn, ...]
+) -> bool:
+    """Whether the view's partition columns at ``after`` differ from those at the
+    version before (read only when ``commit`` can have changed them)."""
+    v = commit.header.version
+    if v == 0 or not after.metadata.partition_specs:
+        return False  # specs are only ever added: no version before had one either
+    changes_md = any(isinstance(a, Metadata) for a in commit.actions)
+    if not changes_md and not expressible(after.metadata):
+        return False  # unpartitioned before and after
+    if not changes_md and not derived:
+        adds_untagged = any(
+            isinstance(a, AddFile) and a.tags.get(SPEC_TAG) != "0" for a in commit.actions
+        )
+        if not adds_untagged:
+            return False  # the files without the tag were there before too
+    elif not changes_md and not any(isinstance(a, RemoveFile) for a in commit.actions):
+        return False  # tagged files added to a partitioned view
+    try:
+        before = load_snapshot(storage, v - 1)
+    except VersionExpiredError:
+        return False  # the entry that starts the view (a checkpoint) stands for it
+    return view_partitioning(before) != derived
 
 
 def _due(snapshot: Snapshot) -> bool:
