@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from ...log import mapping
 from ...log.actions import Metadata
-from ...log.changes import PROPERTY as CDF_PROPERTY
+from ...log.feed import PROPERTY as CDF_PROPERTY
 from ...log.snapshot import Snapshot
 from ...transforms import SPEC_TAG, TAG_PREFIX, PartitionField, parse_field
 from .types import view_schema
