@@ -428,7 +428,7 @@ PROPERTIES: dict[str, Property] = {
             "maintain/model.py)",
             low=1,
         ),
-        # deletion vectors (docs/format.md, "Deletion vectors"; docs/changes.md)
+        # deletion vectors (docs/format.md, "Deletion vectors"; docs/row-level-changes.md)
         Property(
             "lakelog.deletion_vectors",
             "bool",

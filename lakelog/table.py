@@ -434,7 +434,7 @@ class Table:
 
         Only files whose statistics can match are read and only files holding a
         matching row are rewritten, the rest of each kept row for row. Matching
-        nothing commits nothing (``result.committed`` is False). See ``docs/changes.md``.
+        nothing commits nothing (``result.committed`` is False). See ``docs/row-level-changes.md``.
 
         Args:
             where: the rows to delete, a :data:`~lakelog.FilterLike`; required.
