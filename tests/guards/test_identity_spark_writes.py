@@ -124,3 +124,15 @@ def test_a_value_given_to_an_always_column_is_refused(
     assert t.refresh().version == 1
     on_disk = {p for p in os.listdir(tmp_path / "t") if p.endswith(".parquet")}
     assert on_disk == {f.path for f in t.snapshot().files()}
+
+
+def test_spark_write_numbers_a_partitioned_table(spark: Any, tmp_path: Path) -> None:
+    t = lakelog.create_table(
+        str(tmp_path / "p"), SCHEMA, partition_by=["v"], identity={"id": {"start": 10, "step": 5}}
+    )
+    df = spark.createDataFrame([(k, f"p{k % 3}") for k in range(30)], "k long, v string")
+    lspark.write(df.repartition(3), t.uri)
+    t.refresh()
+    ids = sorted(t.snapshot().to_arrow()["id"].to_pylist())
+    assert ids == list(range(10, 10 + 30 * 5, 5))
+    assert {f.partition["v"] for f in t.snapshot().files()} == {"p0", "p1", "p2"}
