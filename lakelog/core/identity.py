@@ -136,6 +136,13 @@ class IdentityWrite:
         self.shifts += 1
         return out
 
+    def shifted(self, add: AddFile, shifts: dict[str, int]) -> list[AddFile]:
+        """``add``'s file written again with the identity values moved by ``shifts``
+        (column to the amount added), staged with this write's files; ``add``'s file is
+        deleted. Spark's writers move each task's values to its place in the write with
+        it (``lakelog.spark.modes.numbered_tasks``)."""
+        return self._shifted(add, shifts)
+
     def _shifted(self, add: AddFile, shifts: dict[str, int]) -> list[AddFile]:
         """``add``'s file written again with the identity values moved by ``shifts``."""
         file_schema = pa.schema([f for f in self.schema if f.name not in self.partition_by])

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (
 
 from ..core import WritePlan, write_options_from
 from ..errors import SchemaMismatchError, TableNotFoundError
-from ..io.guards import refuse_given_identity
+from ..io.guards import IdentityAllocator, refuse_given_identity
 from ..io.parquet_settings import check_parquet_properties
 from ..io.schema import conform
 from ..io.writer import write_files
@@ -42,6 +42,7 @@ from .modes import (
     auto_compact_here,
     commit_written,
     dataframe_plan,
+    numbered_columns,
     outside_rows,
     parse_replace_where,
     refuse_outside,
@@ -121,11 +122,15 @@ def write_task_files(
     column they lack), written with lakelog's writer, names carrying ``lease_id``. Shared
     by the batch writer and the streaming sink (:mod:`lakelog.spark.streaming`). ``spec``:
     the table's current spec of transforms (format version 8), whose values split the
-    rows into files."""
+    rows into files. The identity columns the batches lack are numbered from the first
+    value above ``schema``'s marks, as if the task were the write's only one: the
+    driver moves each task's values to its place in the write
+    (:func:`~lakelog.spark.modes.numbered_tasks`)."""
+    numbers = IdentityAllocator(schema)
 
     def checked(b: pa.RecordBatch) -> pa.RecordBatch:
         refuse_given_identity(b.schema.names, schema, where="the DataFrame")
-        return conform(b, schema)
+        return conform(numbers.fill(b) if numbers else b, schema)
 
     return write_files(
         storage,
@@ -189,6 +194,8 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             self.props = dict(spec.properties or {})
             check_parquet_properties(self.props, table_schema, parts)
         parse_replace_where(spec, plan.schema)  # a bad filter fails before any task runs
+        # values for a GENERATED ALWAYS identity column: refused before any task runs
+        refuse_given_identity(schema.fieldNames(), plan.schema, where="the DataFrame")
         self.spark_schema = schema
         self.schema_bytes = plan.schema.serialize().to_pybytes()
         self.partition_by = tuple(parts)
@@ -260,6 +267,9 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             properties=self.props if snap is None else {},
             where=where,
             parameters={"format": "lakelog"},
+            numbered=[decode_adds(m.adds) for m in done],
+            numbered_from=written,
+            numbers=numbered_columns(written, self.spark_schema.fieldNames()),
         )
         auto_compact_here(storage, result, entry="df.write.format('lakelog')")
 

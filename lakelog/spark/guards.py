@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..errors import SchemaMismatchError
 from ..io.guards import check_rows, guards_of, refuse_given_identity
 from ..io.schema import conform
 from .errors import carry
@@ -28,18 +27,10 @@ __all__ = ["RowGuard", "filled_columns", "guarded"]
 
 def filled_columns(schema: pa.Schema, given: Sequence[str]) -> list[str]:
     """The generated columns of ``schema`` a DataFrame of columns ``given`` lacks (the
-    guard computes them); refuses a write to a table with identity columns, whose
-    values only the embedded writers give out."""
-    guards = guards_of(schema)
+    guard computes them); refuses values given for a GENERATED ALWAYS identity column
+    (the write numbers the rows, ``lakelog.spark.modes.numbered_tasks``)."""
     refuse_given_identity(given, schema, where="the DataFrame")
-    missing = [c for c in guards.identity if c not in given]
-    if missing:
-        raise SchemaMismatchError(
-            f"expected values for identity columns {missing} in the DataFrame, found none: "
-            f"Spark's writers do not give out identity values; append the rows with "
-            f"Table.append, or declare the column BY DEFAULT and give values."
-        )
-    return [c for c in guards.generated if c not in given]
+    return [c for c in guards_of(schema).generated if c not in given]
 
 
 @carry

@@ -47,7 +47,10 @@ from ..core import (
     overwrite_removes,
     plan_write,
     staged,
+    write_options_from,
 )
+from ..core.identity import IdentityWrite
+from ..core.staged import Staged
 from ..errors import (
     AppVersionCommittedError,
     InvalidArgumentError,
@@ -55,6 +58,7 @@ from ..errors import (
     TableExistsError,
 )
 from ..filters import FilterLike, parse_filter
+from ..io.guards import guards_of, marks_of, with_marks
 from ..io.schema import conform
 from ..leases import Lease
 from ..log import mapping
@@ -481,6 +485,9 @@ def commit_written(
     parameters: Mapping[str, Any] | None = None,
     operation: str = "SPARK WRITE",
     create_operation: str = "SPARK CREATE TABLE AS WRITE",
+    numbered: Sequence[Sequence[AddFile]] = (),
+    numbered_from: pa.Schema | None = None,
+    numbers: Sequence[str] = (),
 ) -> CommitResult:
     """Commit the data files ``adds`` (already at their final paths, under ``lease``) as
     ``spec`` says, on top of ``snap`` (None: create the table, with ``plan.schema``,
@@ -490,10 +497,29 @@ def commit_written(
     A write whose app version landed first deletes ``adds`` and returns the commit that
     recorded it (``skipped=True``); a write refused before its put (a conflict, an expired
     lease) deletes ``adds`` and raises; any other failure leaves them (the commit may have
-    landed; vacuum removes them if not)."""
+    landed; vacuum removes them if not).
+
+    ``numbered``: per task, the files of ``adds`` whose identity columns ``numbers`` the task
+    numbered from the first value of ``numbered_from`` (the schema the tasks got), as
+    if it were the write's only task; the commit moves each task's values past the
+    tasks' before it and the marks of ``snap`` (:func:`numbered_tasks`), records the
+    mark, and moves them again past a concurrent write's (docs/constraints.md)."""
     try:
         with staged(storage) as files:
             files.add(adds)
+            identity = None
+            if snap is not None and numbered_from is not None and numbers:
+                adds, identity = numbered_tasks(
+                    storage,
+                    snap,
+                    plan.schema,
+                    adds,
+                    numbered,
+                    numbered_from,
+                    numbers,
+                    lease=lease,
+                    files=files,
+                )
             return _commit(
                 storage,
                 snap,
@@ -507,9 +533,69 @@ def commit_written(
                 parameters=dict(parameters or {}),
                 operation=operation,
                 create_operation=create_operation,
+                identity=identity,
             )
     except AppVersionCommittedError as e:  # the same batch landed first; files deleted
         return landed_first(storage, e, operation=operation)
+
+
+def numbered_columns(schema: pa.Schema, given: Sequence[str]) -> tuple[str, ...]:
+    """The identity columns of ``schema`` a DataFrame of columns ``given`` lacks: the
+    write's tasks number them."""
+    return tuple(c for c in guards_of(schema).identity if c not in given)
+
+
+def numbered_tasks(
+    storage: Storage,
+    snap: Snapshot,
+    schema: pa.Schema,
+    adds: list[AddFile],
+    numbered: Sequence[Sequence[AddFile]],
+    numbered_from: pa.Schema,
+    numbers: Sequence[str],
+    *,
+    lease: Lease | None,
+    files: Staged,
+) -> tuple[list[AddFile], IdentityWrite | None]:
+    """``adds`` with each task's identity values moved to its place in the write, and
+    the :class:`~lakelog.core.identity.IdentityWrite` whose marks the commit records
+    and whose rebase moves them past a concurrent write's.
+
+    Every task numbered its rows from the first value above the marks of
+    ``numbered_from``, as if it were alone; task ``k``'s files are written again with
+    their values moved by the rows of the tasks before it, plus however far ``snap``'s
+    marks moved past ``numbered_from``'s (a streaming micro-batch's tasks ran on an
+    older snapshot than its commit). The first task's files stay as written when
+    nothing moved. A write's values are thus consecutive from ``snap``'s mark."""
+    current = with_marks(schema, {c: m for c, m in marks_of(snap.schema).items() if m is not None})
+    identity = IdentityWrite(
+        storage,
+        current,
+        partition_by=snap.partition_by,
+        options=write_options_from(snap.properties),
+        lease_id=None if lease is None else lease.lease_id,
+        files=files,
+    )
+    numbered = [list(t) for t in numbered if t]
+    if not identity or not numbered:
+        return adds, None
+    now = guards_of(current).identity
+    then = guards_of(numbered_from).identity
+    names = [c for c in numbers if c in now and c in then]
+    moved: dict[str, list[AddFile]] = {}
+    before = 0
+    for task in numbered:
+        shifts = {c: now[c].first() - then[c].first() + before * now[c].step for c in names}
+        if any(shifts.values()):
+            for a in task:
+                moved[a.path] = identity.shifted(a, shifts)
+        before += sum(a.num_rows for a in task)
+    if not before:
+        return adds, None
+    out = [m for a in adds for m in moved.get(a.path, [a])]
+    identity.allocator.marks.update({c: now[c].first() + (before - 1) * now[c].step for c in names})
+    identity.only = {m.path for t in numbered for a in t for m in moved.get(a.path, [a])}
+    return out, identity
 
 
 def _commit(
@@ -526,6 +612,7 @@ def _commit(
     parameters: dict[str, Any],
     operation: str,
     create_operation: str,
+    identity: IdentityWrite | None = None,
 ) -> CommitResult:
     app = spec.app
     metrics: dict[str, Any] = {
@@ -570,7 +657,10 @@ def _commit(
             _StagedOverwrite(where, adds),
             snap,
             lease=lease,
-            extra_actions=[] if app is None else [app],
+            extra_actions=[
+                *[m for m in [identity and identity.metadata(snap.metadata)] if m],
+                *([] if app is None else [app]),
+            ],
         )
         return CommitResult(
             version=done.version,
@@ -580,7 +670,10 @@ def _commit(
             actions=done.actions,
             skipped=not done.committed,
         )
-    actions: list[Action] = [plan.metadata] if plan.metadata is not None else []
+    metadata = plan.metadata
+    if identity is not None:  # the marks of the values the tasks gave out
+        metadata = identity.metadata(metadata or snap.metadata) or metadata
+    actions: list[Action] = [metadata] if metadata is not None else []
     scope: list[dict[str, str | None]] | None = None
     header = {**spec.header(), **plan.parameters(), **parameters}
     if spec.mode == "overwrite":
@@ -605,4 +698,5 @@ def _commit(
         metrics=metrics,
         replaced_partitions=scope,
         lease=lease,
+        rebase=identity,
     ).result

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..errors import SchemaMismatchError
-from ..io.guards import GENERATION_KEY
+from ..io.guards import GENERATION_KEY, IDENTITY_START
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -237,7 +237,8 @@ def check_dataframe_schema(df_schema: StructType, table_schema: pa.Schema) -> No
             continue
         got = found.get(field.name)
         if got is None:
-            if not (field.metadata and GENERATION_KEY in field.metadata):  # computed
+            computed = (GENERATION_KEY, IDENTITY_START)  # computed, or numbered
+            if not (field.metadata and any(k in field.metadata for k in computed)):
                 problems.append(f"missing column {field.name!r} ({field.type})")
             continue
         want = to_spark_type(field.type)

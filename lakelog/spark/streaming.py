@@ -80,6 +80,7 @@ from .modes import (
     auto_compact_here,
     commit_written,
     dataframe_plan,
+    numbered_columns,
     same_partitioning,
 )
 from .options import stream_write_options
@@ -322,11 +323,13 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 return done
             plan, parts, props = self._plan(snap)
             written = next((m for m in sent if m.lease_id is not None), None)
+            numbered_from = None
             if written is not None:
                 _check_written(written, plan.schema, parts)
                 # the files hold columns under the physical names of the plan they were
                 # written with (format.md, "Column ids"): keep those, or refuse
-                plan = as_written(plan, pa.ipc.read_schema(pa.py_buffer(written.schema)), snap)
+                numbered_from = pa.ipc.read_schema(pa.py_buffer(written.schema))
+                plan = as_written(plan, numbered_from, snap)
         return commit_written(
             storage,
             snap,
@@ -341,6 +344,12 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             parameters={"output_mode": "complete" if self.overwrite else "append"},
             operation=OPERATION,
             create_operation=CREATE_OPERATION,
+            # the identity values the tasks gave out, moved past snap's (modes.py)
+            numbered=[decode_adds(m.adds) for m in sent],
+            numbered_from=numbered_from,
+            numbers=()
+            if numbered_from is None
+            else numbered_columns(numbered_from, self.spark_schema.fieldNames()),
         )
 
     def _query_id(self, sent: list[_BatchFiles], batch_id: int) -> str | None:

@@ -70,6 +70,7 @@ from .modes import (
     commit_written,
     count_outside,
     dataframe_plan,
+    numbered_columns,
     outside_rows,
     parse_replace_where,
     refuse_outside,
@@ -292,9 +293,11 @@ def write_dataframe(
                 f"existing table."
             )
         filled = filled_columns(snap.schema, df.columns)
-        frame, plan = _aligned(df, snap, spec.schema_mode, filled)
-        # the table's rules, checked in the tasks that write the rows (spark/guards.py)
-        frame = guarded(frame, plan.schema, filled)
+        numbers = numbered_columns(snap.schema, df.columns)
+        frame, plan = _aligned(df, snap, spec.schema_mode, [*filled, *numbers])
+        # the table's rules, checked in the tasks that write the rows (guards.py); with
+        # identity columns to number, lakelog's writer in the tasks numbers and checks
+        frame = frame.drop(*numbers, *filled) if numbers else guarded(frame, plan.schema, filled)
         parts, props = snap.partition_by, snap.properties
         transforms = snap.partition_spec
     else:
@@ -305,9 +308,10 @@ def write_dataframe(
         check_dataframe_schema(df.schema, created)
         check_parquet_properties(props, created, parts)
         frame, plan = df.select(*columns_of(created.names)), WritePlan(created)
+        numbers = ()
     schema = plan.schema
     where = parse_replace_where(spec, schema)  # a bad filter fails before Spark runs
-    if transforms is not None:  # Spark's writer cannot compute them: lakelog's tasks do
+    if transforms is not None or numbers:  # Spark's writer cannot: lakelog's tasks do
         return _write_in_tasks(
             storage,
             snap,
@@ -315,6 +319,8 @@ def write_dataframe(
             spec,
             plan=plan,
             transforms=transforms,
+            parts=parts,
+            numbers=numbers,
             properties=props,
             where=where,
             operation=operation,
@@ -396,7 +402,9 @@ def _write_in_tasks(
     spec: WriteSpec,
     *,
     plan: WritePlan,
-    transforms: PartitionSpec,
+    transforms: PartitionSpec | None,
+    parts: Sequence[str],
+    numbers: Sequence[str],
     properties: Mapping[str, str],
     where: Where | None,
     operation: str,
@@ -405,7 +413,9 @@ def _write_in_tasks(
     """A write into a table partitioned by transforms (or creating one): Spark's tasks
     write their rows with lakelog's writer, which splits them by the spec's values and
     records them in each file's tags (as ``df.write.format("lakelog")`` does); the files
-    carry the write's lease; one commit on the driver."""
+    carry the write's lease; one commit on the driver. Also a write into a table with
+    identity columns ``numbers`` the DataFrame lacks: each task numbers its rows, the
+    commit moves each task's values to its place (:func:`~.modes.numbered_tasks`)."""
     from .batch import write_task_files
     from .environment import check_executors
     from .rowlevel.jobs import RECORDS, collect_records, decode_records, map_in_arrow, task_record
@@ -440,7 +450,7 @@ def _write_in_tasks(
             here,
             rows(),
             schema=schema,
-            partition_by=(),
+            partition_by=() if transforms is not None else tuple(parts),
             properties=props,
             lease_id=lease_id,
             spec=transforms,
@@ -455,6 +465,7 @@ def _write_in_tasks(
         lease_id = lease.lease_id
         records = collect_records(map_in_arrow(frame, run, RECORDS), operation)
         adds = decode_records(records).new
+        tasks = [decode_records([r]).new for r in records if r.kind == "new"]
         outside = sum(int(bytes(r.payload)) for r in records if r.kind == "outside")
         if where is not None and outside:
             storage.delete([a.path for a in adds])
@@ -465,12 +476,17 @@ def _write_in_tasks(
             adds,
             spec,
             plan=plan,
-            partition_by=snap.partition_by if snap is not None else transforms.texts,
+            partition_by=snap.partition_by
+            if snap is not None
+            else (transforms.texts if transforms is not None else ()),
             properties=props,
             where=where,
             lease=lease,
             parameters=parameters,
             operation=operation,
+            numbered=tasks,
+            numbered_from=plan.schema,
+            numbers=numbers,
         )
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import lakelog
 import lakelog.spark as lspark
-from lakelog import ConstraintViolationError, SchemaMismatchError
+from lakelog import ConstraintViolationError
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
@@ -99,18 +99,6 @@ def test_spark_update_and_merge_refuse_violating_rows(spark: Any, tmp_path: Path
     with pytest.raises(ConstraintViolationError, match="'positive'"):
         lspark.merge(spark, t.uri, source, on="id")
     assert t.refresh().version == v
-
-
-def test_spark_write_to_a_table_with_an_identity_column_is_refused(
-    spark: Any, tmp_path: Path
-) -> None:
-    t = lakelog.create_table(
-        str(tmp_path / "t"), pa.schema([("id", pa.int64()), ("v", pa.string())]),
-        identity={"id": {}},
-    )  # fmt: skip
-    with pytest.raises(SchemaMismatchError, match="identity columns"):
-        lspark.write(spark.createDataFrame([("a",)], "v string"), t.uri)
-    assert t.refresh().version == 0
 
 
 def test_spark_sql_insert_computes_a_generated_column_and_refuses_a_violation(
