@@ -101,8 +101,8 @@ def create_with_files(
     parts, specs = partition_layout(schema, partition_by)
     props = validate_properties_for(schema, parts, properties)
     # new tables mark deleted rows in deletion vectors unless told otherwise, or created
-    # with the Delta view, which then stays readable by every Delta reader (docs/row-level-changes.md,
-    # "Copy-on-write or deletion vectors": the default and why)
+    # with the Delta view, which then stays readable by every Delta reader
+    # (docs/row-level-changes.md, "Copy-on-write or deletion vectors": the default and why)
     if not get_bool(props, "lakelog.delta_view"):
         props.setdefault(NEW_TABLE_VECTORS[0], NEW_TABLE_VECTORS[1])
     listing = list_log(storage)

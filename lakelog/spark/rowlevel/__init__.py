@@ -6,7 +6,8 @@ conditions and values), :mod:`.routing` (source rows to candidate files), :mod:`
 :mod:`.predicate` (delete and update), :mod:`.jobs` (what they share), :mod:`.merge`.
 
 :func:`merge`, :func:`delete` and :func:`update` mean what :meth:`lakelog.Table.merge`,
-:meth:`~lakelog.Table.delete` and :meth:`~lakelog.Table.update` mean (``docs/row-level-changes.md``),
+:meth:`~lakelog.Table.delete` and :meth:`~lakelog.Table.update` mean
+(``docs/row-level-changes.md``),
 and run the embedded change code (:mod:`lakelog.rowlevel`) file by file inside Spark tasks:
 
 1. **Plan on the driver.** The latest snapshot; for a merge, ONE aggregate over the
