@@ -63,7 +63,8 @@ from .rowlevel import (
     when_not_matched_insert,
 )
 from .scan import Snapshot
-from .table import Table, convert, create_table, open_table, write_table
+from .table import Table
+from .tables import convert, create_table, open_table, write_table
 from .transaction import CommitResult
 
 __all__ = [

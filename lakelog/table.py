@@ -13,44 +13,18 @@ import pyarrow.compute as pc
 from . import core
 from .core.handle import TableCore, TableHandle
 from .core.restore import restore_table
-from .errors import InvalidArgumentError, TableNotFoundError
 from .evolution.rename import rename_column
 from .evolution.schema import add_columns, drop_columns, widen_column
-from .filters import FilterLike, PartitionFilterLike
+from .filters import FilterLike
 from .inspect import TableInspect
 from .interop.convert import add_files
-from .interop.convert import convert as convert_in_place
 from .io.guards import constraints_of, guards_of
 from .io.writer import WriteOptions
 from .leases import Lease
 from .log.actions import Action, AddFile, AppTransaction, CommitHeader, Metadata
-from .log.snapshot import Snapshot, load_snapshot
+from .log.snapshot import Snapshot
 from .maintenance.auto import attach_auto_compaction
-from .maintenance.claims import PlanStatus, plan_statuses
-from .maintenance.cleanup.expire import expire_snapshots
-from .maintenance.cleanup.report import ExpireReport, VacuumReport
-from .maintenance.cleanup.vacuum import vacuum
-from .maintenance.clustering.layout import ClusteringReport, clustering_report
-from .maintenance.clustering.run import optimize_table
-from .maintenance.clustering.spec import (
-    DeclaredClustering,
-    declaration_properties,
-    declared_clustering,
-)
-from .maintenance.compaction.run import compact_table
-from .maintenance.maintain.report import MaintainReport
-from .maintenance.maintain.run import maintain_table
-from .maintenance.options import (
-    ClusteringOptions,
-    CompactionOptions,
-    ExecutionOptions,
-    execution_from_arguments,
-    from_arguments,
-)
-from .maintenance.report import MaintenanceReport
-from .maintenance.resume import resume_plan
-from .partitioning import check_partition_columns
-from .properties import get_bool, validate_properties
+from .properties import get_bool
 from .rowlevel import (
     ChangeResult,
     MergeClause,
@@ -60,20 +34,21 @@ from .rowlevel import (
     overwrite_rows,
     update_rows,
 )
+from .rowlevel.clauses import has_sql_text
 from .scan import Snapshot as ReadableSnapshot
 from .scan.feed import ChangeFeed, open_feed
 from .storage import Storage
+from .table_maintenance import MaintenanceMethods
 from .transaction import CommitResult, Kind, Rebase, Rebuild
-from .upgrade import UpgradeReport, upgrade_table
 
-__all__ = ["Table", "convert", "create_table", "open_table", "returning_table", "write_table"]
+__all__ = ["Table", "WriteMode", "returning_table"]
 
 WriteMode = Literal["append", "overwrite", "error"]
 _Result = TypeVar("_Result", bound=CommitResult)
 _Args = ParamSpec("_Args")
 
 
-class Table:
+class Table(MaintenanceMethods):
     """A lakelog table at one location.
 
     A ``Table`` caches the snapshot it last resolved; :meth:`refresh` reads
@@ -498,7 +473,7 @@ class Table:
 
         text = None
         forms = (when_matched, when_not_matched, when_not_matched_by_source)
-        if any(_has_text(f) for f in forms):
+        if any(has_sql_text(f) for f in forms):
             from .scan.engines import require
 
             require("sqlglot", purpose="SQL text in merge clauses")
@@ -686,302 +661,6 @@ class Table:
 
         return restore_table(self._core, version, as_of=as_of)
 
-    # -- maintenance (see lakelog.maintenance) -------------------------------------
-    # MAINTENANCE-METHODS (each maintenance module adds its delegating method here)
-    def expire_snapshots(
-        self,
-        *,
-        older_than: dt.timedelta | None = None,
-        retain_last: int | None = None,
-        dry_run: bool = False,
-    ) -> ExpireReport:
-        """Make versions older than ``older_than`` and not among the newest
-        ``retain_last`` unreadable, and delete the data and log files only they
-        used. See :mod:`lakelog.maintenance.cleanup.expire`.
-
-        Args:
-            older_than: the age of the versions to expire; default None,
-                ``lakelog.expire.older_than_seconds`` (7 days).
-            retain_last: the newest versions always kept; default None,
-                ``lakelog.expire.retain_last`` (10).
-            dry_run: only report what would be expired and deleted; default False.
-
-        Raises:
-            CleanupRunningError: another expiry or vacuum is running on the table.
-        """
-
-        return expire_snapshots(
-            self._core, older_than=older_than, retain_last=retain_last, dry_run=dry_run
-        )
-
-    def vacuum(
-        self,
-        *,
-        older_than: dt.timedelta | None = None,
-        dry_run: bool = True,
-        force: bool = False,
-    ) -> VacuumReport:
-        """List (or, with ``dry_run=False``, delete) files under the root that no
-        retained version references and that are older than ``older_than``. See
-        :mod:`lakelog.maintenance.cleanup.vacuum`.
-
-        Args:
-            older_than: the age of the files to delete; default None,
-                ``lakelog.vacuum.older_than_seconds`` (3 days).
-            dry_run: only list the files; default True.
-            force: accept ``older_than`` below ``lakelog.vacuum.min_age_seconds`` (1 hour),
-                when no writer runs; default False.
-
-        Raises:
-            CleanupRunningError: another expiry or vacuum is running on the table.
-        """
-
-        return vacuum(self._core, older_than=older_than, dry_run=dry_run, force=force)
-
-    def maintain(
-        self, *, budget_bytes: int | None = 1 << 30, dry_run: bool = True
-    ) -> MaintainReport:
-        """Decide what the table needs from a cost model, and (with ``dry_run=False``) do
-        the best of it within ``budget_bytes``: compact a partition, cluster, purge
-        deletion vectors, write a manifest, expire, vacuum. Each action is ranked by its
-        expected benefit per byte rewritten and runs through its usual operation; its
-        commit records why (``maintain`` in the commit's parameters). See
-        :mod:`lakelog.maintenance.maintain` and ``docs/maintenance.md``.
-
-        Args:
-            budget_bytes: the most bytes the chosen rewrites may read and write again;
-                default 1 GiB; None: no bound. Actions beyond it are reported as left.
-            dry_run: only rank and report; default True.
-        """
-
-        return maintain_table(self._core, budget_bytes=budget_bytes, dry_run=dry_run)
-
-    def upgrade(self) -> UpgradeReport:
-        """Move the table to the newest format version now: declare it (a metadata
-        commit, only if the table declares an older one: version 3 lets maintenance runs
-        claim their files) and write a version-2 manifest (root and leaves) at the latest
-        version unless it has one. See :mod:`lakelog.upgrade` and ``docs/format.md``,
-        "Upgrading a table"."""
-
-        return upgrade_table(self._core)
-
-    def plans(self) -> list[PlanStatus]:
-        """Pending maintenance plans: runs that claimed files on the log and have not
-        landed or released all their groups, oldest first, each ``running`` (its lease is
-        live) or not (it stopped: resume it with :meth:`resume`). See ``docs/format.md``,
-        "Maintenance plans and claims"."""
-
-        return plan_statuses(self.storage, self._core.refresh().cached)
-
-    def resume(
-        self,
-        plan_id: str,
-        *,
-        execution: ExecutionOptions | None = None,
-        max_concurrent_groups: int | None = None,
-        max_bytes_per_second: float | None = None,
-        partial_progress: bool = False,
-    ) -> MaintenanceReport:
-        """Finish the pending plan ``plan_id`` of a run that stopped (crashed, or failed):
-        claim its pending groups again and rewrite only those; groups it landed are not
-        redone. Refused while the run's lease is live.
-
-        Args:
-            plan_id: the plan to finish, as :meth:`plans` lists it.
-            execution: how to run it (:class:`lakelog.ExecutionOptions`); default None,
-                the keyword arguments below. A keyword beside it must agree with it.
-            max_concurrent_groups: groups rewritten at once; default None,
-                ``lakelog.compaction.max_concurrent_groups`` (2).
-            max_bytes_per_second: the run's total read rate; default None, unpaced.
-            partial_progress: commit every ``lakelog.compaction.groups_per_commit``
-                groups; default False, one commit.
-        """
-
-        return resume_plan(self._core, plan_id, execution_from_arguments(execution, locals()))
-
-    def set_clustering(
-        self,
-        *,
-        zorder_by: Sequence[str] | None = None,
-        sort_by: Sequence[str] | None = None,
-        curve: Literal["hilbert", "zorder"] = "hilbert",
-    ) -> CommitResult:
-        """Declare how the table is clustered, so :meth:`optimize` with no columns keeps
-        that layout run after run (a curve over ``zorder_by``, or a linear sort by
-        ``sort_by``; checked as ``optimize`` checks them). With neither, the table
-        declares none. A property change (``lakelog.clustering.columns`` and
-        ``lakelog.clustering.curve``): one metadata commit. Files are not rewritten
-        until the next ``optimize``.
-
-        Args:
-            zorder_by: the columns of a space-filling curve; default None.
-            sort_by: instead, the columns of a linear sort; default None.
-            curve: the curve over ``zorder_by``, ``"hilbert"`` (default) or ``"zorder"``.
-        """
-
-        snap = self._core.refresh().cached
-        props = declaration_properties(
-            snap.schema, snap.partition_by, zorder_by=zorder_by, sort_by=sort_by, curve=curve
-        )
-        return self.set_properties(props)
-
-    @property
-    def clustering(self) -> DeclaredClustering | None:
-        """The clustering the table declares (:meth:`set_clustering`), None if none."""
-
-        return declared_clustering(self.properties)
-
-    def optimize(
-        self,
-        *,
-        options: ClusteringOptions | None = None,
-        execution: ExecutionOptions | None = None,
-        zorder_by: Sequence[str] | None = None,
-        sort_by: Sequence[str] | None = None,
-        curve: Literal["hilbert", "zorder"] = "hilbert",
-        target_file_size: int | None = None,
-        partition_filter: PartitionFilterLike = None,
-        incremental: bool = True,
-        max_group_bytes: int | None = None,
-        compression: str | None = None,
-        row_group_size: int | None = None,
-        max_concurrent_groups: int | None = None,
-        max_bytes_per_second: float | None = None,
-        partial_progress: bool = False,
-        dry_run: bool = False,
-    ) -> MaintenanceReport:
-        """Cluster rows by a space-filling curve (``zorder_by``) or a linear sort (``sort_by``);
-        with neither, by the clustering the table declares (:meth:`set_clustering`), so
-        the layout is kept run after run (an explicit spec different from the declared
-        one reclusters with it once; the declaration stays).
-
-        Keys come from each column's rank against quantile boundaries kept with
-        the clustered files. Incremental by default: new files are clustered and
-        merged into the key ranges where they accumulate, within a rewrite budget
-        proportional to the new bytes; ``incremental=False`` reclusters everything
-        with fresh boundaries. Groups larger than ``max_group_bytes`` are sorted
-        in spilled runs and merged. Runs and commits like :meth:`compact`
-        (``data_change=false``; ``max_concurrent_groups``, ``max_bytes_per_second``,
-        ``partial_progress``, ``partition_filter`` and ``dry_run`` mean the same).
-        ``options`` (:class:`lakelog.ClusteringOptions`) and ``execution``
-        (:class:`lakelog.ExecutionOptions`) hold the same settings as objects; a keyword
-        argument beside them must agree with the object where both set a field.
-        See ``docs/maintenance.md``.
-
-        Args:
-            options: what to cluster, as an object; default None, the keywords below.
-            execution: how to run, as an object; default None, the keywords below.
-            zorder_by: the columns of a space-filling curve; default None.
-            sort_by: instead, the columns of a linear sort; default None.
-            curve: the curve over ``zorder_by``, ``"hilbert"`` (default) or ``"zorder"``.
-            target_file_size: output file size in bytes; default None,
-                ``lakelog.target_file_size`` (128 MiB).
-            partition_filter: only the partitions it matches, a
-                :data:`~lakelog.filters.PartitionFilterLike`; default None, all.
-            incremental: cluster new files within a rewrite budget; default True. False
-                reclusters everything.
-            max_group_bytes: in-memory sort budget in bytes; default None,
-                ``lakelog.clustering.max_group_bytes`` (1 GiB).
-            compression: Parquet codec of the new files; default None,
-                ``lakelog.compression``.
-            row_group_size: rows per row group of the new files; default None, the
-                smaller of ``lakelog.row_group_size`` and ``lakelog.clustering.row_group_size``.
-            max_concurrent_groups: groups rewritten at once; default None,
-                ``lakelog.compaction.max_concurrent_groups`` (2).
-            max_bytes_per_second: the run's total read rate; default None, unpaced.
-            partial_progress: commit every ``lakelog.compaction.groups_per_commit``
-                groups; default False, one commit.
-            dry_run: only plan; default False.
-        """
-
-        request, run = from_arguments(ClusteringOptions, options, execution, locals())
-        return optimize_table(self._core, request, run, dry_run=dry_run)
-
-    def clustering_report(
-        self,
-        columns: Sequence[str],
-        *,
-        version: int | None = None,
-        selectivity: float = 0.01,
-        queries: Sequence[Mapping[str, tuple[Any, Any]]] | None = None,
-    ) -> ClusteringReport:
-        """Overlap depth and expected fraction of bytes read by range queries, from file
-        stats alone (see :func:`lakelog.maintenance.clustering.layout.clustering_report`).
-
-        Args:
-            columns: the columns to measure.
-            version: the version to measure; default None, the latest.
-            selectivity: the fraction of each column's range a query covers, in (0, 1];
-                default 0.01.
-            queries: range queries, each ``{column: (low, high)}``, whose exact
-                fractions of bytes read are reported too; default None.
-        """
-
-        return clustering_report(
-            self._core.snapshot(version), columns, selectivity=selectivity, queries=queries
-        )
-
-    def compact(
-        self,
-        *,
-        options: CompactionOptions | None = None,
-        execution: ExecutionOptions | None = None,
-        target_file_size: int | None = None,
-        target_rows: int | None = None,
-        min_file_size: int | None = None,
-        min_input_files: int | None = None,
-        partition_filter: PartitionFilterLike = None,
-        compression: str | None = None,
-        row_group_size: int | None = None,
-        max_concurrent_groups: int | None = None,
-        max_bytes_per_second: float | None = None,
-        partial_progress: bool = False,
-        dry_run: bool = False,
-    ) -> MaintenanceReport:
-        """Rewrite small files into files of the target size, beside live writers.
-
-        Plans on the latest snapshot (files below ``min_file_size``, default 75%
-        of ``target_file_size``, bin-packed per partition; ``target_rows`` packs
-        and cuts by rows), rewrites the groups in up to ``max_concurrent_groups``
-        threads (reads paced to ``max_bytes_per_second``), and commits the swap
-        with ``data_change=false`` in one commit (one per
-        ``lakelog.compaction.groups_per_commit`` groups with ``partial_progress``).
-        Concurrent appends are rebased over; a group whose source a concurrent
-        commit removed is abandoned and reported. ``partition_filter`` (DNF
-        tuples or an Expression over partition columns) limits the work;
-        ``dry_run=True`` only plans and writes nothing. Unset options come from
-        table properties. ``options`` (:class:`lakelog.CompactionOptions`) and
-        ``execution`` (:class:`lakelog.ExecutionOptions`) hold the same settings as
-        objects; a keyword argument beside them must agree with the object where both
-        set a field. See ``docs/maintenance.md``.
-
-        Args:
-            options: what to compact, as an object; default None, the keywords below.
-            execution: how to run, as an object; default None, the keywords below.
-            target_file_size: output file size in bytes; default None,
-                ``lakelog.target_file_size`` (128 MiB) unless ``target_rows`` alone bounds files.
-            target_rows: rows per output file; default None, not bounded by rows.
-            min_file_size: files below this many bytes are candidates; default None,
-                the target size times ``lakelog.compaction.min_file_size_ratio`` (0.75).
-            min_input_files: fewest files in a group worth rewriting; default None,
-                ``lakelog.compaction.min_input_files`` (2).
-            partition_filter: only the partitions it matches, a
-                :data:`~lakelog.filters.PartitionFilterLike`; default None, all.
-            compression: Parquet codec of the new files; default None,
-                ``lakelog.compression``.
-            row_group_size: rows per row group of the new files; default None,
-                ``lakelog.row_group_size``.
-            max_concurrent_groups: groups rewritten at once; default None,
-                ``lakelog.compaction.max_concurrent_groups`` (2).
-            max_bytes_per_second: the run's total read rate; default None, unpaced.
-            partial_progress: commit every ``lakelog.compaction.groups_per_commit``
-                groups; default False, one commit.
-            dry_run: only plan, write nothing; default False.
-        """
-
-        request, run = from_arguments(CompactionOptions, options, execution, locals())
-        return compact_table(self._core, request, run, dry_run=dry_run)
-
     # -- adopting files and metadata tables (lakelog.interop.convert, lakelog.inspect) --
     def add_files(self, paths: Sequence[str] | str) -> CommitResult:
         """Adopt Parquet files another tool wrote under the table's root (files, or
@@ -1020,171 +699,3 @@ def returning_table(operation: Callable[_Args, TableCore]) -> Callable[_Args, Ta
 
     entry.__annotations__ = {**entry.__annotations__, "return": "Table"}
     return entry
-
-
-convert = returning_table(convert_in_place)
-
-
-def _storage(uri: str, storage_options: Mapping[str, Any] | None, single_writer: bool) -> Storage:
-    return Storage(uri, storage_options, single_writer=single_writer)
-
-
-def create_table(
-    uri: str,
-    schema: pa.Schema,
-    *,
-    partition_by: Sequence[str] = (),
-    properties: Mapping[str, Any] | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    single_writer: bool = False,
-    cluster_by: Sequence[str] | None = None,
-    cluster_curve: Literal["hilbert", "zorder", "linear"] = "hilbert",
-    constraints: Mapping[str, str] | None = None,
-    generated: Mapping[str, str] | None = None,
-    identity: Mapping[str, Mapping[str, Any]] | None = None,
-) -> Table:
-    """Create an empty table.
-
-    Its rules (docs/constraints.md): a non-nullable field of ``schema``, at any depth,
-    is NOT NULL; ``constraints``, ``generated`` and ``identity`` declare the rest.
-
-    Args:
-        uri: where the table's root goes (a path or an fsspec URL).
-        schema: the table's columns.
-        partition_by: the partition columns, in order; default none.
-        properties: table properties (``lakelog.*`` values are checked); default none.
-        storage_options: passed to the fsspec filesystem; default none.
-        single_writer: allow a store without put-if-absent, promising that no other
-            process writes the table; default False.
-        cluster_by: columns to declare the table's clustering by (see
-            :meth:`Table.set_clustering`); default None, none.
-        cluster_curve: the clustering over ``cluster_by``: ``"hilbert"`` (default) or
-            ``"zorder"`` curves, or ``"linear"``, a sort.
-        constraints: CHECK constraints, name to SQL text (``{"positive": "amount >
-            0"}``); default none.
-        generated: generated columns, column to the SQL text of its expression
-            (``{"day": "CAST(ts AS DATE)"}``): computed when a write lacks the column,
-            checked when it gives it; default none.
-        identity: identity columns, column to its options ``start`` (default 1),
-            ``step`` (default 1) and ``always`` (default True: given values are
-            refused; False: BY DEFAULT, given values are kept); default none.
-
-    Returns:
-        The table, at version 0.
-
-    Raises:
-        TableExistsError: a table is already there.
-    """
-    schema = core.declare_rules(
-        schema, constraints=constraints, generated=generated, identity=identity
-    )
-    storage = _storage(uri, storage_options, single_writer)
-    if cluster_by is not None:
-        properties = {
-            **(properties or {}),
-            **_clustering_properties(schema, partition_by, cluster_by, cluster_curve),
-        }
-    created = core.create_with_files(
-        storage, schema, partition_by=partition_by, properties=properties, adds=None
-    )
-    return Table(storage, created)
-
-
-def _clustering_properties(
-    schema: pa.Schema,
-    partition_by: Sequence[str],
-    cluster_by: Sequence[str],
-    cluster_curve: Literal["hilbert", "zorder", "linear"],
-) -> dict[str, str]:
-    """The properties declaring ``create_table``'s ``cluster_by``."""
-    if not isinstance(schema, pa.Schema):
-        raise InvalidArgumentError(f"expected a pyarrow.Schema, found {type(schema).__name__}")
-    linear = cluster_curve == "linear"
-    return declaration_properties(
-        schema,
-        check_partition_columns(schema, partition_by),
-        zorder_by=None if linear else cluster_by,
-        sort_by=cluster_by if linear else None,
-        curve="hilbert" if linear else cluster_curve,
-    )
-
-
-def open_table(
-    uri: str, *, storage_options: Mapping[str, Any] | None = None, single_writer: bool = False
-) -> Table:
-    """Open an existing table at its latest version.
-
-    Args:
-        uri: the table's root (a path or an fsspec URL).
-        storage_options: passed to the fsspec filesystem; default none.
-        single_writer: allow a store without put-if-absent, promising that no other
-            process writes the table; default False.
-
-    Raises:
-        TableNotFoundError: there is no table at ``uri``.
-    """
-    storage = _storage(uri, storage_options, single_writer)
-    return Table(storage, load_snapshot(storage))
-
-
-def write_table(
-    uri: str,
-    data: Any,
-    *,
-    mode: WriteMode = "append",
-    partition_by: Sequence[str] = (),
-    properties: Mapping[str, Any] | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    single_writer: bool = False,
-    schema_mode: Literal["strict", "merge"] = "strict",
-) -> CommitResult:
-    """Write data to a table, creating it (with the data's schema) if needed.
-
-    Args:
-        uri: the table's root (a path or an fsspec URL).
-        data: the rows, in any form :meth:`Table.append` takes.
-        mode: ``"append"`` (default) adds rows, ``"overwrite"`` replaces all rows,
-            ``"error"`` refuses to write to an existing table.
-        partition_by: the partition columns of a new table; an existing table's must be
-            the same. Default none.
-        properties: table properties of a new table (checked either way); default none.
-        storage_options: passed to the fsspec filesystem; default none.
-        single_writer: allow a store without put-if-absent, promising that no other
-            process writes the table; default False.
-        schema_mode: ``"strict"`` (default) or ``"merge"``, which evolves an existing
-            table's schema to take the data (see :meth:`Table.append`).
-
-    Raises:
-        TableExistsError: ``mode="error"`` and a table is there.
-    """
-    core.check_write_mode(mode)
-    core.check_schema_mode(schema_mode)
-    props = validate_properties(properties or {})  # refused even if the table exists
-    storage = _storage(uri, storage_options, single_writer)
-    try:
-        table = Table(storage, load_snapshot(storage))
-    except TableNotFoundError:
-        return core.write_new_table(
-            storage, data, mode=mode, partition_by=partition_by, properties=props
-        )
-    core.check_write_to(table.cached, mode=mode, partition_by=partition_by)
-    if mode == "append":
-        return table.append(data, schema_mode=schema_mode)
-    return table.overwrite(data, schema_mode=schema_mode)
-
-
-def _has_text(clauses: Any) -> bool:
-    """Whether a merge option's clauses hold SQL text (conditions or values)."""
-    from .rowlevel import MergeClause
-
-    if isinstance(clauses, MergeClause):
-        clauses = [clauses]
-    if isinstance(clauses, str) or not isinstance(clauses, (list, tuple)):
-        return False
-    for c in clauses:
-        if isinstance(c, MergeClause) and (
-            isinstance(c.condition, str)
-            or any(isinstance(v, str) for v in (c.values or {}).values())
-        ):
-            return True
-    return False

@@ -30,8 +30,15 @@ BELOW_LOG = {
 }
 """What ``lakelog.log`` may import besides itself: leaf modules with no table logic."""
 
-FACADE_USERS = {"lakelog", "lakelog.__main__", "lakelog.table", "lakelog.spark"}
-"""Modules that may import ``lakelog.table`` (the ``Table`` facade): the facade itself, the
+FACADE_USERS = {
+    "lakelog",
+    "lakelog.__main__",
+    "lakelog.table",
+    "lakelog.tables",
+    "lakelog.spark",
+}
+"""Modules that may import ``lakelog.table`` (the ``Table`` facade): the facade itself, its
+entry points by URI (``lakelog.tables``: ``create_table``, ``open_table``...), the
 public API (``lakelog/__init__``) and the Spark engine's public surface
 (``lakelog/spark/__init__``: ``lakelog.spark.convert`` hands the user a ``Table``, wrapped
 by ``lakelog.table.returning_table``)."""

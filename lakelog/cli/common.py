@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
 from ..maintenance.report import human_bytes as report_bytes
-from ..table import Table, open_table
+from ..table import Table
+from ..tables import open_table
 
 __all__ = [
     "FILTER_ALIASES",

@@ -6,7 +6,7 @@ Invariants:
 * Each is one ``metadata`` commit (conflict kind ``metadata``: a concurrent write makes
   it start again from the latest version, rows checked again), so no row that breaks a
   rule can land between the check and the commit: a writer that read the table before
-  conflicts with the new rule's commit and re-reads it (``transaction.same_shape``
+  conflicts with the new rule's commit and re-reads it (``conflict_rules.same_shape``
   compares schema metadata, where the rules live).
 * Adding a rule first reads every live row of the version it commits on, one batch at a
   time (bounded memory; only the columns the rule reads), and refuses it with

@@ -17,12 +17,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..conflict_rules import check_conflicts
 from ..errors import CommitConflictError, InvalidArgumentError
 from ..leases import Lease
 from ..log.actions import Action, Commit, RemoveFile
 from ..log.snapshot import Snapshot
 from ..storage import Storage
-from ..transaction import CommitResult, Replan, check_conflicts
+from ..transaction import CommitResult, Replan
 from .claims import release_action
 from .groups import FileGroup, GroupResult, RewritePlan
 

@@ -547,3 +547,18 @@ def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [_cast(batch.column(f.name), f) for f in schema], schema=schema
     )
+
+
+def has_sql_text(clauses: Any) -> bool:
+    """Whether a merge option's clauses hold SQL text (conditions or values)."""
+    if isinstance(clauses, MergeClause):
+        clauses = [clauses]
+    if isinstance(clauses, str) or not isinstance(clauses, (list, tuple)):
+        return False
+    for c in clauses:
+        if isinstance(c, MergeClause) and (
+            isinstance(c.condition, str)
+            or any(isinstance(v, str) for v in (c.values or {}).values())
+        ):
+            return True
+    return False

@@ -2,7 +2,7 @@
 
 Implements ``docs/format.md``, "Conflict rules for row-level changes". The pure
 rules (a metadata change; a winner removed a file this change removes) come from
-:func:`lakelog.transaction.check_conflicts` with kind ``rowlevel``. This module
+:func:`lakelog.conflict_rules.check_conflicts` with kind ``rowlevel``. This module
 adds the rule that reads data: rows a winner added (``data_change=true``) that
 this change would have touched, had it run after the winner. Only the added
 files whose partition values and statistics the change's condition cannot rule
@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..conflict_rules import check_conflicts
 from ..errors import CommitConflictError, DataFileMissingError, SchemaMismatchError
 from ..log.actions import Action, AddFile, Commit, DataFile, Metadata, RemoveFile
 from ..log.file_index import stats_columns
 from ..log.files import files_from_adds
-from ..transaction import check_conflicts
 from .base import RowChange
 from .change_files import ChangeWriter
 from .execute import Context, FileOutcome, run_files

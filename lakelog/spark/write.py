@@ -278,20 +278,9 @@ def write_dataframe(
     except TableNotFoundError:
         snap = None
     if snap is not None:
-        if spec.mode == "error":
-            raise TableExistsError(
-                f"expected no table at {storage.uri} (mode='error'), found one at version "
-                f"{snap.version}; use mode='append' or 'overwrite'."
-            )
-        done = skipped_result(snap, spec.app, operation=operation)
+        done = _check_existing(storage, snap, spec, operation)
         if done is not None:  # a retried batch: already in the table
             return done
-        if spec.partition_by and not same_partitioning(snap, spec.partition_by):
-            raise SchemaMismatchError(
-                f"expected partition_by {snap.partitioning} of the existing table, "
-                f"found {list(spec.partition_by)}; omit partition_by when writing to an "
-                f"existing table."
-            )
         filled = filled_columns(snap.schema, df.columns)
         numbers = numbered_columns(snap.schema, df.columns)
         frame, plan = _aligned(df, snap, spec.schema_mode, [*filled, *numbers])
@@ -301,16 +290,9 @@ def write_dataframe(
         parts, props = snap.partition_by, snap.properties
         transforms = snap.partition_spec
     else:
-        created = to_arrow_schema(df.schema)
-        parts, specs = partition_layout(created, spec.partition_by)
-        transforms = PartitionSpec.of(0, specs[0]) if specs else None
-        props = validate_properties(spec.properties or {})
-        check_dataframe_schema(df.schema, created)
-        check_parquet_properties(props, created, parts)
-        frame, plan = df.select(*columns_of(created.names)), WritePlan(created)
+        frame, plan, parts, props, transforms = _new_table_frame(df, spec)
         numbers = ()
-    schema = plan.schema
-    where = parse_replace_where(spec, schema)  # a bad filter fails before Spark runs
+    where = parse_replace_where(spec, plan.schema)  # a bad filter fails before Spark runs
     if transforms is not None or numbers:  # Spark's writer cannot: lakelog's tasks do
         return _write_in_tasks(
             storage,
@@ -326,10 +308,76 @@ def write_dataframe(
             operation=operation,
             parameters=parameters,
         )
+    frame, settings, optimized = _spark_frame(frame, plan.schema, parts, props, optimize_write)
+    if optimized:
+        parameters = {**(parameters or {}), "optimize_write": True}
+    return _write_with_spark(
+        storage,
+        snap,
+        frame,
+        spec,
+        session=df.sparkSession,
+        staging_root=staging_root,
+        plan=plan,
+        parts=parts,
+        props=props,
+        settings=settings,
+        where=where,
+        operation=operation,
+        parameters=parameters,
+    )
+
+
+def _check_existing(
+    storage: Storage, snap: Snapshot, spec: WriteSpec, operation: str
+) -> CommitResult | None:
+    """Refuse a write the existing table ``snap`` cannot take (``mode="error"``, another
+    partitioning); the commit that already holds the write's app version, if any."""
+    if spec.mode == "error":
+        raise TableExistsError(
+            f"expected no table at {storage.uri} (mode='error'), found one at version "
+            f"{snap.version}; use mode='append' or 'overwrite'."
+        )
+    done = skipped_result(snap, spec.app, operation=operation)
+    if done is not None:
+        return done
+    if spec.partition_by and not same_partitioning(snap, spec.partition_by):
+        raise SchemaMismatchError(
+            f"expected partition_by {snap.partitioning} of the existing table, "
+            f"found {list(spec.partition_by)}; omit partition_by when writing to an "
+            f"existing table."
+        )
+    return None
+
+
+def _new_table_frame(
+    df: DataFrame, spec: WriteSpec
+) -> tuple[DataFrame, WritePlan, tuple[str, ...], dict[str, str], PartitionSpec | None]:
+    """The frame to write, its plan, partition columns, properties and partition
+    transforms of a table the write creates (with ``df``'s schema), checked."""
+    created = to_arrow_schema(df.schema)
+    parts, specs = partition_layout(created, spec.partition_by)
+    transforms = PartitionSpec.of(0, specs[0]) if specs else None
+    props = validate_properties(spec.properties or {})
+    check_dataframe_schema(df.schema, created)
+    check_parquet_properties(props, created, parts)
+    frame = df.select(*columns_of(created.names))
+    return frame, WritePlan(created), parts, props, transforms
+
+
+def _spark_frame(
+    frame: DataFrame,
+    schema: pa.Schema,
+    parts: Sequence[str],
+    props: Mapping[str, str],
+    optimize_write: bool | None,
+) -> tuple[DataFrame, dict[str, str], bool]:
+    """The frame Spark's Parquet writer writes (physical column names, clustered by
+    optimized writes), the session settings it writes under, and whether the write is
+    optimized; refuses a codec Spark cannot write."""
     file_schema = pa.schema([f for f in schema if f.name not in parts])
     # files hold their columns under physical names, with ids as Parquet field ids, and
     # the log keys their statistics by those names (format.md, "Column ids")
-    stored_schema = mapping.physical_schema(file_schema)
     if mapping.is_mapped(schema):
         frame = frame.select(*physical_columns(schema, keep=parts))
     codec = get_str(props, "lakelog.compression")
@@ -346,11 +394,33 @@ def write_dataframe(
         frame = optimized_frame(frame, schema, parts, props)
         size = get_int(props, "lakelog.target_file_size")
         settings["spark.sql.adaptive.advisoryPartitionSizeInBytes"] = str(size)
-        parameters = {**(parameters or {}), "optimize_write": True}
     ts_type = output_timestamp_type(file_schema)
     if ts_type is not None:
         settings["spark.sql.parquet.outputTimestampType"] = ts_type
+    return frame, settings, optimize
 
+
+def _write_with_spark(
+    storage: Storage,
+    snap: Snapshot | None,
+    frame: DataFrame,
+    spec: WriteSpec,
+    *,
+    session: SparkSession,
+    staging_root: str,
+    plan: WritePlan,
+    parts: Sequence[str],
+    props: Mapping[str, str],
+    settings: Mapping[str, str],
+    where: Where | None,
+    operation: str,
+    parameters: Mapping[str, Any] | None,
+) -> CommitResult:
+    """Write ``frame`` with Spark's Parquet writer into a staging folder under a lease,
+    publish the files and commit them; a failure removes what was written."""
+    schema = plan.schema
+    stored_schema = mapping.physical_schema(pa.schema([f for f in schema if f.name not in parts]))
+    codec = get_str(props, "lakelog.compression")
     # the lease covers the staging folder and the published names until the commit
     with Lease.acquire(storage, operation=operation, properties=props) as lease:
         write_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{lease.lease_id}"
@@ -360,16 +430,15 @@ def write_dataframe(
         writer = writer.options(**spark_parquet_options(props, schema, parts))
         if parts:
             writer = writer.partitionBy(*parts)
-        spark = df.sparkSession
         moved: list[str] = []
         try:
-            with session_conf(spark, settings):
+            with session_conf(session, settings):
                 writer.parquet(target)
             adds = _collect(storage, staging, stored_schema, parts)
             if where is not None and adds:
                 # Spark counts, on the files it wrote, the rows the filter does not match
                 refuse_outside(
-                    where, count_outside(spark, target, schema, where, partition_by=parts)
+                    where, count_outside(session, target, schema, where, partition_by=parts)
                 )
             moved = _publish(storage, staging, adds, lease.lease_id)
             adds = [_moved(a, staging, lease.lease_id) for a in adds]
