@@ -155,16 +155,18 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
             )
 
 
-def check_columns(snapshot: Snapshot, columns: Sequence[str] | None) -> list[str] | None:
-    """``columns`` as a list, refusing names the snapshot's schema lacks."""
+def check_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` as a list (one name alone too), refusing names ``schema`` (the table's)
+    lacks; None stays None (every column). Every read of a snapshot or of the change feed
+    checks its ``columns`` argument here."""
     if columns is None:
         return None
     if isinstance(columns, str):
         columns = [columns]
-    missing = [c for c in columns if c not in snapshot.schema.names]
+    missing = [c for c in columns if c not in schema.names]
     if missing:
         raise InvalidArgumentError(
-            f"expected columns of the table {snapshot.schema.names}, found unknown {missing}"
+            f"expected columns of the table {schema.names}, found unknown {missing}"
         )
     return list(columns)
 
@@ -379,7 +381,7 @@ def to_polars(
     local disk, or that polars cannot read natively, is scanned through lakelog's
     scanner (``scan_pyarrow_dataset`` over a :class:`LakelogDataset`)."""
     pl = require("polars", purpose="snapshot.to_polars()")
-    cols = check_columns(snapshot, columns)
+    cols = check_columns(snapshot.schema, columns)
     frame = polars_frame(snapshot, filter=filter)
     if frame is None:
         dataset = LakelogDataset.from_snapshot(snapshot, filter)

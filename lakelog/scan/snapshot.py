@@ -42,7 +42,7 @@ from ..log import mapping
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot as ResolvedSnapshot
 from ..stats import file_guarantee, filter_may_select_nan, referenced_columns
-from .engines import to_duckdb, to_pandas, to_polars
+from .engines import check_columns, to_duckdb, to_pandas, to_polars
 from .rows import live_batches
 from .skipping import prune_fragments, wants_footers
 
@@ -170,11 +170,8 @@ class Snapshot(ResolvedSnapshot):
             filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
                 or pyarrow Expression); it also prunes files and row groups. Default None.
         """
-        parsed = self.read_filter(filter)  # parsed once for the whole read
+        parsed, cols, files, path = self._plan_read(columns, filter)
         expr = parsed.expression
-        cols = self._check_columns(columns)
-        files = list(self.files(parsed))  # built once: read below more than once
-        path = self._path(files, parsed)
         if path == "live":
             out = self._out_schema(cols)
             with self._reading():  # in this thread: no pyarrow thread holds the generator
@@ -211,11 +208,8 @@ class Snapshot(ResolvedSnapshot):
             batch_size: the most rows per batch; default 65,536.
         """
         _check_batch_size(batch_size)
-        parsed = self.read_filter(filter)  # parsed once for the whole read
+        parsed, cols, files, path = self._plan_read(columns, filter)
         expr = parsed.expression
-        cols = self._check_columns(columns)
-        files = list(self.files(parsed))  # built once: read below more than once
-        path = self._path(files, parsed)
         if path == "live":
             return self._typed(self._live_batches(files, cols, parsed, batch_size))
         if isinstance(path, _Physical):
@@ -242,11 +236,8 @@ class Snapshot(ResolvedSnapshot):
             batch_size: the most rows per batch; default 65,536.
         """
         _check_batch_size(batch_size)
-        parsed = self.read_filter(filter)  # parsed once for the whole read
+        parsed, cols, files, path = self._plan_read(columns, filter)
         expr = parsed.expression
-        cols = self._check_columns(columns)
-        files = list(self.files(parsed))  # built once: read below more than once
-        path = self._path(files, parsed)
         if path != "plain":
             rows = (
                 self._physical_batches(files, cols, path, batch_size)
@@ -282,6 +273,17 @@ class Snapshot(ResolvedSnapshot):
         """Whether ``files`` are read through :meth:`_live_batches` only: a file has a
         deletion vector, or a struct may have evolved."""
         return self._nested_ids or any(f.deleted is not None for f in files)
+
+    def _plan_read(
+        self, columns: Sequence[str] | None, filter: FilterLike
+    ) -> tuple[ReadFilter, list[str] | None, list[DataFile], _Read]:
+        """What :meth:`to_arrow`, :meth:`to_batches` and :meth:`scanner` start from: the
+        filter parsed once for the whole read, the columns checked, the files (built once:
+        read more than once after) and how they are read (:meth:`_path`)."""
+        parsed = self.read_filter(filter)
+        cols = check_columns(self.schema, columns)
+        files = list(self.files(parsed))
+        return parsed, cols, files, self._path(files, parsed)
 
     def _path(self, files: Sequence[DataFile], parsed: ReadFilter) -> _Read:
         """How ``files`` are read with ``expr``: ``"live"`` (:meth:`_live_batches`),
@@ -421,18 +423,6 @@ class Snapshot(ResolvedSnapshot):
             path=path,
             version=self.version,
         )
-
-    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
-        if columns is None:
-            return None
-        if isinstance(columns, str):
-            columns = [columns]
-        missing = [c for c in columns if c not in self.schema.names]
-        if missing:
-            raise InvalidArgumentError(
-                f"expected columns of the table {self.schema.names}, found unknown {missing}"
-            )
-        return list(columns)
 
     # -- other engines (lakelog.scan.engines; docs/reading.md) -----------------
     def to_duckdb(self, con: Any = None, *, name: str, filter: FilterLike = None) -> Any:
