@@ -57,6 +57,7 @@ __all__ = [
     "LakelogDataset",
     "check_columns",
     "duckdb_view_sql",
+    "has_unknown",
     "polars_frame",
     "require",
     "to_duckdb",
@@ -355,20 +356,22 @@ def _native(
     Parquet reader; None when the filter or the files need lakelog's scanner."""
     parsed = snapshot.read_filter(filter)  # parsed once, for the plan and the engine
     pred = parsed.predicate
-    if pred is not None and _has_unknown(pred):
+    if pred is not None and has_unknown(pred):
         return None
     files = list(snapshot.files(parsed))
     plan = native_plan(snapshot, files)
     return None if plan is None else (pred, files, plan)
 
 
-def _has_unknown(pred: Predicate) -> bool:
+def has_unknown(pred: Predicate) -> bool:
+    """Whether ``pred`` holds a condition lakelog does not model (an :class:`Unknown`:
+    only the engine reading the rows can apply it)."""
     if isinstance(pred, Unknown):
         return True
     if isinstance(pred, (And, Or)):
-        return any(_has_unknown(p) for p in pred.parts)
+        return any(has_unknown(p) for p in pred.parts)
     if isinstance(pred, Not):
-        return _has_unknown(pred.part)
+        return has_unknown(pred.part)
     return False
 
 

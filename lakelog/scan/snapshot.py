@@ -28,13 +28,9 @@ from ..errors import (
     SchemaMismatchError,
 )
 from ..filters import (
-    And,
     FilterLike,
-    Not,
-    Or,
     Predicate,
     ReadFilter,
-    Unknown,
     rename_columns,
     to_expression,
 )
@@ -42,7 +38,7 @@ from ..log import mapping
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot as ResolvedSnapshot
 from ..stats import file_guarantee, filter_may_select_nan, referenced_columns
-from .engines import check_columns, to_duckdb, to_pandas, to_polars
+from .engines import check_columns, has_unknown, to_duckdb, to_pandas, to_polars
 from .rows import live_batches
 from .skipping import prune_fragments, wants_footers
 
@@ -227,13 +223,8 @@ class Snapshot(ResolvedSnapshot):
         (files and row groups pruned as in :meth:`dataset`; rows deletion vectors mark
         dropped): what DuckDB and polars read through :meth:`to_duckdb` and
         :meth:`to_polars` when they cannot read the files themselves. Errors while
-        scanning are pyarrow's, as for :meth:`dataset`.
-
-        Args:
-            columns: the columns to read, in this order; default None, all of them.
-            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
-                or pyarrow Expression); it also prunes files and row groups. Default None.
-            batch_size: the most rows per batch; default 65,536.
+        scanning are pyarrow's, as for :meth:`dataset`. Arguments as for
+        :meth:`to_batches`.
         """
         _check_batch_size(batch_size)
         parsed, cols, files, path = self._plan_read(columns, filter)
@@ -302,7 +293,7 @@ class Snapshot(ResolvedSnapshot):
             return "live"
         if pred is None:
             return _Physical((None, None))
-        if _has_unknown(pred):
+        if has_unknown(pred):
             return "live"
         renamed = rename_columns(pred, mapping.physical_names(self.schema))
         return _Physical((renamed, to_expression(renamed)))
@@ -485,17 +476,6 @@ def _with_filter_columns(
 def readable(resolved: ResolvedSnapshot) -> Snapshot:
     """The readable form of a resolved snapshot (see :meth:`Snapshot.of`)."""
     return Snapshot.of(resolved)
-
-
-def _has_unknown(pred: Predicate) -> bool:
-    """Whether ``pred`` holds a condition lakelog does not model."""
-    if isinstance(pred, Unknown):
-        return True
-    if isinstance(pred, (And, Or)):
-        return any(_has_unknown(p) for p in pred.parts)
-    if isinstance(pred, Not):
-        return _has_unknown(pred.part)
-    return False
 
 
 @dataclass(frozen=True)
