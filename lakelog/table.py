@@ -20,8 +20,7 @@ from .inspect import TableInspect
 from .interop.convert import add_files
 from .io.guards import constraints_of, guards_of
 from .io.writer import WriteOptions
-from .leases import Lease
-from .log.actions import Action, AddFile, AppTransaction, CommitHeader, Metadata
+from .log.actions import CommitHeader, Metadata
 from .log.snapshot import Snapshot
 from .maintenance.auto import attach_auto_compaction
 from .properties import get_bool
@@ -39,7 +38,7 @@ from .scan import Snapshot as ReadableSnapshot
 from .scan.feed import ChangeFeed, open_feed
 from .storage import Storage
 from .table_maintenance import MaintenanceMethods
-from .transaction import CommitResult, Kind, Rebase, Rebuild
+from .transaction import CommitResult
 
 __all__ = ["Table", "WriteMode", "returning_table"]
 
@@ -199,61 +198,7 @@ class Table(MaintenanceMethods):
         return open_feed(self.storage, start, end, columns=columns, filter=filter, latest=latest)
 
     # -- low-level commit ----------------------------------------------------------
-    def commit(
-        self,
-        actions: Sequence[Action],
-        *,
-        operation: str,
-        kind: Kind,
-        read_snapshot: Snapshot | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        metrics: Mapping[str, Any] | None = None,
-        replaced_partitions: Sequence[Mapping[str, str | None]] | None = None,
-        rebase: Rebase | None = None,
-        rebuild: Rebuild | None = None,
-        lease: Lease | None = None,
-    ) -> CommitResult:
-        """Commit actions on top of ``read_snapshot`` (default: the cached one).
-
-        This is the one place maintenance and engines write the log through; the cached
-        snapshot moves to the version the commit lands.
-
-        Args:
-            actions: the log actions to commit (files added and removed, metadata, ...).
-            operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
-            kind: the conflict rules the commit follows (see :mod:`lakelog.transaction`).
-            read_snapshot: the snapshot the actions were planned on; default None, the
-                cached one.
-            parameters: the operation's parameters for the header; default none.
-            metrics: the operation's metrics for the header; default none.
-            replaced_partitions: the partitions an ``overwrite`` replaces (values in the
-                log's string form); default None, the whole table.
-            rebase: called with the winning commits before a retry, returns the actions
-                to commit instead; default None, the same actions.
-            rebuild: instead of ``rebase``, plans the operation again on the snapshot
-                the winners made, after a lost race (:data:`lakelog.transaction.Rebuild`);
-                default None.
-            lease: the writer lease the added files were written under; before every put
-                it checks they are still there (:meth:`Lease.check`). Default None.
-
-        Returns:
-            The version the commit landed at and the attempts it took.
-
-        Raises:
-            CommitConflictError: a concurrent commit conflicts with these actions.
-        """
-        return self._core.commit(
-            actions,
-            operation=operation,
-            kind=kind,
-            read_snapshot=read_snapshot,
-            parameters=parameters,
-            metrics=metrics,
-            replaced_partitions=replaced_partitions,
-            rebase=rebase,
-            rebuild=rebuild,
-            lease=lease,
-        )
+    commit = core.delegated(TableCore.commit)
 
     # -- writes --------------------------------------------------------------------
     def write_options(
@@ -363,44 +308,7 @@ class Table(MaintenanceMethods):
 
         return attach_auto_compaction(self._core, result)
 
-    def commit_files(
-        self,
-        adds: Sequence[AddFile],
-        *,
-        mode: Literal["append", "overwrite"],
-        operation: str,
-        read_snapshot: Snapshot | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        metrics: Mapping[str, Any] | None = None,
-        lease: Lease | None = None,
-        app: AppTransaction | None = None,
-    ) -> CommitResult:
-        """Commit data files already written: add them, or (``overwrite``) replace
-        every file live in ``read_snapshot`` with them.
-
-        Args:
-            adds: the files, written under the table's root.
-            mode: ``"append"`` adds them; ``"overwrite"`` also removes every live file.
-            operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
-            read_snapshot: the snapshot to commit on; default None, the cached one.
-            parameters: the operation's parameters for the header; default none.
-            metrics: the operation's metrics for the header; default none.
-            lease: the writer lease the files were written under; default None.
-            app: the app version the files are, for exactly-once; default None.
-
-        Raises:
-            AppVersionCommittedError: ``app`` is not newer than the version recorded.
-        """
-        return self._core.commit_files(
-            adds,
-            mode=mode,
-            operation=operation,
-            read_snapshot=read_snapshot,
-            parameters=parameters,
-            metrics=metrics,
-            lease=lease,
-            app=app,
-        )
+    commit_files = core.delegated(TableCore.commit_files)
 
     # -- row-level changes (see lakelog.rowlevel) -----------------------------------
     def delete(self, where: FilterLike, *, dry_run: bool = False) -> ChangeResult:

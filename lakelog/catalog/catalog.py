@@ -28,7 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 from sqlalchemy import delete, exc, func, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql import Select
 
 from .._failpoints import failpoint
 from ..core import TableCore, create_with_files, declare_rules
@@ -538,6 +539,17 @@ class Catalog:
             ).scalar()
         return found == READY
 
+    def _ready_rows(self, query: Select[Any], namespace: str | None) -> Sequence[Row[Any]]:
+        """The rows of ``query`` (over the ready tables) of ``namespace`` (None: all;
+        :class:`NoSuchNamespaceError` if it does not exist), sorted by name."""
+        with self._db.read() as conn:
+            if namespace is not None:
+                ns = check_identifier(namespace)
+                if not self._namespace_exists(conn, ns):
+                    raise self._no_namespace(conn, ns)
+                query = query.where(tables.c.namespace == ns)
+            return conn.execute(query.order_by(tables.c.namespace, tables.c.name)).all()
+
     def list_tables(self, namespace: str | None = None) -> list[str]:
         """The ready tables' names (``namespace.table``) of ``namespace`` (None: all),
         sorted.
@@ -546,26 +558,14 @@ class Catalog:
             NoSuchNamespaceError: ``namespace`` does not exist.
         """
         query = select(tables.c.namespace, tables.c.name).where(tables.c.state == READY)
-        with self._db.read() as conn:
-            if namespace is not None:
-                ns = check_identifier(namespace)
-                if not self._namespace_exists(conn, ns):
-                    raise self._no_namespace(conn, ns)
-                query = query.where(tables.c.namespace == ns)
-            rows = conn.execute(query.order_by(tables.c.namespace, tables.c.name)).all()
+        rows = self._ready_rows(query, namespace)
         return [f"{r.namespace}.{r.name}" for r in rows]
 
     def entries(self, namespace: str | None = None) -> list[TableEntry]:
         """What the catalog records of every ready table (of ``namespace``; None: all),
         sorted by name, in one query."""
         query = select(tables).where(tables.c.state == READY)
-        with self._db.read() as conn:
-            if namespace is not None:
-                ns = check_identifier(namespace)
-                if not self._namespace_exists(conn, ns):
-                    raise self._no_namespace(conn, ns)
-                query = query.where(tables.c.namespace == ns)
-            rows = conn.execute(query.order_by(tables.c.namespace, tables.c.name)).all()
+        rows = self._ready_rows(query, namespace)
         return [
             TableEntry(
                 name=f"{r.namespace}.{r.name}",

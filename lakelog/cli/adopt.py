@@ -11,7 +11,14 @@ import pyarrow as pa
 from ..errors import InvalidArgumentError
 from ..interop.convert import add_files, convert
 from ..log.actions import AddFile
-from .common import add_table_args, human_bytes, open_from_args, print_json, storage_options
+from .common import (
+    add_storage_option_arg,
+    add_table_args,
+    human_bytes,
+    open_from_args,
+    print_json,
+    storage_options,
+)
 
 _TYPES = {
     "int": pa.int64(),
@@ -37,14 +44,7 @@ def register(sub: Any) -> None:
         ),
     )
     p.add_argument("uri", help="the folder: a path, file://, s3://, memory://")
-    p.add_argument(
-        "--storage-option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option (repeatable), e.g. -o anon=true",
-    )
+    add_storage_option_arg(p)
     p.add_argument(
         "--partition-by",
         metavar="COL[:TYPE],...",

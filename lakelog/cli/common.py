@@ -34,6 +34,7 @@ __all__ = [
     "add_execution_args",
     "add_filter_arg",
     "add_run_args",
+    "add_storage_option_arg",
     "add_table_args",
     "count_arg",
     "format_number",
@@ -63,14 +64,7 @@ def add_table_args(
         p.add_argument("uri", nargs="?", default=None, help=uri_help)
     else:
         p.add_argument("uri", help=uri_help)
-    p.add_argument(
-        "--storage-option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option (repeatable), e.g. -o anon=true",
-    )
+    add_storage_option_arg(p)
     p.add_argument(
         "--single-writer",
         action="store_true",
@@ -81,6 +75,19 @@ def add_table_args(
     from .catalog import add_catalog_arg  # the table may be given by its catalog name
 
     add_catalog_arg(p)
+
+
+def add_storage_option_arg(p: argparse.ArgumentParser) -> None:
+    """``--storage-option KEY=VALUE`` (``-o``, repeatable): fsspec options for the
+    table's filesystem, in every command that opens a location."""
+    p.add_argument(
+        "--storage-option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec storage option (repeatable), e.g. -o anon=true",
+    )
 
 
 FILTER_ALIASES = ("--where",)

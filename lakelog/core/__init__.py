@@ -22,7 +22,7 @@ holds a :class:`TableCore` and delegates to it.
 
 from .commit import Committed, commit, commit_files, commit_history, overwrite_removes
 from .create import OPEN_HINT, create_with_files, declare_rules, write_new_table
-from .handle import TableCore, TableHandle
+from .handle import TableCore, TableHandle, delegated
 from .partitions import set_partitioning
 from .properties import set_properties, unset_properties, validate_properties_for
 from .schema import (
@@ -68,6 +68,7 @@ __all__ = [
     "commit_history",
     "create_with_files",
     "declare_rules",
+    "delegated",
     "evolved_metadata",
     "landed_first",
     "not_landed",

@@ -18,8 +18,9 @@ returns in a ``Table`` in the facade's module (``Table.from_core``), the only pl
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -36,7 +37,10 @@ from ..storage import Storage
 from ..transaction import CommitResult, Kind, Rebase, Rebuild
 from .commit import commit, commit_files
 
-__all__ = ["TableCore", "TableHandle"]
+__all__ = ["TableCore", "TableHandle", "delegated"]
+
+_Params = ParamSpec("_Params")
+_Returns = TypeVar("_Returns")
 
 
 class TableHandle(Protocol):
@@ -217,7 +221,35 @@ class TableCore:
         lease: Lease | None = None,
         rebuild: Rebuild | None = None,
     ) -> CommitResult:
-        """See :meth:`lakelog.Table.commit`."""
+        """Commit actions on top of ``read_snapshot`` (default: the cached one).
+
+        This is the one place maintenance and engines write the log through; the cached
+        snapshot moves to the version the commit lands.
+
+        Args:
+            actions: the log actions to commit (files added and removed, metadata, ...).
+            operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
+            kind: the conflict rules the commit follows (see :mod:`lakelog.transaction`).
+            read_snapshot: the snapshot the actions were planned on; default None, the
+                cached one.
+            parameters: the operation's parameters for the header; default none.
+            metrics: the operation's metrics for the header; default none.
+            replaced_partitions: the partitions an ``overwrite`` replaces (values in the
+                log's string form); default None, the whole table.
+            rebase: called with the winning commits before a retry, returns the actions
+                to commit instead; default None, the same actions.
+            lease: the writer lease the added files were written under; before every put
+                it checks they are still there (:meth:`Lease.check`). Default None.
+            rebuild: instead of ``rebase``, plans the operation again on the snapshot
+                the winners made, after a lost race (:data:`lakelog.transaction.Rebuild`);
+                default None.
+
+        Returns:
+            The version the commit landed at and the attempts it took.
+
+        Raises:
+            CommitConflictError: a concurrent commit conflicts with these actions.
+        """
         done = commit(
             self._storage,
             read_snapshot or self.cached,
@@ -246,7 +278,22 @@ class TableCore:
         lease: Lease | None = None,
         app: AppTransaction | None = None,
     ) -> CommitResult:
-        """See :meth:`lakelog.Table.commit_files`."""
+        """Commit data files already written: add them, or (``overwrite``) replace
+        every file live in ``read_snapshot`` with them.
+
+        Args:
+            adds: the files, written under the table's root.
+            mode: ``"append"`` adds them; ``"overwrite"`` also removes every live file.
+            operation: the operation recorded in the commit header, e.g. ``"APPEND"``.
+            read_snapshot: the snapshot to commit on; default None, the cached one.
+            parameters: the operation's parameters for the header; default none.
+            metrics: the operation's metrics for the header; default none.
+            lease: the writer lease the files were written under; default None.
+            app: the app version the files are, for exactly-once; default None.
+
+        Raises:
+            AppVersionCommittedError: ``app`` is not newer than the version recorded.
+        """
         done = commit_files(
             self._storage,
             read_snapshot or self.cached,
@@ -265,3 +312,17 @@ class TableCore:
         """Cache ``landed`` (a version this core committed) if it is newer."""
         if landed is not None and landed.version > self.cached.version:
             self.cached = landed
+
+
+def delegated(
+    method: Callable[Concatenate[TableCore, _Params], _Returns],
+) -> Callable[Concatenate[Any, _Params], _Returns]:
+    """A method of a class that holds a :class:`TableCore` as ``_core`` (the
+    ``lakelog.Table`` facade), calling ``method`` on that core: the same signature and
+    docstring, written once, here."""
+
+    @functools.wraps(method)
+    def on_core(self: Any, /, *args: _Params.args, **kwargs: _Params.kwargs) -> _Returns:
+        return method(self._core, *args, **kwargs)
+
+    return on_core

@@ -33,7 +33,7 @@ from ..transaction import CommitResult, app_commit, app_transaction, skipped_res
 from ..transforms import PartitionSpec, parse_field
 from .commit import overwrite_removes
 from .identity import IdentityWrite
-from .schema import SchemaMode, check_schema_mode, plan_write
+from .schema import SchemaMode, WritePlan, check_schema_mode, plan_write
 from .staged import Staged, staged
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "partition_scope",
     "write_options_from",
     "write_rows",
+    "write_staged",
 ]
 
 WRITE_MODES = ("append", "overwrite", "error")
@@ -166,23 +167,8 @@ def append(
             staged(storage) as files,
         ):
             with files.before_commit():
-                reader = to_reader(data)
-                plan = plan_write(snap, reader.schema, schema_mode)
-                options = write_options_from(snap.properties)
-                identity = identity_write(
-                    storage, snap, plan.schema, options=options, lease=lease, files=files
-                )
-                adds = files.add(
-                    write_rows(
-                        storage,
-                        reader,
-                        schema=plan.schema,
-                        partition_by=snap.partition_by,
-                        options=options,
-                        lease_id=lease.lease_id,
-                        spec=snap.partition_spec,
-                        identity=identity,
-                    )
+                plan, identity, adds = write_staged(
+                    storage, snap, data, schema_mode, lease=lease, files=files
                 )
                 failpoint("append:before-commit")
                 metadata = numbered(identity, plan.metadata, snap)
@@ -208,6 +194,39 @@ def append(
             )
     except AppVersionCommittedError as e:  # the same batch landed first; files deleted
         return landed_first(storage, e, operation="APPEND")
+
+
+def write_staged(
+    storage: Storage,
+    snapshot: Snapshot,
+    data: Any,
+    schema_mode: SchemaMode,
+    *,
+    lease: Lease,
+    files: Staged,
+) -> tuple[WritePlan, IdentityWrite | None, list[AddFile]]:
+    """Write ``data`` as new data files of ``snapshot``'s table (the step an append and an
+    overwrite share): the write plan (schema checked by ``schema_mode``), the identity
+    numbering (None without an identity column) and the files, staged in ``files``."""
+    reader = to_reader(data)
+    plan = plan_write(snapshot, reader.schema, schema_mode)
+    options = write_options_from(snapshot.properties)
+    identity = identity_write(
+        storage, snapshot, plan.schema, options=options, lease=lease, files=files
+    )
+    adds = files.add(
+        write_rows(
+            storage,
+            reader,
+            schema=plan.schema,
+            partition_by=snapshot.partition_by,
+            options=options,
+            lease_id=lease.lease_id,
+            spec=snapshot.partition_spec,
+            identity=identity,
+        )
+    )
+    return plan, identity, adds
 
 
 def identity_write(
@@ -313,23 +332,8 @@ def overwrite(
         staged(storage) as files,
     ):
         with files.before_commit():
-            reader = to_reader(data)
-            plan = plan_write(snap, reader.schema, schema_mode)
-            options = write_options_from(snap.properties)
-            identity = identity_write(
-                storage, snap, plan.schema, options=options, lease=lease, files=files
-            )
-            adds = files.add(
-                write_rows(
-                    storage,
-                    reader,
-                    schema=plan.schema,
-                    partition_by=snap.partition_by,
-                    options=options,
-                    lease_id=lease.lease_id,
-                    spec=snap.partition_spec,
-                    identity=identity,
-                )
+            plan, identity, adds = write_staged(
+                storage, snap, data, schema_mode, lease=lease, files=files
             )
             if scope is not None:
                 keys = {tuple(sorted(p.items())) for p in scope}

@@ -104,10 +104,17 @@ from .clustering.run import CLUSTERING, prepare_clustering
 from .clustering.spec import TAG_SPEC, declared_clustering
 from .compaction.planner import CompactionPlan, plan_compaction
 from .compaction.run import COMPACTION
-from .executor import GroupRunner, ProgressCallback, execute_groups
+from .executor import ProgressCallback
 from .groups import FileGroup
 from .options import ClusteringOptions, CompactionOptions, ExecutionOptions
-from .pipeline import Executed, Prepared, RewriteExecutor, RewriteKind, run_prepared
+from .pipeline import (
+    Executed,
+    Prepared,
+    RewriteExecutor,
+    RewriteKind,
+    run_in_threads,
+    run_prepared,
+)
 from .report import MaintenanceReport
 
 if TYPE_CHECKING:
@@ -435,27 +442,12 @@ class _KeepGoing:
         return {}
 
     def execute(self, prepared: Prepared[Any], progress: ProgressCallback | None) -> Executed:
-        table, plan, kind = prepared.table, prepared.plan, prepared.kind
         failed: dict[str, str] = {}
-
-        def make_runner(lease_id: str) -> GroupRunner:
-            return kind.runner(table, plan, prepared.snapshot, lease_id)
 
         def on_failure(group: FileGroup, error: Exception) -> None:
             failed[group.group_id] = f"{type(error).__name__}: {error}"
 
-        outcome = execute_groups(
-            table,
-            plan,
-            make_runner,
-            execution=prepared.execution,
-            operation=kind.operation,
-            parameters=kind.parameters(plan),
-            progress=progress,
-            read_snapshot=prepared.snapshot,
-            plan_id=prepared.plan_id,
-            on_failure=on_failure,
-        )
+        outcome = run_in_threads(prepared, progress, on_failure=on_failure)
         outcome.abandoned.extend(failed)
         return Executed(outcome, {"failed_groups": failed})
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..log.snapshot import Snapshot
 from .executor import GroupRunner, ProgressCallback, RunOutcome, check_plan_table, execute_groups
-from .groups import GroupResult, RewritePlan
+from .groups import FileGroup, GroupResult, RewritePlan
 from .options import ExecutionOptions, ExecutionSettings, check_flag
 from .report import MaintenanceReport, raise_if_all_failed, rewrite_report
 
@@ -38,6 +38,7 @@ __all__ = [
     "RewriteKind",
     "ThreadExecutor",
     "prepare_plan",
+    "run_in_threads",
     "run_prepared",
 ]
 
@@ -114,26 +115,39 @@ class ThreadExecutor:
         return {}
 
     def execute(self, prepared: Prepared[Any], progress: ProgressCallback | None) -> Executed:
-        table, plan, kind = prepared.table, prepared.plan, prepared.kind
-
-        def make_runner(lease_id: str) -> GroupRunner:
-            return kind.runner(table, plan, prepared.snapshot, lease_id)
-
-        outcome = execute_groups(
-            table,
-            plan,
-            make_runner,
-            execution=prepared.execution,
-            operation=kind.operation,
-            parameters=kind.parameters(plan),
-            progress=progress,
-            read_snapshot=prepared.snapshot,
-            plan_id=prepared.plan_id,
-        )
-        return Executed(outcome)
+        return Executed(run_in_threads(prepared, progress))
 
     def failure_advice(self, report: MaintenanceReport) -> str:
         return "Fix the cause of the first error and run again."
+
+
+def run_in_threads(
+    prepared: Prepared[Any],
+    progress: ProgressCallback | None,
+    *,
+    on_failure: Callable[[FileGroup, Exception], None] | None = None,
+) -> RunOutcome:
+    """Rewrite and commit ``prepared``'s groups in threads of this process, each by its
+    kind's runner (:func:`~lakelog.maintenance.executor.execute_groups`): the work of
+    :class:`ThreadExecutor` and of the auto-compaction's executor, which passes
+    ``on_failure`` to go on past a group that fails."""
+    table, plan, kind = prepared.table, prepared.plan, prepared.kind
+
+    def make_runner(lease_id: str) -> GroupRunner:
+        return kind.runner(table, plan, prepared.snapshot, lease_id)
+
+    return execute_groups(
+        table,
+        plan,
+        make_runner,
+        execution=prepared.execution,
+        operation=kind.operation,
+        parameters=kind.parameters(plan),
+        progress=progress,
+        read_snapshot=prepared.snapshot,
+        plan_id=prepared.plan_id,
+        on_failure=on_failure,
+    )
 
 
 def prepare_plan(

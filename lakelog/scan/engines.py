@@ -57,6 +57,7 @@ __all__ = [
     "LakelogDataset",
     "check_columns",
     "duckdb_view_sql",
+    "has_unknown",
     "polars_frame",
     "require",
     "to_duckdb",
@@ -155,16 +156,18 @@ class LakelogDataset(ds.FileSystemDataset):  # type: ignore[misc]
             )
 
 
-def check_columns(snapshot: Snapshot, columns: Sequence[str] | None) -> list[str] | None:
-    """``columns`` as a list, refusing names the snapshot's schema lacks."""
+def check_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` as a list (one name alone too), refusing names ``schema`` (the table's)
+    lacks; None stays None (every column). Every read of a snapshot or of the change feed
+    checks its ``columns`` argument here."""
     if columns is None:
         return None
     if isinstance(columns, str):
         columns = [columns]
-    missing = [c for c in columns if c not in snapshot.schema.names]
+    missing = [c for c in columns if c not in schema.names]
     if missing:
         raise InvalidArgumentError(
-            f"expected columns of the table {snapshot.schema.names}, found unknown {missing}"
+            f"expected columns of the table {schema.names}, found unknown {missing}"
         )
     return list(columns)
 
@@ -353,20 +356,22 @@ def _native(
     Parquet reader; None when the filter or the files need lakelog's scanner."""
     parsed = snapshot.read_filter(filter)  # parsed once, for the plan and the engine
     pred = parsed.predicate
-    if pred is not None and _has_unknown(pred):
+    if pred is not None and has_unknown(pred):
         return None
     files = list(snapshot.files(parsed))
     plan = native_plan(snapshot, files)
     return None if plan is None else (pred, files, plan)
 
 
-def _has_unknown(pred: Predicate) -> bool:
+def has_unknown(pred: Predicate) -> bool:
+    """Whether ``pred`` holds a condition lakelog does not model (an :class:`Unknown`:
+    only the engine reading the rows can apply it)."""
     if isinstance(pred, Unknown):
         return True
     if isinstance(pred, (And, Or)):
-        return any(_has_unknown(p) for p in pred.parts)
+        return any(has_unknown(p) for p in pred.parts)
     if isinstance(pred, Not):
-        return _has_unknown(pred.part)
+        return has_unknown(pred.part)
     return False
 
 
@@ -379,7 +384,7 @@ def to_polars(
     local disk, or that polars cannot read natively, is scanned through lakelog's
     scanner (``scan_pyarrow_dataset`` over a :class:`LakelogDataset`)."""
     pl = require("polars", purpose="snapshot.to_polars()")
-    cols = check_columns(snapshot, columns)
+    cols = check_columns(snapshot.schema, columns)
     frame = polars_frame(snapshot, filter=filter)
     if frame is None:
         dataset = LakelogDataset.from_snapshot(snapshot, filter)

@@ -64,6 +64,7 @@ from ..log.snapshot import load_snapshot, version_as_of
 from ..partitioning import partition_scalar
 from ..stats import referenced_columns, utc_ms
 from ..storage import Storage
+from .engines import check_columns
 from .rows import BATCH_ROWS, read_positions, read_rows
 
 __all__ = [
@@ -581,7 +582,7 @@ def open_feed(
     first, last = _resolve(storage, start, end, latest.version, latest.oldest_version)
     snap = latest if last in (latest.version, -1) else load_snapshot(storage, last)
     schema = snap.schema
-    cols = _check_columns(columns, schema)
+    cols = check_columns(schema, columns)
     clash = [f.name for f in CHANGE_FIELDS if f.name in schema.names]
     if clash:
         raise InvalidArgumentError(
@@ -666,16 +667,3 @@ def _resolve(
                 f"start={first} and end={last}; pass end=None for every version from start on."
             )
     return first, max(last, first - 1)
-
-
-def _check_columns(columns: Sequence[str] | None, schema: pa.Schema) -> list[str] | None:
-    if columns is None:
-        return None
-    if isinstance(columns, str):
-        columns = [columns]
-    missing = [c for c in columns if c not in schema.names]
-    if missing:
-        raise InvalidArgumentError(
-            f"expected columns of the table {schema.names}, found unknown {missing}"
-        )
-    return list(columns)

@@ -28,13 +28,9 @@ from ..errors import (
     SchemaMismatchError,
 )
 from ..filters import (
-    And,
     FilterLike,
-    Not,
-    Or,
     Predicate,
     ReadFilter,
-    Unknown,
     rename_columns,
     to_expression,
 )
@@ -42,7 +38,7 @@ from ..log import mapping
 from ..log.actions import DataFile
 from ..log.snapshot import Snapshot as ResolvedSnapshot
 from ..stats import file_guarantee, filter_may_select_nan, referenced_columns
-from .engines import to_duckdb, to_pandas, to_polars
+from .engines import check_columns, has_unknown, to_duckdb, to_pandas, to_polars
 from .rows import live_batches
 from .skipping import prune_fragments, wants_footers
 
@@ -170,11 +166,8 @@ class Snapshot(ResolvedSnapshot):
             filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
                 or pyarrow Expression); it also prunes files and row groups. Default None.
         """
-        parsed = self.read_filter(filter)  # parsed once for the whole read
+        parsed, cols, files, path = self._plan_read(columns, filter)
         expr = parsed.expression
-        cols = self._check_columns(columns)
-        files = list(self.files(parsed))  # built once: read below more than once
-        path = self._path(files, parsed)
         if path == "live":
             out = self._out_schema(cols)
             with self._reading():  # in this thread: no pyarrow thread holds the generator
@@ -211,11 +204,8 @@ class Snapshot(ResolvedSnapshot):
             batch_size: the most rows per batch; default 65,536.
         """
         _check_batch_size(batch_size)
-        parsed = self.read_filter(filter)  # parsed once for the whole read
+        parsed, cols, files, path = self._plan_read(columns, filter)
         expr = parsed.expression
-        cols = self._check_columns(columns)
-        files = list(self.files(parsed))  # built once: read below more than once
-        path = self._path(files, parsed)
         if path == "live":
             return self._typed(self._live_batches(files, cols, parsed, batch_size))
         if isinstance(path, _Physical):
@@ -233,20 +223,12 @@ class Snapshot(ResolvedSnapshot):
         (files and row groups pruned as in :meth:`dataset`; rows deletion vectors mark
         dropped): what DuckDB and polars read through :meth:`to_duckdb` and
         :meth:`to_polars` when they cannot read the files themselves. Errors while
-        scanning are pyarrow's, as for :meth:`dataset`.
-
-        Args:
-            columns: the columns to read, in this order; default None, all of them.
-            filter: rows to keep, a :data:`~lakelog.FilterLike` (SQL-like string, DNF tuples
-                or pyarrow Expression); it also prunes files and row groups. Default None.
-            batch_size: the most rows per batch; default 65,536.
+        scanning are pyarrow's, as for :meth:`dataset`. Arguments as for
+        :meth:`to_batches`.
         """
         _check_batch_size(batch_size)
-        parsed = self.read_filter(filter)  # parsed once for the whole read
+        parsed, cols, files, path = self._plan_read(columns, filter)
         expr = parsed.expression
-        cols = self._check_columns(columns)
-        files = list(self.files(parsed))  # built once: read below more than once
-        path = self._path(files, parsed)
         if path != "plain":
             rows = (
                 self._physical_batches(files, cols, path, batch_size)
@@ -283,6 +265,17 @@ class Snapshot(ResolvedSnapshot):
         deletion vector, or a struct may have evolved."""
         return self._nested_ids or any(f.deleted is not None for f in files)
 
+    def _plan_read(
+        self, columns: Sequence[str] | None, filter: FilterLike
+    ) -> tuple[ReadFilter, list[str] | None, list[DataFile], _Read]:
+        """What :meth:`to_arrow`, :meth:`to_batches` and :meth:`scanner` start from: the
+        filter parsed once for the whole read, the columns checked, the files (built once:
+        read more than once after) and how they are read (:meth:`_path`)."""
+        parsed = self.read_filter(filter)
+        cols = check_columns(self.schema, columns)
+        files = list(self.files(parsed))
+        return parsed, cols, files, self._path(files, parsed)
+
     def _path(self, files: Sequence[DataFile], parsed: ReadFilter) -> _Read:
         """How ``files`` are read with ``expr``: ``"live"`` (:meth:`_live_batches`),
         ``"plain"`` (a Dataset under the table's names), or a :class:`_Physical` filter for
@@ -300,7 +293,7 @@ class Snapshot(ResolvedSnapshot):
             return "live"
         if pred is None:
             return _Physical((None, None))
-        if _has_unknown(pred):
+        if has_unknown(pred):
             return "live"
         renamed = rename_columns(pred, mapping.physical_names(self.schema))
         return _Physical((renamed, to_expression(renamed)))
@@ -422,18 +415,6 @@ class Snapshot(ResolvedSnapshot):
             version=self.version,
         )
 
-    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
-        if columns is None:
-            return None
-        if isinstance(columns, str):
-            columns = [columns]
-        missing = [c for c in columns if c not in self.schema.names]
-        if missing:
-            raise InvalidArgumentError(
-                f"expected columns of the table {self.schema.names}, found unknown {missing}"
-            )
-        return list(columns)
-
     # -- other engines (lakelog.scan.engines; docs/reading.md) -----------------
     def to_duckdb(self, con: Any = None, *, name: str, filter: FilterLike = None) -> Any:
         """Register this snapshot on a DuckDB connection (None: DuckDB's default one) as
@@ -495,17 +476,6 @@ def _with_filter_columns(
 def readable(resolved: ResolvedSnapshot) -> Snapshot:
     """The readable form of a resolved snapshot (see :meth:`Snapshot.of`)."""
     return Snapshot.of(resolved)
-
-
-def _has_unknown(pred: Predicate) -> bool:
-    """Whether ``pred`` holds a condition lakelog does not model."""
-    if isinstance(pred, Unknown):
-        return True
-    if isinstance(pred, (And, Or)):
-        return any(_has_unknown(p) for p in pred.parts)
-    if isinstance(pred, Not):
-        return _has_unknown(pred.part)
-    return False
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,22 @@ def expression(value: exp.Expression, clause: str) -> pc.Expression:
     )
 
 
+def _parse_text(text: str, parameter: str) -> exp.Expr:
+    """``text`` parsed as a Spark SQL expression; one that does not parse is an
+    :class:`~lakelog.errors.InvalidArgumentError` naming ``parameter``."""
+    from sqlglot import ParseError, parse_one
+
+    from ..errors import InvalidArgumentError
+
+    try:
+        return parse_one(text, read=DIALECT)
+    except ParseError as e:
+        raise InvalidArgumentError(
+            f"expected {parameter} to be a Spark SQL expression, found {text!r}: "
+            f"{str(e).splitlines()[0]}"
+        ) from None
+
+
 def from_text(text: str, parameter: str, columns: list[str]) -> Any:
     """A Spark SQL expression given as text (``"v * 2"``, ``"'closed'"``) as
     :func:`set_value` gives it, for callers that cannot have Spark analyse it (Spark
@@ -111,17 +127,9 @@ def from_text(text: str, parameter: str, columns: list[str]) -> Any:
     the table's (an unknown one is refused with the closest)."""
     import difflib
 
-    from sqlglot import ParseError, parse_one
-
     from ..errors import InvalidArgumentError
 
-    try:
-        tree = parse_one(text, read=DIALECT)
-    except ParseError as e:
-        raise InvalidArgumentError(
-            f"expected {parameter} to be a Spark SQL expression, found {text!r}: "
-            f"{str(e).splitlines()[0]}"
-        ) from None
+    tree = _parse_text(text, parameter)
     for column in tree.find_all(exp.Column):
         if column.name not in columns:
             close = difflib.get_close_matches(column.name, columns, n=1)
@@ -142,17 +150,9 @@ def merge_text(text: str, parameter: str, schema: pa.Schema) -> Any:
     :class:`~lakelog.errors.InvalidArgumentError` naming ``parameter``."""
     import difflib
 
-    from sqlglot import ParseError, parse_one
-
     from ..errors import InvalidArgumentError
 
-    try:
-        tree = parse_one(text, read=DIALECT)
-    except ParseError as e:
-        raise InvalidArgumentError(
-            f"expected {parameter} to be a Spark SQL expression, found {text!r}: "
-            f"{str(e).splitlines()[0]}"
-        ) from None
+    tree = _parse_text(text, parameter)
     names = schema.names
     for column in list(tree.find_all(exp.Column)):
         side = column.table.lower()
