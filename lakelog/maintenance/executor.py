@@ -39,6 +39,7 @@ from .._failpoints import failpoint, pausepoint
 from ..errors import DataFileMissingError, InvalidArgumentError, LakelogError, VersionExpiredError
 from ..leases import Lease
 from ..log.snapshot import Snapshot, load_snapshot
+from ..scan.rows import missing_file
 from ..storage import Storage
 from ..transaction import CommitResult
 from .claims import Claim, claim_groups, claims_enabled, release_rest
@@ -259,9 +260,13 @@ def run_groups(
         except (FileNotFoundError, DataFileMissingError) as e:
             # a source a concurrent commit removed, deleted since by an expiry: the group
             # could not land anyway. A source still live and missing is damage: report it.
-            if changed_sources(load_snapshot(table.storage), group.files):
+            latest = load_snapshot(table.storage)
+            if changed_sources(latest, group.files):
                 raise _SourcesGone(group.group_id) from e
-            raise
+            if isinstance(e, DataFileMissingError):
+                raise
+            gone = next((f.path for f in group.files if not table.storage.exists(f.path)), None)
+            raise missing_file(table.storage, gone or str(e.filename), latest.version) from e
         failpoint("rewrite:group-written")
         tracker.group_done(group, pacer.counted)
         return result

@@ -13,6 +13,7 @@ from test_compact import batch, listing, make_table, rows_of
 
 import lakelog
 from lakelog import CommitConflictError, CorruptLogError, Table
+from lakelog.errors import DataFileMissingError
 from lakelog.maintenance.commit import commit_rewrite
 from lakelog.maintenance.compaction.planner import CompactionPlan, plan_compaction
 from lakelog.maintenance.compaction.rewrite import RewriteOptions, rewrite_group
@@ -119,8 +120,9 @@ def test_failing_group_leaves_no_outputs_and_no_commit(local_backend: Backend) -
     victim = next(f for f in snap.files() if f.partition == {"kind": "b"})
     os.remove(t.storage.full(victim.path))
     on_disk = data_files_on_disk(t)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(DataFileMissingError, match="deleted outside lakelog") as e:
         t.compact(max_concurrent_groups=2)
+    assert e.value.path == victim.path  # a lakelog error naming the file, not a raw OSError
     assert data_files_on_disk(t) == on_disk  # every output deleted, nothing else touched
     # only the run's claim landed, and the run ended it on its error (as a Spark run
     # does): no plan is left pending, no data file changed
