@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import threads
 from ..errors import InvalidArgumentError
 from ..log import mapping
 from ..log.actions import AddFile
@@ -34,7 +36,7 @@ from ..partitioning import check_partition_dir, partition_dir, partition_string
 from ..stats import stats_from_metadata
 from ..storage import Storage
 from ..transforms import PartitionSpec
-from .guards import check_rows, guards_of
+from .guards import Guards, check_rows, guards_of
 
 __all__ = [
     "BLOOM_TYPES",
@@ -536,9 +538,7 @@ def write_files(
     writers: dict[tuple[tuple[str, str | None], ...], RollingWriter] = {}
     guards = guards_of(schema)
     try:
-        for batch in batches:
-            if guards:  # the table's rules, before any row of the batch is written
-                check_rows(batch, guards)
+        for batch in _checked(batches, guards) if guards else batches:
             # a writer per new partition first (its folder name checked), then write
             todo: list[tuple[RollingWriter, pa.RecordBatch]] = []
             for values, tags, part in _split(batch, partition_by, spec):
@@ -573,3 +573,34 @@ def write_files(
         except Exception:  # noqa: BLE001 - vacuum removes what this cannot
             pass
         raise
+
+
+CHECK_ROWS = 1 << 20
+"""Rows checked against the table's rules at a time (a slice of a larger batch)."""
+
+
+def _checked(batches: Iterable[pa.RecordBatch], guards: Guards) -> Iterator[pa.RecordBatch]:
+    """``batches`` in slices of at most :data:`CHECK_ROWS` rows, each yielded only once
+    it passed the table's rules (:func:`~lakelog.io.guards.check_rows`). The next slice
+    is checked on a thread while the caller writes this one (Arrow's kernels release
+    the GIL), so the rules cost little beyond the write itself; a slice that breaks a
+    rule raises before it is yielded, and the caller's error path deletes what it wrote."""
+
+    def slices() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for start in range(0, batch.num_rows, CHECK_ROWS):
+                yield batch.slice(start, CHECK_ROWS)
+            if not batch.num_rows:
+                yield batch
+
+    with threads.pool("lakelog-check", 1) as pool:
+        ahead: tuple[pa.RecordBatch, Future[None]] | None = None
+        for part in slices():
+            checking = pool.submit(check_rows, part, guards)
+            if ahead is not None:
+                ahead[1].result()
+                yield ahead[0]
+            ahead = (part, checking)
+        if ahead is not None:
+            ahead[1].result()
+            yield ahead[0]
