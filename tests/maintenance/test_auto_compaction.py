@@ -192,13 +192,12 @@ def test_async_mode_reports_through_the_result(
     with caplog.at_level(logging.WARNING, logger="lakelog"):
         result = t.append(_batch(5, [1]))
         ends = [r.auto_compaction.wait(60) for r in (fourth, result) if r.auto_compaction]
-    # one run failed (both commits may wait on the same run: it then reports to both)
+    # the run fails and says so (both commits may wait on the same run: it then reports
+    # to both); whether a later run had started before it recorded the failure depends
+    # on timing: the backoff itself is tested inline below
     failed = [e for e in ends if e.status == "failed"]
-    assert len({e.trigger_version for e in failed}) == 1, ends
-    assert lost in (failed[0].error or ""), ends
+    assert failed and lost in (failed[0].error or ""), ends
     assert failed[0].failed_groups == 1
-    if ends[0].status == "failed":  # the run after the failure left the group alone
-        assert ends[1].status == "below_threshold", ends
     assert "auto-compaction after version" in caplog.text
     assert read_commit(t.storage, result.version).header.operation == "APPEND"
 
@@ -387,3 +386,18 @@ def test_async_runs_on_a_thread_where_no_worker_process_can_start(
     assert [d.status for d in done].count("compacted") == 1, done
     assert "runs on a thread" in caplog.text
     assert t.refresh().snapshot().num_files == 1
+
+
+def test_a_failed_group_waits_out_a_backoff(tmp_path: Path) -> None:
+    # inline runs: the run after a failure leaves the failed group's files alone
+    t = _table(tmp_path, min_files=3)
+    t.append(_batch(0, [1]))
+    t.append(_batch(1, [1]))
+    lost = next(f for f in t.snapshot().files() if f.partition["p"] == "1").path
+    t.storage.delete([lost])
+    first = t.append(_batch(2, [1])).auto_compaction  # 3 files: a group, one missing
+    assert first is not None and first.status == "failed", first
+    assert first.failed_groups == 1 and lost in (first.error or "")
+    after = t.append(_batch(3, [1])).auto_compaction  # the 3 wait: 1 file is left
+    assert after is not None and after.status == "below_threshold", after
+    assert t.snapshot().num_files == 4  # every acknowledged batch stays, nothing rewritten
